@@ -1,0 +1,28 @@
+"""The ``helmhive`` (and ``kubectl-helmhive``) command line: assembles the sub-command groups.
+
+Each group lives in its own module and owns its own options; this module only wires
+them together, so adding a group never touches another group's code.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from helmhive.cli import crds, dev, operator_cmd, runner_cmd
+
+app = typer.Typer(
+    name="helmhive",
+    help="Helmhive: declarative governance for AI coding-agent work on Kubernetes.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(crds.app, name="crds")
+app.add_typer(dev.app, name="dev")
+app.add_typer(operator_cmd.app, name="operator")
+app.add_typer(runner_cmd.app, name="runner")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

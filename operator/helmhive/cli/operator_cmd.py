@@ -1,0 +1,7 @@
+"""Placeholder for the `operator_cmd` command group."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(no_args_is_help=True)
