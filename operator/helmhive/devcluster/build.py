@@ -30,8 +30,8 @@ from helmhive.devcluster.gomod import (
 __all__ = [
     "DEFAULT_ETCD_VERSION",
     "DEFAULT_KUBE_VERSION",
-    "BuildError",
     "Binaries",
+    "BuildError",
     "cache_root",
     "ensure_binaries",
 ]
@@ -126,7 +126,9 @@ def _build_kube(version: str, out_dir: Path, log: TextIO) -> None:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     go_version = _go_version()
-    (work / "go.mod").write_text(f"module helmhive.dev/devcluster/probe\n\ngo {go_version}\n", encoding="utf-8")
+    (work / "go.mod").write_text(
+        f"module helmhive.dev/devcluster/probe\n\ngo {go_version}\n", encoding="utf-8"
+    )
     gomod_path = _fetch_module_file("k8s.io/kubernetes", version, cwd=work, log=log, env=env)
     wrapper = build_kube_wrapper_gomod(
         release=release, kube_gomod=gomod_path.read_text(encoding="utf-8"), go_version=go_version
@@ -151,10 +153,17 @@ def _build_etcd(version: str, out_dir: Path, log: TextIO) -> None:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     go_version = _go_version()
-    (work / "go.mod").write_text(build_etcd_wrapper_gomod(etcd_version=version, go_version=go_version), encoding="utf-8")
+    (work / "go.mod").write_text(
+        build_etcd_wrapper_gomod(etcd_version=version, go_version=go_version), encoding="utf-8"
+    )
     (work / "main.go").write_text(build_etcd_main(), encoding="utf-8")
     _run(["go", "mod", "tidy", "-e"], cwd=work, log=log, env=env)
-    _run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out_dir / "etcd"), "."], cwd=work, log=log, env=env)
+    _run(
+        ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out_dir / "etcd"), "."],
+        cwd=work,
+        log=log,
+        env=env,
+    )
 
 
 def ensure_binaries(
@@ -168,7 +177,9 @@ def ensure_binaries(
     base = root or cache_root()
     kube_dir = base / "k8s" / kube_version
     etcd_dir = base / "etcd" / etcd_version
-    if shutil.which("go") is None and not (_stamped(kube_dir, KUBE_BINARIES) and _stamped(etcd_dir, ("etcd",))):
+    if shutil.which("go") is None and not (
+        _stamped(kube_dir, KUBE_BINARIES) and _stamped(etcd_dir, ("etcd",))
+    ):
         raise BuildError("Go is needed to build the control-plane binaries, and `go` is not on PATH")
     for directory, names, builder, version in (
         (etcd_dir, ("etcd",), _build_etcd, etcd_version),
