@@ -1,7 +1,80 @@
-"""Placeholder for the `crds` command group."""
+"""``helmhive crds generate|check|print``: write the CRDs from the models, or fail on drift.
+
+The CRDs live in ``crds/`` and, identically, in the chart's ``charts/helmhive/crds/``.
+``check`` exits 1 and lists every file that is missing, different or stray.
+"""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
-app = typer.Typer(no_args_is_help=True)
+from helmhive.api.crdgen import build_crds, render_crd_yaml
+
+app = typer.Typer(no_args_is_help=True, help="Generate the CRDs from the API models, or check them.")
+
+CRD_DIRS = (Path("crds"), Path("charts/helmhive/crds"))
+RootOption = Annotated[
+    Path, typer.Option("--root", help="Repository root that holds crds/ and charts/.", file_okay=False)
+]
+
+
+def build_crd_files() -> dict[Path, str]:
+    """Return every generated file, keyed by its path relative to the repository root."""
+    rendered = {name: render_crd_yaml(crd) for name, crd in build_crds().items()}
+    return {directory / name: text for directory in CRD_DIRS for name, text in rendered.items()}
+
+
+def decide_drift(root: Path) -> list[str]:
+    """Return one line per drifted file under ``root`` (empty when everything matches)."""
+    expected = build_crd_files()
+    problems: list[str] = []
+    for rel, text in sorted(expected.items()):
+        path = root / rel
+        if not path.is_file():
+            problems.append(f"missing: {rel}")
+        elif path.read_text(encoding="utf-8") != text:
+            problems.append(f"differs: {rel}")
+    for directory in CRD_DIRS:
+        for path in sorted((root / directory).glob("*.yaml")):
+            if path.relative_to(root) not in expected:
+                problems.append(f"stray: {path.relative_to(root)}")
+    return problems
+
+
+@app.command()
+def generate(root: RootOption = Path(".")) -> None:
+    """Write crds/ and the chart's copy from the models."""
+    for rel, text in build_crd_files().items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            typer.echo(f"wrote {rel}")
+    for directory in CRD_DIRS:
+        for path in (root / directory).glob("*.yaml"):
+            if path.relative_to(root) not in build_crd_files():
+                path.unlink()
+                typer.echo(f"removed stray {path.relative_to(root)}")
+
+
+@app.command()
+def check(root: RootOption = Path(".")) -> None:
+    """Exit 1 if crds/ or the chart's copy differs from what the models generate."""
+    problems = decide_drift(root)
+    if problems:
+        for line in problems:
+            typer.echo(line, err=True)
+        typer.echo("CRDs drifted from the models: run `helmhive crds generate`.", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"CRDs match the models ({len(build_crds())} kinds).")
+
+
+@app.command("print")
+def print_crds() -> None:
+    """Print every CRD as one multi-document YAML stream (for `kubectl apply -f -`)."""
+    docs = [render_crd_yaml(crd) for crd in build_crds().values()]
+    sys.stdout.write("---\n".join(docs))

@@ -1,7 +1,38 @@
-"""Placeholder for the `operator_cmd` command group."""
+"""``helmhive operator run``: the Kopf operator process."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
-app = typer.Typer(no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True, help="Run the Helmhive operator.")
+
+
+@app.command()
+def run(
+    kubeconfig: Annotated[
+        str | None, typer.Option(envvar="KUBECONFIG", help="Kubeconfig; in-cluster if unset.")
+    ] = None,
+    liveness: Annotated[
+        str | None, typer.Option(help="Liveness endpoint URL, e.g. http://0.0.0.0:8080/healthz.")
+    ] = "http://127.0.0.1:8080/healthz",
+    namespace: Annotated[
+        str, typer.Option(envvar="HELMHIVE_NAMESPACE", help="Namespace the operator runs in.")
+    ] = ("helmhive-system"),
+    service_account: Annotated[
+        str, typer.Option(envvar="HELMHIVE_SERVICE_ACCOUNT", help="The operator's own ServiceAccount name.")
+    ] = "helmhive-operator",
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Run the operator until interrupted (SIGINT/SIGTERM stop it gracefully)."""
+    # Imported here so `helmhive validate` and friends never load Kopf.
+    from helmhive.controller.app import run_operator  # noqa: PLC0415
+    from helmhive.controller.runtime import OperatorConfig  # noqa: PLC0415
+
+    run_operator(
+        kubeconfig=kubeconfig,
+        liveness=liveness,
+        config=OperatorConfig(namespace=namespace, service_account=service_account),
+        verbose=verbose,
+    )

@@ -1,0 +1,128 @@
+"""Every condition type and every reason name Helmhive uses, in one place.
+
+Reasons are fixed CamelCase names (``[A-Za-z][A-Za-z0-9_,:]*``), never free text, so
+dashboards and alerts can match on them. A reason that carries a detail uses a colon,
+for example ``MissingCapability:diff_review``; :func:`detailed` builds those for
+condition reasons. Routing candidate reasons (``MissingLabel:domain=code``) are not
+condition reasons and keep their detail as written.
+
+This module does no I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+
+__all__ = ["ConditionType", "Reason", "detailed"]
+
+
+class ConditionType(enum.StrEnum):
+    """Condition types, per kind."""
+
+    # Every kind
+    READY = "Ready"
+    # Envelope
+    PUBLISHED = "Published"
+    # Profile
+    VALID = "Valid"
+    # MemoryRecord
+    ACTIVE = "Active"
+    # Runner
+    ONLINE = "Online"
+    AUTHENTICATED = "Authenticated"
+    SCHEDULABLE = "Schedulable"
+    # AgentJob
+    ROUTED = "Routed"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    # Change
+    PLANNED = "Planned"
+    IMPLEMENTED = "Implemented"
+    REVIEWED = "Reviewed"
+    # Workspace
+    PROFILES_RESOLVED = "ProfilesResolved"
+
+
+class Reason(enum.StrEnum):
+    """Reason names. Grouped by the condition they usually explain."""
+
+    # Generic
+    RECONCILED = "Reconciled"
+    PENDING = "Pending"
+    INVALID_SPEC = "InvalidSpec"
+    # Envelope
+    MATCHES_CODE = "MatchesCode"
+    RESTORED = "Restored"
+    # Profile verdicts
+    VALID = "Valid"
+    UNKNOWN_ENVELOPE = "UnknownEnvelope"
+    TOOL_OUTSIDE_ENVELOPE = "ToolOutsideEnvelope"
+    FILESYSTEM_WIDER_THAN_ENVELOPE = "FilesystemWiderThanEnvelope"
+    NETWORK_WIDER_THAN_ENVELOPE = "NetworkWiderThanEnvelope"
+    OUTPUT_CONTRACT_MISMATCH = "OutputContractMismatch"
+    INVALID_OUTPUT_SCHEMA = "InvalidOutputSchema"
+    REVIEW_PROFILE_WRITES = "ReviewProfileWrites"
+    SESSION_POLICY_FORBIDDEN = "SessionPolicyForbidden"
+    MEMORY_FORBIDDEN = "MemoryForbidden"
+    NO_PROVIDER_MAPPINGS = "NoProviderMappings"
+    DUPLICATE_MAPPING = "DuplicateMapping"
+    FALLBACK_EQUALS_PRIMARY = "FallbackEqualsPrimary"
+    PROFILE_NOT_FOUND = "ProfileNotFound"
+    PROFILE_NOT_VALID = "ProfileNotValid"
+    # Memory
+    IN_EFFECT = "InEffect"
+    EXPIRED = "Expired"
+    SERVICE_NOT_IN_WORKSPACE = "ServiceNotInWorkspace"
+    WORKSPACE_NOT_FOUND = "WorkspaceNotFound"
+    SENSITIVITY_ABOVE_POLICY = "SensitivityAbovePolicy"
+    OUT_OF_SCOPE = "OutOfScope"
+    OVER_LIMIT = "OverLimit"
+    # Runner
+    HEARTBEAT_FRESH = "HeartbeatFresh"
+    HEARTBEAT_STALE = "HeartbeatStale"
+    NEVER_REPORTED = "NeverReported"
+    AUTHENTICATED = "Authenticated"
+    UNAUTHENTICATED = "Unauthenticated"
+    ADAPTER_FAILING = "AdapterFailing"
+    CONTROL_DRAINING = "Draining"
+    CONTROL_DISABLED = "Disabled"
+    CONTROL_REVOKED = "Revoked"
+    CREDENTIAL_ROTATED = "CredentialRotated"
+    CREDENTIAL_MISSING = "CredentialMissing"
+    SCHEDULABLE = "Schedulable"
+    NOT_SCHEDULABLE = "NotSchedulable"
+    # Routing
+    ASSIGNED = "Assigned"
+    NO_ELIGIBLE_RUNNER = "NoEligibleRunner"
+    WAITING_FOR_CAPACITY = "WaitingForCapacity"
+    CAPACITY_DEADLINE_EXCEEDED = "CapacityDeadlineExceeded"
+    MODEL_NOT_ADVERTISED = "ModelNotAdvertised"
+    MISSING_CAPABILITY = "MissingCapability"
+    MISSING_LABEL = "MissingLabel"
+    NO_FREE_CONCURRENCY = "NoFreeConcurrency"
+    NAMESPACE_NOT_SERVED = "NamespaceNotServed"
+    PROVIDER_NOT_IN_MAPPINGS = "ProviderNotInMappings"
+    MODEL_OVERRIDE_FORBIDDEN = "ModelOverrideForbidden"
+    # Execution
+    STARTED = "Started"
+    COMPLETED = "Completed"
+    CANCELLED = "Cancelled"
+    TIMED_OUT = "TimedOut"
+    RUNNER_LOST = "RunnerLost"
+    AGENT_CRASHED = "AgentCrashed"
+    OUTPUT_CONTRACT_VIOLATED = "OutputContractViolated"
+    # Change
+    STAGE_PENDING = "StagePending"
+    STAGE_RUNNING = "StageRunning"
+    STAGE_SUCCEEDED = "StageSucceeded"
+    STAGE_FAILED = "StageFailed"
+
+
+_DETAIL_RE = re.compile(r"[^A-Za-z0-9_,:]+")
+
+
+def detailed(reason: Reason, detail: str) -> str:
+    """Return ``Reason:detail`` with the detail reduced to characters a reason may hold."""
+    cleaned = _DETAIL_RE.sub("_", detail).strip("_:,")[:96]
+    return f"{reason.value}:{cleaned}" if cleaned else reason.value

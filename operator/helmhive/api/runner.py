@@ -1,0 +1,228 @@
+"""The RunnerPool and Runner kinds.
+
+A RunnerPool is a managed set of runner pods that share a provider login. Each runner pod
+registers a Runner object and writes *only* ``status.report`` of its own Runner (field
+manager ``helmhive-runner``); the operator writes everything it derives (field manager
+``helmhive-operator``): the reported status, the effective control state and conditions.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from typing import Annotated
+
+from pydantic import Field, StringConstraints
+
+from helmhive.api.common import (
+    ApiModel,
+    ControlState,
+    LabelMap,
+    LabelSelector,
+    LocalObjectRef,
+    Message,
+    Name,
+    SecretKeyRef,
+    ShortText,
+    StatusBase,
+    immutable,
+)
+from helmhive.api.envelope import Capability
+from helmhive.api.profile import ModelId, ProviderName
+
+__all__ = [
+    "AcpAdapter",
+    "AdapterInfo",
+    "AdapterSpec",
+    "AdapterType",
+    "AuthReport",
+    "AuthState",
+    "ClaudeCliAdapter",
+    "CredentialSpec",
+    "EnvVar",
+    "HeartbeatSettings",
+    "ModelCatalogue",
+    "ModelEntry",
+    "ReportedStatus",
+    "RunnerPoolSpec",
+    "RunnerPoolStatus",
+    "RunnerReport",
+    "RunnerSpec",
+    "RunnerStatus",
+    "VolumeCredential",
+]
+
+ImageRef = Annotated[str, StringConstraints(min_length=1, max_length=512)]
+Arg = Annotated[str, StringConstraints(max_length=1024)]
+
+
+class AdapterType(enum.StrEnum):
+    ACP = "acp"
+    CLAUDE_CLI = "claude-cli"
+
+
+class AuthState(enum.StrEnum):
+    AUTHENTICATED = "Authenticated"
+    UNAUTHENTICATED = "Unauthenticated"
+    FAILING = "Failing"
+    UNKNOWN = "Unknown"
+
+
+class ReportedStatus(enum.StrEnum):
+    """Derived by the operator from Lease freshness and authentication."""
+
+    ONLINE = "Online"
+    NEEDS_ATTENTION = "NeedsAttention"
+    OFFLINE = "Offline"
+
+
+class EnvVar(ApiModel):
+    """A plain environment variable for the agent. Secrets go through ``credential``."""
+
+    name: Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+    value: Annotated[str, StringConstraints(max_length=4096)] = ""
+
+
+class AcpAdapter(ApiModel):
+    command: Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+    args: Annotated[list[Arg], Field(max_length=32)] = []
+    env: Annotated[list[EnvVar], Field(max_length=32)] = []
+
+
+class ClaudeCliAdapter(ApiModel):
+    path: Annotated[str, StringConstraints(min_length=1, max_length=1024)] = "claude"
+    extra_args: Annotated[list[Arg], Field(max_length=32)] = []
+
+
+class AdapterSpec(ApiModel):
+    type: AdapterType
+    acp: AcpAdapter | None = None
+    claude_cli: ClaudeCliAdapter | None = None
+
+
+class VolumeCredential(ApiModel):
+    """A persistent volume holding a subscription login that keeps state on disk."""
+
+    claim_name: Name
+    mount_path: Annotated[str, StringConstraints(min_length=1, max_length=512, pattern=r"^/")]
+
+
+class CredentialSpec(ApiModel):
+    """Exactly one of a Secret key (an API key) or a volume (a subscription login)."""
+
+    secret_ref: SecretKeyRef | None = None
+    volume: VolumeCredential | None = None
+    env_name: Annotated[
+        str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    ] = "PROVIDER_API_KEY"
+
+
+class HeartbeatSettings(ApiModel):
+    lease_duration_seconds: Annotated[int, Field(ge=5, le=600)] = 20
+    renew_interval_seconds: Annotated[int, Field(ge=1, le=120)] = 5
+    report_refresh_seconds: Annotated[int, Field(ge=30, le=3600)] = 300
+
+
+class RunnerPoolSpec(ApiModel):
+    provider: ProviderName
+    adapter: Annotated[
+        AdapterSpec,
+        Field(
+            json_schema_extra={
+                "x-kubernetes-validations": [
+                    {
+                        "rule": "self.type == 'acp' ? has(self.acp) : !has(self.acp)",
+                        "message": "adapter.acp is required when type is acp, and forbidden otherwise",
+                    }
+                ]
+            }
+        ),
+    ]
+    image: ImageRef
+    image_pull_policy: Annotated[str, Field(pattern=r"^(Always|IfNotPresent|Never)$", max_length=16)] = (
+        "IfNotPresent"
+    )
+    credential: Annotated[
+        CredentialSpec,
+        Field(
+            json_schema_extra={
+                "x-kubernetes-validations": [
+                    {
+                        "rule": "has(self.secretRef) != has(self.volume)",
+                        "message": "credential needs exactly one of secretRef or volume",
+                    }
+                ]
+            }
+        ),
+    ]
+    placement_labels: LabelMap = {}
+    capabilities: Annotated[list[Capability], Field(max_length=32)] = []
+    concurrency: Annotated[int, Field(ge=1, le=64)] = 1
+    replicas: Annotated[int, Field(ge=0, le=100)] = 1
+    serves_namespaces: LabelSelector = LabelSelector()
+    control_state: ControlState = ControlState.ACTIVE
+    heartbeat: HeartbeatSettings = HeartbeatSettings()
+
+
+class RunnerPoolStatus(StatusBase):
+    desired_replicas: Annotated[int, Field(ge=0)] = 0
+    ready_replicas: Annotated[int, Field(ge=0)] = 0
+    schedulable_runners: Annotated[int, Field(ge=0)] = 0
+    credential_hash: Annotated[str, Field(max_length=80)] | None = None
+    credential_generation: Annotated[int, Field(ge=0)] = 0
+
+
+class RunnerSpec(ApiModel):
+    """Set by the operator at creation and by administrators afterwards."""
+
+    pool_ref: Annotated[LocalObjectRef, Field(json_schema_extra=immutable("poolRef is immutable"))]
+    control_state: ControlState | None = None
+
+
+class ModelEntry(ApiModel):
+    id: ModelId
+    display_name: ShortText | None = None
+    efforts: Annotated[list[Annotated[str, Field(max_length=32)]], Field(max_length=8)] = []
+
+
+class ModelCatalogue(ApiModel):
+    models: Annotated[list[ModelEntry], Field(max_length=64)] = []
+    default: ModelId | None = None
+
+
+class AdapterInfo(ApiModel):
+    type: AdapterType
+    name: ShortText
+    version: Annotated[str, Field(max_length=64)]
+
+
+class AuthReport(ApiModel):
+    state: AuthState
+    reason: Annotated[str, Field(max_length=128)] = ""
+    message: Message = ""
+
+
+class RunnerReport(ApiModel):
+    """What a runner says about itself. Written only by that runner."""
+
+    provider: ProviderName
+    adapter: AdapterInfo
+    authentication: AuthReport
+    placement_labels: LabelMap = {}
+    capabilities: Annotated[list[Capability], Field(max_length=32)] = []
+    concurrency: Annotated[int, Field(ge=0, le=64)] = 1
+    active_jobs: Annotated[int, Field(ge=0, le=64)] = 0
+    environment_fingerprint: Annotated[str, Field(max_length=80)]
+    catalogue: ModelCatalogue = ModelCatalogue()
+    credential_generation: Annotated[int, Field(ge=0)] = 0
+    pod_name: Name
+    reported_at: dt.datetime
+
+
+class RunnerStatus(StatusBase):
+    """``report`` is the runner's; every other field is the operator's."""
+
+    report: RunnerReport | None = None
+    reported_status: ReportedStatus | None = None
+    effective_control_state: ControlState | None = None
+    last_heartbeat_time: dt.datetime | None = None

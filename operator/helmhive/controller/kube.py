@@ -1,0 +1,204 @@
+"""The operator's one door to the Kubernetes API (besides Kopf's own watch machinery).
+
+Only this module imports the ``kubernetes`` client. It offers small async methods that run
+the synchronous client in a thread, and maps API errors onto Helmhive's own tree::
+
+    KubeError
+     ├── NotFound      (404)
+     ├── Conflict      (409: already exists, or a stale resourceVersion)
+     ├── Forbidden     (403)
+     └── Invalid       (422: the API server refused the object; ``message`` says why)
+
+Handlers receive a :class:`Kube` instance, so tests inject one bound to the real test
+cluster and nothing reaches a network they did not choose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import os
+from collections.abc import Callable
+from typing import Any, cast
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from helmhive.api.kinds import GROUP, VERSION, KindDef
+
+__all__ = ["Conflict", "Forbidden", "Invalid", "Kube", "KubeError", "NotFound", "load_api_client"]
+
+
+class KubeError(RuntimeError):
+    """An API call failed; ``status`` is the HTTP status and ``message`` the server's words."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class NotFound(KubeError):
+    pass
+
+
+class Conflict(KubeError):
+    pass
+
+
+class Forbidden(KubeError):
+    pass
+
+
+class Invalid(KubeError):
+    pass
+
+
+def _translate(exc: ApiException) -> KubeError:
+    try:
+        message = json.loads(exc.body or "{}").get("message", "") or str(exc.reason)
+    except (ValueError, AttributeError):
+        message = str(exc.reason)
+    cls: type[KubeError] = {404: NotFound, 409: Conflict, 403: Forbidden, 422: Invalid}.get(
+        int(exc.status or 0), KubeError
+    )
+    return cls(int(exc.status or 0), message)
+
+
+def load_api_client(kubeconfig: str | None = None) -> Any:
+    """Return an ApiClient from ``kubeconfig``, ``$KUBECONFIG`` or the in-cluster identity."""
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    if path:
+        return config.new_client_from_config(config_file=path)  # type: ignore[no-untyped-call]
+    config.load_incluster_config()  # type: ignore[no-untyped-call]
+    return client.ApiClient()
+
+
+class Kube:
+    """Async wrapper over the synchronous client, for custom objects and a few core kinds."""
+
+    def __init__(self, api_client: Any) -> None:
+        self.api_client = api_client
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+
+    async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Run one client call in a thread; custom-object calls answer plain dicts."""
+        try:
+            result = await asyncio.to_thread(fn, *args, **kwargs)
+            return cast(dict[str, Any], result)
+        except ApiException as exc:
+            raise _translate(exc) from exc
+
+    # Custom objects -----------------------------------------------------------------
+    async def get(self, kind: KindDef, name: str, namespace: str | None = None) -> dict[str, Any]:
+        if kind.namespaced:
+            return await self._call(
+                self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, kind.plural, name
+            )
+        return await self._call(self.custom.get_cluster_custom_object, GROUP, VERSION, kind.plural, name)
+
+    async def list(self, kind: KindDef, namespace: str | None = None) -> list[dict[str, Any]]:
+        if kind.namespaced and namespace is not None:
+            body = await self._call(
+                self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, kind.plural
+            )
+        else:
+            body = await self._call(self.custom.list_cluster_custom_object, GROUP, VERSION, kind.plural)
+        items: list[dict[str, Any]] = body.get("items", [])
+        return items
+
+    async def create(
+        self, kind: KindDef, body: dict[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        if kind.namespaced:
+            return await self._call(
+                self.custom.create_namespaced_custom_object, GROUP, VERSION, namespace, kind.plural, body
+            )
+        return await self._call(self.custom.create_cluster_custom_object, GROUP, VERSION, kind.plural, body)
+
+    async def replace(
+        self, kind: KindDef, name: str, body: dict[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        """PUT the whole object; ``body.metadata.resourceVersion`` makes it conditional."""
+        if kind.namespaced:
+            return await self._call(
+                self.custom.replace_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                kind.plural,
+                name,
+                body,
+            )
+        return await self._call(
+            self.custom.replace_cluster_custom_object, GROUP, VERSION, kind.plural, name, body
+        )
+
+    async def patch_status(
+        self, kind: KindDef, name: str, patch: dict[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        """JSON-merge-patch the status subresource."""
+        if kind.namespaced:
+            return await self._call(
+                self.custom.patch_namespaced_custom_object_status,
+                GROUP,
+                VERSION,
+                namespace,
+                kind.plural,
+                name,
+                patch,
+            )
+        return await self._call(
+            self.custom.patch_cluster_custom_object_status, GROUP, VERSION, kind.plural, name, patch
+        )
+
+    async def delete(self, kind: KindDef, name: str, namespace: str | None = None) -> None:
+        try:
+            if kind.namespaced:
+                await self._call(
+                    self.custom.delete_namespaced_custom_object, GROUP, VERSION, namespace, kind.plural, name
+                )
+            else:
+                await self._call(self.custom.delete_cluster_custom_object, GROUP, VERSION, kind.plural, name)
+        except NotFound:
+            return
+
+    # Events -------------------------------------------------------------------------
+    async def post_event(
+        self,
+        *,
+        involved: dict[str, Any],
+        reason: str,
+        message: str,
+        event_type: str = "Normal",
+        component: str = "helmhive-operator",
+        now: dt.datetime,
+    ) -> None:
+        """Create a core/v1 Event about ``involved``; best-effort, so errors are swallowed."""
+        meta = involved.get("metadata", {})
+        namespace = meta.get("namespace") or "default"
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(
+                generate_name=f"{meta.get('name', 'helmhive')}.", namespace=namespace
+            ),
+            involved_object=client.V1ObjectReference(
+                api_version=involved.get("apiVersion"),
+                kind=involved.get("kind"),
+                name=meta.get("name"),
+                namespace=meta.get("namespace"),
+                uid=meta.get("uid"),
+            ),
+            reason=reason,
+            message=message[:1024],
+            type=event_type,
+            source=client.V1EventSource(component=component),
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+        )
+        try:
+            await self._call(self.core.create_namespaced_event, namespace, body)
+        except KubeError:
+            return

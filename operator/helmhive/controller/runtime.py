@@ -1,0 +1,40 @@
+"""What every handler needs, injected once: the API wrapper, the clock and the settings.
+
+Handlers take these from a :class:`Runtime` rather than from globals, so tests build one
+against the real test cluster with a clock they control.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from helmhive.controller.kube import Kube
+
+__all__ = ["Clock", "OperatorConfig", "Runtime", "utc_now"]
+
+Clock = Callable[[], dt.datetime]
+
+
+def utc_now() -> dt.datetime:
+    """The real clock: an aware UTC datetime."""
+    return dt.datetime.now(dt.UTC)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperatorConfig:
+    """Operator settings, from flags or environment."""
+
+    namespace: str = "helmhive-system"
+    service_account: str = "helmhive-operator"
+    liveness_port: int = 8080
+    audit_max_age_days: int = 90
+    audit_max_records: int = 10000
+
+
+@dataclass(kw_only=True)
+class Runtime:
+    kube: Kube
+    clock: Clock = utc_now
+    config: OperatorConfig = field(default_factory=OperatorConfig)
