@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from helmhive.cli import crds, dev, operator_cmd, runner_cmd
+from helmhive.cli import crds, dev, operator_cmd, runner_cmd, validate
 
 app = typer.Typer(
     name="helmhive",
@@ -21,6 +21,7 @@ app.add_typer(crds.app, name="crds")
 app.add_typer(dev.app, name="dev")
 app.add_typer(operator_cmd.app, name="operator")
 app.add_typer(runner_cmd.app, name="runner")
+app.add_typer(validate.app, name="validate")
 
 
 def main() -> None:

@@ -1,0 +1,7 @@
+"""Placeholder for ``helmhive validate`` (offline manifest validation)."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(no_args_is_help=True)
