@@ -21,7 +21,7 @@ app.add_typer(crds.app, name="crds")
 app.add_typer(dev.app, name="dev")
 app.add_typer(operator_cmd.app, name="operator")
 app.add_typer(runner_cmd.app, name="runner")
-app.add_typer(validate.app, name="validate")
+app.command(name="validate")(validate.run)
 
 
 def main() -> None:

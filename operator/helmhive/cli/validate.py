@@ -1,7 +1,10 @@
-"""Placeholder for ``helmhive validate`` (offline manifest validation)."""
+"""Placeholder for ``helmhive validate PATH...`` (offline manifest validation)."""
 
 from __future__ import annotations
 
 import typer
 
-app = typer.Typer(no_args_is_help=True)
+
+def run() -> None:
+    """Validate manifests offline (not implemented yet)."""
+    raise typer.Exit(2)
