@@ -1,0 +1,359 @@
+"""helmhive-reference-agent: a small deterministic ACP agent over stdio, for tests and the demo.
+
+It is a real Agent Client Protocol peer built on the ``acp`` package, and it is a reference
+agent, not a model: its answers follow the fixed rule in :mod:`helmhive.runner.reference_rules`
+(documented in ``docs/reference-agent.md``). Environment variables select failure behaviours so
+every path of a runner's adapter can be exercised:
+
+``HELMHIVE_REFERENCE_AGENT_STATE_DIR``
+    Directory for session state (``sessions/<id>.json``) and the received-method log
+    (``methods.jsonl``). Without it, sessions live in memory only.
+``HELMHIVE_REFERENCE_AGENT_MODE``
+    Comma-separated: ``hang`` (never answers a prompt, ignores cancel), ``stall`` (sends nothing,
+    honours cancel), ``crash`` (exits with code 70 mid-turn), ``slow`` (a progress update every
+    ``HELMHIVE_REFERENCE_AGENT_SLOW_INTERVAL`` seconds, ``HELMHIVE_REFERENCE_AGENT_SLOW_STEPS``
+    times, before answering), ``refuse-config`` (refuses every session/set_config_option),
+    ``unauthenticated`` (session/new and session/load fail with the ACP auth-required error).
+``HELMHIVE_REFERENCE_AGENT_TOKEN``
+    A stand-in credential. The agent never prints it, unless
+    ``HELMHIVE_REFERENCE_AGENT_LEAK_ON_CRASH=1`` makes a crash write it to stderr, to imitate a
+    careless agent so that a client's redaction can be tested.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import acp
+from acp import schema
+
+from helmhive.runner import reference_rules as rules
+from helmhive.runner.version import helmhive_version
+
+ENV_STATE_DIR = "HELMHIVE_REFERENCE_AGENT_STATE_DIR"
+ENV_MODE = "HELMHIVE_REFERENCE_AGENT_MODE"
+ENV_SLOW_STEPS = "HELMHIVE_REFERENCE_AGENT_SLOW_STEPS"
+ENV_SLOW_INTERVAL = "HELMHIVE_REFERENCE_AGENT_SLOW_INTERVAL"
+ENV_TOKEN = "HELMHIVE_REFERENCE_AGENT_TOKEN"
+ENV_LEAK_ON_CRASH = "HELMHIVE_REFERENCE_AGENT_LEAK_ON_CRASH"
+CRASH_EXIT_CODE = 70
+AUTH_METHOD_ID = "reference-token"
+
+_SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
+ConfigOption = schema.SessionConfigOptionSelect
+
+
+@dataclass
+class Settings:
+    """What the environment asks of the agent (see the module docstring)."""
+
+    state_dir: Path | None = None
+    modes: frozenset[str] = frozenset()
+    slow_steps: int = 5
+    slow_interval: float = 0.2
+    leak_on_crash: bool = False
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> Settings:
+        state = env.get(ENV_STATE_DIR, "").strip()
+        modes = frozenset(m.strip().lower() for m in env.get(ENV_MODE, "").split(",") if m.strip())
+        return cls(
+            state_dir=Path(state) if state else None,
+            modes=modes,
+            slow_steps=int(env.get(ENV_SLOW_STEPS, "5")),
+            slow_interval=float(env.get(ENV_SLOW_INTERVAL, "0.2")),
+            leak_on_crash=env.get(ENV_LEAK_ON_CRASH, "") == "1",
+        )
+
+    def behaviour(self) -> rules.Behaviour:
+        for behaviour in ("hang", "stall", "crash", "slow"):
+            if behaviour in self.modes:
+                return rules.as_behaviour(behaviour) or "normal"
+        return "normal"
+
+
+@dataclass
+class Session:
+    """One conversation: its configuration and its completed turns."""
+
+    cwd: str
+    model: str = rules.DEFAULT_MODEL
+    effort: str = rules.DEFAULT_EFFORT
+    history: list[dict[str, str]] = field(default_factory=list)
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cwd": self.cwd, "model": self.model, "effort": self.effort, "history": self.history}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Session:
+        return cls(
+            cwd=str(data["cwd"]),
+            model=str(data.get("model", rules.DEFAULT_MODEL)),
+            effort=str(data.get("effort", rules.DEFAULT_EFFORT)),
+            history=[dict(item) for item in data.get("history", [])],
+        )
+
+
+AnyConfigOption = schema.SessionConfigOptionSelect | schema.SessionConfigOptionBoolean
+
+
+def config_options(session: Session) -> list[AnyConfigOption]:
+    """The session's configuration options: the model catalogue and the reasoning-effort levels."""
+    model = ConfigOption(
+        id=rules.MODEL_OPTION_ID,
+        name="Model",
+        category="model",
+        type="select",
+        current_value=session.model,
+        options=[schema.SessionConfigSelectOption(value=m, name=m) for m in rules.MODELS],
+    )
+    effort = ConfigOption(
+        id=rules.EFFORT_OPTION_ID,
+        name="Reasoning effort",
+        category="thought_level",
+        type="select",
+        current_value=session.effort,
+        options=[schema.SessionConfigSelectOption(value=e, name=e) for e in rules.EFFORT_LEVELS],
+    )
+    return [model, effort]
+
+
+class ReferenceAgent:
+    """The ACP agent. Method names and keyword arguments follow :class:`acp.Agent`."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._sessions: dict[str, Session] = {}
+        self._conn: Any = None
+
+    def on_connect(self, conn: Any) -> None:
+        self._conn = conn
+
+    # -- bookkeeping -----------------------------------------------------------------------
+    def _log(self, method: str, **fields: object) -> None:
+        state = self._settings.state_dir
+        if state is None:
+            return
+        state.mkdir(parents=True, exist_ok=True)
+        with (state / "methods.jsonl").open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"method": method, "pid": os.getpid(), **fields}, sort_keys=True) + "\n")
+
+    def _session_file(self, session_id: str) -> Path | None:
+        state = self._settings.state_dir
+        return None if state is None else state / "sessions" / f"{session_id}.json"
+
+    def _save(self, session_id: str) -> None:
+        path = self._session_file(session_id)
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self._sessions[session_id].to_json(), sort_keys=True), encoding="utf-8")
+        tmp.replace(path)
+
+    def _restore(self, session_id: str) -> Session:
+        if session_id in self._sessions:
+            return self._sessions[session_id]
+        path = self._session_file(session_id) if _SESSION_ID.match(session_id) else None
+        if path is None or not path.is_file():
+            raise acp.RequestError.resource_not_found(f"session:{session_id}")
+        session = Session.from_json(json.loads(path.read_text(encoding="utf-8")))
+        self._sessions[session_id] = session
+        return session
+
+    def _require_auth(self) -> None:
+        if "unauthenticated" in self._settings.modes:
+            raise acp.RequestError.auth_required({"authMethods": [AUTH_METHOD_ID]})
+
+    # -- protocol --------------------------------------------------------------------------
+    async def initialize(
+        self, protocol_version: int, client_capabilities: Any = None, client_info: Any = None, **kwargs: Any
+    ) -> schema.InitializeResponse:
+        # Names only, never values: lets a test check that the client passed an explicit environment.
+        self._log("initialize", protocolVersion=protocol_version, envKeys=sorted(os.environ))
+        return schema.InitializeResponse(
+            protocol_version=min(protocol_version, acp.PROTOCOL_VERSION),
+            agent_capabilities=schema.AgentCapabilities(
+                load_session=True,
+                session_capabilities=schema.SessionCapabilities(resume=schema.SessionResumeCapabilities()),
+            ),
+            auth_methods=[
+                schema.EnvVarAuthMethod(
+                    type="env_var",
+                    id=AUTH_METHOD_ID,
+                    name="Reference token",
+                    description="A stand-in credential; the reference agent never checks it.",
+                    vars=[schema.AuthEnvVar(name=ENV_TOKEN, label="Reference token")],
+                )
+            ],
+            agent_info=schema.Implementation(
+                name=rules.AGENT_NAME, title=rules.AGENT_TITLE, version=helmhive_version()
+            ),
+        )
+
+    async def authenticate(self, method_id: str, **kwargs: Any) -> schema.AuthenticateResponse:
+        self._log("authenticate", methodId=method_id)
+        self._require_auth()
+        return schema.AuthenticateResponse()
+
+    async def new_session(
+        self, cwd: str, additional_directories: Any = None, mcp_servers: Any = None, **kwargs: Any
+    ) -> schema.NewSessionResponse:
+        self._log("session/new")
+        self._require_auth()
+        session_id = uuid.uuid4().hex
+        self._sessions[session_id] = Session(cwd=cwd)
+        self._save(session_id)
+        options = config_options(self._sessions[session_id])
+        return schema.NewSessionResponse(session_id=session_id, config_options=options)
+
+    async def load_session(
+        self,
+        cwd: str,
+        session_id: str,
+        mcp_servers: Any = None,
+        additional_directories: Any = None,
+        **kwargs: Any,
+    ) -> schema.LoadSessionResponse:
+        self._log("session/load")
+        self._require_auth()
+        session = self._restore(session_id)
+        for turn in session.history:  # the protocol replays the conversation before answering
+            await self._conn.session_update(session_id, acp.update_user_message_text(turn["prompt"]))
+            await self._conn.session_update(session_id, acp.update_agent_message_text(turn["reply"]))
+        return schema.LoadSessionResponse(config_options=config_options(session))
+
+    async def resume_session(
+        self,
+        session_id: str,
+        cwd: str,
+        additional_directories: Any = None,
+        mcp_servers: Any = None,
+        **kwargs: Any,
+    ) -> schema.ResumeSessionResponse:
+        self._log("session/resume")
+        self._require_auth()
+        return schema.ResumeSessionResponse(config_options=config_options(self._restore(session_id)))
+
+    async def set_config_option(
+        self, config_id: str, session_id: str, value: str | bool, **kwargs: Any
+    ) -> schema.SetSessionConfigOptionResponse:
+        self._log("session/set_config_option", configId=config_id, value=value)
+        session = self._restore(session_id)
+        offered = {rules.MODEL_OPTION_ID: rules.MODELS, rules.EFFORT_OPTION_ID: rules.EFFORT_LEVELS}
+        if config_id not in offered:
+            raise acp.RequestError.invalid_params({"configId": config_id, "reason": "unknown config option"})
+        if not isinstance(value, str) or value not in offered[config_id]:
+            raise acp.RequestError.invalid_params({"configId": config_id, "reason": "value not offered"})
+        if "refuse-config" in self._settings.modes:
+            refusal = {"configId": config_id, "reason": "refused (refuse-config)"}
+            raise acp.RequestError.invalid_params(refusal)
+        if config_id == rules.MODEL_OPTION_ID:
+            session.model = value
+        else:
+            session.effort = value
+        self._save(session_id)
+        return schema.SetSessionConfigOptionResponse(config_options=config_options(session))
+
+    async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        self._log("session/cancel")
+        session = self._sessions.get(session_id)
+        if session is not None:
+            session.cancelled.set()
+
+    async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> schema.PromptResponse:
+        self._log("session/prompt")
+        if session_id not in self._sessions:
+            reason = "unknown session; use session/new or session/load first"
+            raise acp.RequestError.invalid_params({"reason": reason})
+        session = self._sessions[session_id]
+        session.cancelled = asyncio.Event()
+        text = "\n".join(block.text for block in prompt if isinstance(block, schema.TextContentBlock))
+        directives = rules.parse_directives(text)
+        behaviour = directives.behaviour or self._settings.behaviour()
+        cancelled = schema.PromptResponse(stop_reason="cancelled")
+        if behaviour == "hang":
+            await asyncio.Event().wait()  # never answers, ignores session/cancel
+        if behaviour == "stall":
+            await session.cancelled.wait()
+            return cancelled
+        if behaviour == "crash":
+            self._crash(session_id)
+        if behaviour == "slow" and await self._slow(session_id, session):
+            return cancelled
+        tool_results: dict[str, bool] = {}
+        for index, tool in enumerate(directives.tools):
+            tool_results[tool] = await self._ask_permission(session_id, f"tool-{index}", tool)
+            if session.cancelled.is_set():
+                return cancelled
+        turn = len(session.history) + 1
+        reply = rules.render_reply(
+            text, turn=turn, model=session.model, effort=session.effort, tool_results=tool_results
+        )
+        await self._conn.session_update(session_id, acp.update_agent_message_text(reply))
+        session.history.append({"prompt": text, "reply": reply})
+        self._save(session_id)
+        return schema.PromptResponse(stop_reason="end_turn")
+
+    # -- behaviours --------------------------------------------------------------------------
+    def _crash(self, session_id: str) -> None:
+        token = os.environ.get(ENV_TOKEN, "")
+        detail = f" (token {token})" if self._settings.leak_on_crash and token else ""
+        sys.stderr.write(f"{rules.AGENT_NAME}: crashing mid-turn on request{detail}\n")
+        sys.stderr.flush()
+        os._exit(CRASH_EXIT_CODE)
+
+    async def _slow(self, session_id: str, session: Session) -> bool:
+        """Send progress updates at a steady pace; True if cancelled meanwhile."""
+        for step in range(1, self._settings.slow_steps + 1):
+            update = acp.update_agent_thought_text(f"working ({step}/{self._settings.slow_steps})")
+            await self._conn.session_update(session_id, update)
+            try:
+                await asyncio.wait_for(session.cancelled.wait(), timeout=self._settings.slow_interval)
+            except TimeoutError:
+                continue
+            return True
+        return False
+
+    async def _ask_permission(self, session_id: str, call_id: str, tool: str) -> bool:
+        start = acp.start_tool_call(call_id, tool, kind="other", status="pending")
+        start.field_meta = {"toolName": tool}
+        await self._conn.session_update(session_id, start)
+        response = await self._conn.request_permission(
+            session_id=session_id,
+            tool_call=schema.ToolCallUpdate(
+                tool_call_id=call_id, title=tool, kind="other", field_meta={"toolName": tool}
+            ),
+            options=[
+                schema.PermissionOption(option_id="allow", name="Allow once", kind="allow_once"),
+                schema.PermissionOption(option_id="reject", name="Reject once", kind="reject_once"),
+            ],
+        )
+        outcome = response.outcome
+        granted = isinstance(outcome, schema.AllowedOutcome) and outcome.option_id == "allow"
+        done = acp.update_tool_call(call_id, status="completed" if granted else "failed")
+        await self._conn.session_update(session_id, done)
+        return granted
+
+
+async def serve(settings: Settings) -> None:
+    """Serve one client over this process's stdin and stdout until it disconnects."""
+    await acp.run_agent(cast(acp.Agent, ReferenceAgent(settings)), use_unstable_protocol=True)
+
+
+def main() -> None:
+    """Console entry point: ``helmhive-reference-agent``."""
+    asyncio.run(serve(Settings.from_env(dict(os.environ))))
+
+
+if __name__ == "__main__":
+    main()
