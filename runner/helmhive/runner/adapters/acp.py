@@ -1,0 +1,432 @@
+"""The ACP adapter: drives any Agent Client Protocol agent over stdio with the ``acp`` package.
+
+One adapter keeps one agent process and drives one turn at a time:
+
+1. spawn the configured command with an explicit environment, then ``initialize``;
+2. ``session/new``, or ``session/load`` for a session ID the caller kept (skipped when this
+   process already has the session open);
+3. model, then effort, with ``session/set_config_option`` -- only when the session offers the
+   value and does not hold it already; an unoffered value fails the turn with a named reason;
+4. ``session/prompt`` under an idle watchdog: no session update for ``idle_timeout_s`` sends
+   ``session/cancel``; a prompt still unanswered ``cancel_grace_s`` later gets the agent killed,
+   and the next turn respawns it. Permission requests are answered from the turn's allow-list.
+
+The native session ID goes back to the caller in :class:`TurnResult` (as a ``SecretStr``) and is
+never logged; it and every ``secret_env`` value are redacted from messages and diagnostics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import acp
+from acp import schema
+from pydantic import SecretStr
+
+from helmhive.runner.adapters.acp_process import (
+    AcpAdapterConfig,
+    AgentProcess,
+    SpawnError,
+    TurnTracker,
+    options_from_acp,
+)
+from helmhive.runner.adapters.acp_report import (
+    AUTH_REQUIRED_CODE,
+    RESOURCE_NOT_FOUND_CODE,
+    describe_agent,
+    error_outcome,
+    with_catalogue,
+)
+from helmhive.runner.adapters.base import (
+    MAX_MESSAGE,
+    MAX_TEXT,
+    AdapterReport,
+    AuthReason,
+    AuthState,
+    CancelOrigin,
+    ConfigChange,
+    TurnOutcome,
+    TurnRequest,
+    TurnResult,
+)
+from helmhive.runner.adapters.decisions import ConfigKind, bounded, decide_config_change, find_option, redact
+from helmhive.runner.version import helmhive_version
+
+__all__ = ["AcpAdapter", "AcpAdapterConfig"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+PromptBlock = (
+    schema.TextContentBlock
+    | schema.ImageContentBlock
+    | schema.AudioContentBlock
+    | schema.ResourceContentBlock
+    | schema.EmbeddedResourceContentBlock
+)
+CRASH_SETTLE_S = 1.0
+
+
+class _Failure(Exception):
+    """A turn (or probe) step failed with a named outcome."""
+
+    def __init__(
+        self, outcome: TurnOutcome, message: str, *, stage: str = "turn", diagnostics: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+        self.message = message
+        self.stage = stage
+        self.diagnostics = diagnostics
+
+
+@dataclass
+class _TurnState:
+    session_id: str | None = None
+    resumed: bool = False
+    model: str | None = None
+    effort: str | None = None
+    changes: list[ConfigChange] = field(default_factory=list)
+    exit_code: int | None = None
+    diagnostics: str = ""
+
+
+class AcpAdapter:
+    """The :class:`~helmhive.runner.adapters.base.AgentAdapter` for ACP agents."""
+
+    def __init__(self, config: AcpAdapterConfig) -> None:
+        self._config = config
+        self._proc: AgentProcess | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def name(self) -> str:
+        return "acp"
+
+    @property
+    def process_id(self) -> int | None:
+        """The running agent's pid, if one is running."""
+        return self._proc.pid if self._proc is not None and self._proc.alive else None
+
+    async def __aenter__(self) -> AcpAdapter:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        async with self._lock:
+            proc, self._proc = self._proc, None
+            if proc is not None:
+                await proc.close()
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _redact(self, text: str, *extra: str | None) -> str:
+        return redact(text, [*self._config.secret_values(), *(e for e in extra if e)])
+
+    def _error_text(self, exc: acp.RequestError, *extra: str | None) -> str:
+        detail = f"{exc} (code {exc.code})" + (f": {exc.data}" if exc.data else "")
+        return bounded(self._redact(detail, *extra), MAX_MESSAGE)[0]
+
+    async def _discard(self, proc: AgentProcess, *, kill: bool) -> int | None:
+        if self._proc is proc:
+            self._proc = None
+        return await (proc.kill() if kill else proc.close())
+
+    async def _call(self, proc: AgentProcess, request: Awaitable[T], what: str, *, stage: str = "turn") -> T:
+        """A setup request, limited to ``request_timeout_s``; a silent agent is killed."""
+        try:
+            return await asyncio.wait_for(request, self._config.request_timeout_s)
+        except TimeoutError:
+            await self._discard(proc, kill=True)
+            message = f"the agent did not answer {what} within {self._config.request_timeout_s:g}s; killed"
+            raise _Failure(TurnOutcome.KILLED, message, stage=stage, diagnostics=proc.stderr.text()) from None
+        except ConnectionError:
+            code = await proc.wait_exit(CRASH_SETTLE_S)
+            await self._discard(proc, kill=True)
+            message = f"the agent exited (code {code}) during {what}"
+            failure = _Failure(
+                TurnOutcome.AGENT_CRASHED, message, stage=stage, diagnostics=proc.stderr.text()
+            )
+            raise failure from None
+
+    async def _ensure(self) -> AgentProcess:
+        if self._proc is not None and self._proc.alive:
+            return self._proc
+        if self._proc is not None:
+            await self._discard(self._proc, kill=True)
+        try:
+            proc = await AgentProcess.spawn(self._config)
+        except SpawnError as exc:
+            raise _Failure(TurnOutcome.SPAWN_FAILED, self._redact(str(exc)), stage="spawn") from None
+        self._proc = proc
+        init_request = proc.conn.initialize(
+            protocol_version=acp.PROTOCOL_VERSION,
+            client_capabilities=schema.ClientCapabilities(),
+            client_info=schema.Implementation(name=self._config.client_name, version=helmhive_version()),
+        )
+        try:
+            proc.init = await self._call(proc, init_request, "initialize", stage="initialize")
+        except acp.RequestError as exc:
+            await self._discard(proc, kill=True)
+            raise _Failure(TurnOutcome.PROTOCOL_ERROR, self._error_text(exc), stage="initialize") from None
+        if proc.init.protocol_version != acp.PROTOCOL_VERSION:
+            await self._discard(proc, kill=True)
+            message = f"the agent speaks ACP version {proc.init.protocol_version}, not {acp.PROTOCOL_VERSION}"
+            raise _Failure(TurnOutcome.PROTOCOL_ERROR, message, stage="protocol")
+        return proc
+
+    # -- probe -------------------------------------------------------------------------------
+    async def probe(self) -> AdapterReport:
+        async with self._lock:
+            report = AdapterReport(adapter=self.name, adapter_version=helmhive_version())
+            try:
+                proc = await self._ensure()
+            except _Failure as failure:
+                reason = {
+                    "spawn": AuthReason.SPAWN_FAILED,
+                    "protocol": AuthReason.PROTOCOL_MISMATCH,
+                }.get(failure.stage, AuthReason.INITIALIZE_FAILED)
+                return report.model_copy(
+                    update={"auth": AuthState.FAILING, "auth_reason": reason, "auth_message": failure.message}
+                )
+            report = describe_agent(report, proc.init)
+            new = proc.conn.new_session(cwd=self._config.probe_cwd, mcp_servers=[])
+            try:
+                response = await self._call(proc, new, "session/new")
+            except _Failure as failure:
+                killed = failure.outcome is TurnOutcome.KILLED
+                reason = AuthReason.AGENT_UNRESPONSIVE if killed else AuthReason.AGENT_CRASHED
+                return report.model_copy(
+                    update={"auth": AuthState.FAILING, "auth_reason": reason, "auth_message": failure.message}
+                )
+            except acp.RequestError as exc:
+                if exc.code == AUTH_REQUIRED_CODE:
+                    update = {"auth": AuthState.UNAUTHENTICATED, "auth_reason": AuthReason.AUTH_REQUIRED}
+                else:
+                    update = {"auth": AuthState.FAILING, "auth_reason": AuthReason.SESSION_FAILED}
+                return report.model_copy(update={**update, "auth_message": self._error_text(exc)})
+            proc.sessions[response.session_id] = self._config.probe_cwd
+            return with_catalogue(report, response.config_options).model_copy(
+                update={
+                    "auth": AuthState.AUTHENTICATED,
+                    "auth_reason": AuthReason.SESSION_CREATED,
+                    "auth_message": "the agent opened a session",
+                }
+            )
+
+    # -- turn --------------------------------------------------------------------------------
+    async def run_turn(self, request: TurnRequest, cancel: asyncio.Event | None = None) -> TurnResult:
+        async with self._lock:
+            started = time.monotonic()
+            state = _TurnState()
+            try:
+                result = await self._run(request, cancel, state)
+            except _Failure as failure:
+                message = self._redact(failure.message, state.session_id)
+                result = TurnResult(outcome=failure.outcome, message=message)
+                state.diagnostics = state.diagnostics or failure.diagnostics
+            except acp.RequestError as exc:
+                message = self._error_text(exc, state.session_id)
+                result = TurnResult(outcome=error_outcome(exc.code), message=message)
+            log.info(
+                "turn finished: outcome=%s resumed=%s updates=%d",
+                result.outcome.value,
+                state.resumed,
+                result.session_updates,
+            )
+            diagnostics = "" if result.ok else self._redact(state.diagnostics, state.session_id)[-8000:]
+            return result.model_copy(
+                update={
+                    "native_session_id": SecretStr(state.session_id) if state.session_id else None,
+                    "session_resumed": state.resumed,
+                    "model": state.model,
+                    "effort": state.effort,
+                    "config_changes": list(state.changes),
+                    "agent_exit_code": state.exit_code,
+                    "diagnostics": diagnostics,
+                    "duration_s": round(time.monotonic() - started, 3),
+                }
+            )
+
+    async def _run(self, request: TurnRequest, cancel: asyncio.Event | None, state: _TurnState) -> TurnResult:
+        proc = await self._ensure()
+        session_id = await self._attach(proc, request, state)
+        await self._configure(proc, session_id, request, state)
+        return await self._prompt(proc, session_id, request, cancel, state)
+
+    async def _attach(self, proc: AgentProcess, request: TurnRequest, state: _TurnState) -> str:
+        if request.session_id is None:
+            new = proc.conn.new_session(cwd=request.cwd, mcp_servers=[])
+            response = await self._call(proc, new, "session/new")
+            state.session_id = response.session_id
+            proc.client.options[response.session_id] = options_from_acp(response.config_options)
+            proc.sessions[response.session_id] = request.cwd
+            return response.session_id
+        session_id = request.session_id.get_secret_value()
+        state.session_id, state.resumed = session_id, True
+        if proc.sessions.get(session_id) == request.cwd:
+            return session_id  # already open in this process
+        if not proc.load_session_supported():
+            raise _Failure(TurnOutcome.RESUME_UNSUPPORTED, "the agent does not advertise loadSession")
+        load = proc.conn.load_session(cwd=request.cwd, session_id=session_id, mcp_servers=[])
+        try:
+            loaded = await self._call(proc, load, "session/load")
+        except acp.RequestError as exc:
+            if exc.code == RESOURCE_NOT_FOUND_CODE:
+                raise _Failure(TurnOutcome.SESSION_NOT_FOUND, self._error_text(exc, session_id)) from None
+            raise
+        if loaded.config_options is not None:
+            proc.client.options[session_id] = options_from_acp(loaded.config_options)
+        proc.sessions[session_id] = request.cwd
+        return session_id
+
+    async def _configure(
+        self, proc: AgentProcess, session_id: str, request: TurnRequest, state: _TurnState
+    ) -> None:
+        # Model first: the effort levels on offer may depend on the model.
+        for kind, wanted in ((ConfigKind.MODEL, request.model), (ConfigKind.EFFORT, request.effort)):
+            decision = decide_config_change(proc.client.options.get(session_id, ()), kind, wanted)
+            if decision.action == "refuse":
+                assert decision.outcome is not None
+                raise _Failure(decision.outcome, decision.message)
+            if decision.action != "set" or decision.config_id is None or decision.value is None:
+                continue
+            change = proc.conn.set_config_option(
+                config_id=decision.config_id, session_id=session_id, value=decision.value
+            )
+            try:
+                response = await self._call(proc, change, "session/set_config_option")
+            except acp.RequestError as exc:
+                if exc.code == AUTH_REQUIRED_CODE:
+                    raise
+                detail = self._error_text(exc, session_id)
+                message = f"the agent refused {kind.value} {decision.value!r}: {detail}"
+                raise _Failure(TurnOutcome.CONFIG_REFUSED, message) from None
+            proc.client.options[session_id] = options_from_acp(response.config_options)
+            state.changes.append(ConfigChange(config_id=decision.config_id, value=decision.value))
+        options = proc.client.options.get(session_id, ())
+        model, effort = find_option(options, ConfigKind.MODEL), find_option(options, ConfigKind.EFFORT)
+        state.model = model.current_value if model else None
+        state.effort = effort.current_value if effort else None
+
+    async def _prompt(
+        self,
+        proc: AgentProcess,
+        session_id: str,
+        request: TurnRequest,
+        cancel: asyncio.Event | None,
+        state: _TurnState,
+    ) -> TurnResult:
+        loop = asyncio.get_running_loop()
+        turn = TurnTracker(session_id, request.allowed_tools, loop.time())
+        proc.client.turn = turn
+        blocks: list[PromptBlock] = [acp.text_block(request.prompt)]
+        prompt = asyncio.create_task(proc.conn.prompt(session_id=session_id, prompt=blocks))
+        cancel_wait = asyncio.create_task(cancel.wait()) if cancel is not None else None
+        origin: CancelOrigin | None = None
+        cancel_sent_at: float | None = None
+        try:
+            while not prompt.done():
+                if cancel_sent_at is None:
+                    deadline = turn.last_activity + self._config.idle_timeout_s
+                else:
+                    deadline = cancel_sent_at + self._config.cancel_grace_s
+                waiting: set[asyncio.Future[Any]] = {prompt, proc.exit_task}
+                if cancel_wait is not None and cancel_sent_at is None:
+                    waiting.add(cancel_wait)
+                done, _ = await asyncio.wait(
+                    waiting, timeout=max(0.0, deadline - loop.time()), return_when=asyncio.FIRST_COMPLETED
+                )
+                if prompt in done:
+                    break
+                if proc.exit_task in done:
+                    await asyncio.wait({prompt}, timeout=CRASH_SETTLE_S)
+                    break
+                now = loop.time()
+                if cancel_sent_at is None and (
+                    (cancel_wait is not None and cancel_wait in done)
+                    or now - turn.last_activity >= self._config.idle_timeout_s
+                ):
+                    origin = CancelOrigin.CALLER if cancel_wait in done else CancelOrigin.WATCHDOG
+                    if origin is CancelOrigin.WATCHDOG:
+                        idle = self._config.idle_timeout_s
+                        log.warning("idle watchdog: no session update for %gs; cancelling", idle)
+                    turn.cancelling, cancel_sent_at = True, now
+                    with contextlib.suppress(ConnectionError):
+                        await proc.conn.cancel(session_id=session_id)
+                elif cancel_sent_at is not None and now >= deadline:
+                    state.exit_code = await self._discard(proc, kill=True)
+                    state.diagnostics = proc.stderr.text()
+                    grace = self._config.cancel_grace_s
+                    message = f"no answer {grace:g}s after session/cancel ({origin}); killed"
+                    return self._result(TurnOutcome.KILLED, message, turn, None, origin)
+            return await self._finish(proc, prompt, turn, origin, state)
+        finally:
+            proc.client.turn = None
+            abandoned = not prompt.done() and self._proc is proc
+            for task in (prompt, cancel_wait):
+                if task is not None and not task.done():
+                    task.cancel()
+                elif task is not None and not task.cancelled():
+                    task.exception()  # retrieved: a ConnectionError after a kill is expected
+            if abandoned:  # the caller gave up mid-turn: the agent's state is unknown
+                await self._discard(proc, kill=True)
+
+    async def _finish(
+        self,
+        proc: AgentProcess,
+        prompt: asyncio.Task[schema.PromptResponse],
+        turn: TurnTracker,
+        origin: CancelOrigin | None,
+        state: _TurnState,
+    ) -> TurnResult:
+        if not prompt.done() or isinstance(prompt.exception(), ConnectionError):
+            state.exit_code = await proc.wait_exit(CRASH_SETTLE_S)
+            await self._discard(proc, kill=True)
+            state.diagnostics = proc.stderr.text()
+            message = f"the agent exited mid-turn (exit code {state.exit_code})"
+            return self._result(TurnOutcome.AGENT_CRASHED, message, turn, None, origin)
+        exc = prompt.exception()
+        if isinstance(exc, acp.RequestError):
+            state.diagnostics = proc.stderr.text()
+            return self._result(
+                error_outcome(exc.code), self._error_text(exc, turn.session_id), turn, None, origin
+            )
+        if exc is not None:
+            raise exc
+        stop = prompt.result().stop_reason
+        if stop == "cancelled":
+            outcome = TurnOutcome.IDLE_TIMEOUT if origin is CancelOrigin.WATCHDOG else TurnOutcome.CANCELLED
+        else:
+            outcome = {
+                "end_turn": TurnOutcome.COMPLETED,
+                "refusal": TurnOutcome.AGENT_REFUSED,
+            }.get(stop, TurnOutcome.TRUNCATED)
+        return self._result(outcome, f"stop reason {stop}", turn, stop, origin)
+
+    def _result(
+        self,
+        outcome: TurnOutcome,
+        message: str,
+        turn: TurnTracker,
+        stop_reason: str | None,
+        origin: CancelOrigin | None,
+    ) -> TurnResult:
+        text, truncated = bounded(self._redact("".join(turn.text), turn.session_id), MAX_TEXT)
+        return TurnResult(
+            outcome=outcome,
+            message=bounded(self._redact(message, turn.session_id), MAX_MESSAGE)[0],
+            stop_reason=stop_reason,
+            text=text,
+            text_truncated=truncated,
+            tool_requests=list(turn.tools[:64]),
+            cancel_origin=origin,
+            session_updates=turn.updates,
+        )
