@@ -1,0 +1,5 @@
+"""``python -m helmhive`` runs the command line."""
+
+from helmhive.cli.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""Pure builders of install manifests (RBAC, admission policy). No I/O."""

@@ -1,0 +1,269 @@
+"""The foundation against a real API server: CRDs, envelopes, admission policy, bad input, examples."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from harness.kube import Kube
+from harness.kubectl import Kubectl
+from harness.operator import OperatorProcess
+from harness.wait import wait_for
+from helmhive.api.kinds import KINDS
+from helmhive.deploy.manifests import ENVELOPE_POLICY_NAME, OperatorIdentity, build_envelope_policy
+from helmhive.policy.envelopes import ENVELOPES
+
+REPO = Path(__file__).resolve().parents[2]
+GROUP, VERSION = "helmhive.dev", "v1alpha1"
+
+
+def test_every_crd_is_established_with_category_and_short_names(kubectl: Kubectl, crds: list[str]) -> None:
+    listed = kubectl.json("get", "crds")["items"]
+    ours = {c["metadata"]["name"]: c for c in listed if c["spec"]["group"] == GROUP}
+    assert set(ours) == {k.crd_name for k in KINDS}
+    for kind in KINDS:
+        spec = ours[kind.crd_name]["spec"]
+        assert spec["names"]["categories"] == ["helmhive"]
+        assert spec["names"]["shortNames"] == list(kind.short_names)
+        conditions = {c["type"]: c["status"] for c in ours[kind.crd_name]["status"]["conditions"]}
+        assert conditions.get("Established") == "True", kind.kind
+    # `kubectl get helmhive` resolves the category to every kind.
+    names = kubectl("api-resources", "--categories", "helmhive", "-o", "name").stdout.split()
+    assert sorted(names) == sorted(k.crd_name for k in KINDS)
+
+
+def test_envelopes_are_published_equal_to_code_with_printer_columns(
+    operator: OperatorProcess, kubectl: Kubectl
+) -> None:
+    table = kubectl("get", "envelopes").stdout.splitlines()
+    assert table[0].split() == ["NAME", "CLASS", "FILESYSTEM", "NETWORK", "OUTPUT", "MEMORY", "PUBLISHED", "AGE"]
+    rows = {line.split()[0]: line.split() for line in table[1:]}
+    assert set(rows) == {k.value for k in ENVELOPES}
+    assert rows["change-implementation"][1:6] == ["governed-change", "write", "disabled", "structured", "forbidden"]
+    assert rows["change-review"][2] == "read"
+    assert all(r[6] == "True" for r in rows.values())
+    for kind, spec in ENVELOPES.items():
+        obj = kubectl.json("get", "envelope", kind.value)
+        assert obj["spec"] == spec.to_wire()
+
+
+@pytest.fixture
+def envelope_policy_suspended(kube: Kube) -> Any:
+    """Remove the envelope policy binding for one test, and put it back afterwards."""
+    admission = client.AdmissionregistrationV1Api(kube.api_client)
+    admission.delete_validating_admission_policy_binding(ENVELOPE_POLICY_NAME)
+    yield
+    binding = build_envelope_policy(OperatorIdentity())[1]
+    admission.create_validating_admission_policy_binding(binding)
+
+
+def _patch_envelope(kube: Kube, name: str, spec_patch: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = kube.custom.patch_cluster_custom_object(
+        GROUP, VERSION, "envelopes", name, {"spec": spec_patch}
+    )
+    return result
+
+
+def test_an_edited_envelope_is_restored_and_the_restoration_logged(
+    operator: OperatorProcess, kube: Kube, envelope_policy_suspended: None
+) -> None:
+    def edit_lands() -> dict[str, Any]:
+        return _patch_envelope(kube, "change-review", {"filesystem": "write", "maxTools": ["read", "edit"]})
+
+    # The binding's removal reaches the admission plugin within a moment; retry until it has.
+    edited = wait_for(edit_lands, timeout=20, describe="an admin edit to go through without the policy")
+    assert edited["spec"]["filesystem"] == "write"
+
+    def restored() -> bool:
+        obj = kube.custom.get_cluster_custom_object(GROUP, VERSION, "envelopes", "change-review")
+        return bool(obj["spec"] == ENVELOPES[next(k for k in ENVELOPES if k.value == "change-review")].to_wire())
+
+    wait_for(restored, timeout=15, describe="the operator to restore envelope change-review")
+    messages = [r.get("message", "") for r in operator.log_records()]
+    assert any("restored envelope change-review" in m and "filesystem" in m for m in messages)
+
+    kube.custom.delete_cluster_custom_object(GROUP, VERSION, "envelopes", "review-probe")
+    wait_for(
+        lambda: kube.custom.get_cluster_custom_object(GROUP, VERSION, "envelopes", "review-probe"),
+        timeout=15,
+        describe="the operator to recreate a deleted envelope",
+    )
+
+
+def test_admission_policy_denies_envelope_writes_by_anyone_but_the_operator(
+    operator: OperatorProcess, kube: Kube, kubectl: Kubectl
+) -> None:
+    # Wait for the policy to be enforced (it may have just been re-created by another test).
+    def denied() -> ApiException | None:
+        try:
+            _patch_envelope(kube, "connection-test", {"filesystem": "write"})
+        except ApiException as err:
+            return err
+        return None
+
+    err = wait_for(denied, timeout=20, describe="the envelope policy to deny an admin patch")
+    assert err.status == 403
+    body = json.loads(err.body)
+    assert "envelopes are read-only" in body["message"]
+    assert "kubernetes-admin" in body["message"] or "admin" in body["message"]
+    assert "update envelope connection-test" in body["message"]
+
+    proc = kubectl("delete", "envelope", "connection-test", check=False)
+    assert proc.returncode != 0
+    assert "envelopes are read-only" in proc.stderr
+    assert "delete envelope connection-test" in proc.stderr
+    obj = kube.custom.get_cluster_custom_object(GROUP, VERSION, "envelopes", "connection-test")
+    assert obj["spec"]["filesystem"] == "none"
+
+
+def _load_examples() -> list[dict[str, Any]]:
+    docs: list[dict[str, Any]] = []
+    for path in sorted((REPO / "examples").glob("*.yaml")):
+        docs += [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+    return docs
+
+
+def test_every_example_is_accepted_by_the_api_server(kubectl: Kubectl, namespace: str, crds: list[str]) -> None:
+    out = kubectl("apply", "-n", namespace, "-f", str(REPO / "examples")).stdout
+    docs = _load_examples()
+    assert len(docs) >= 12
+    for doc in docs:
+        assert f"{doc['kind'].lower()}.helmhive.dev/{doc['metadata']['name']}" in out
+    kinds = {d["kind"] for d in docs}
+    assert {"Workspace", "Profile", "MemoryRecord", "RunnerPool", "AgentJob", "Change"} <= kinds
+
+
+# --- Bad input: refused by the API server with a field path and a reason ----------------------
+
+
+def _base(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": name}, "spec": spec}
+
+
+MEMORY = _base(
+    "MemoryRecord",
+    "m1",
+    {
+        "workspace": "payments",
+        "scope": {"type": "workspace"},
+        "kind": "decision",
+        "text": "ok",
+        "source": {"type": "adr", "url": "https://example.com/adr/1"},
+        "sensitivity": "internal",
+    },
+)
+JOB = _base(
+    "AgentJob",
+    "j1",
+    {
+        "workspace": "payments",
+        "jobKind": "connection-test",
+        "request": {"title": "t", "prompt": "hello"},
+    },
+)
+PROFILE = _base(
+    "Profile",
+    "p1",
+    {"envelope": "connection-test", "purpose": "x", "providerMappings": [{"provider": "anthropic"}]},
+)
+
+
+def _create(kube: Kube, namespace: str, doc: dict[str, Any]) -> dict[str, Any]:
+    plural = next(k.plural for k in KINDS if k.kind == doc["kind"])
+    result: dict[str, Any] = kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, doc)
+    return result
+
+
+def _refusal(fn: Any) -> str:
+    with pytest.raises(ApiException) as info:
+        fn()
+    assert info.value.status == 422, info.value.body
+    message: str = json.loads(info.value.body)["message"]
+    return message
+
+
+def _with(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    out = copy.deepcopy(doc)
+    node = out
+    *parents, leaf = path.split(".")
+    for part in parents:
+        node = node[part]
+    node[leaf] = value
+    return out
+
+
+@pytest.mark.parametrize(
+    ("doc", "path", "needle"),
+    [
+        pytest.param(_with(MEMORY, "spec.text", "x" * 2001), "spec.text", "Too long", id="memory-text-2001"),
+        pytest.param(
+            _with(MEMORY, "spec.sensitivity", "top-secret"), "spec.sensitivity", "Unsupported value", id="enum"
+        ),
+        pytest.param(
+            _with(PROFILE, "spec.envelope", "deploy-production"), "spec.envelope", "Unsupported value", id="envelope"
+        ),
+        pytest.param(
+            _with(MEMORY, "spec.scope", {"type": "service"}),
+            "spec.scope",
+            "scope.service is required",
+            id="service-scope-needs-service",
+        ),
+        pytest.param(
+            _with(PROFILE, "spec.providerMappings", [{"provider": "a"}] * 9),
+            "spec.providerMappings",
+            "must have at most 8 items",
+            id="too-many-mappings",
+        ),
+    ],
+)
+def test_invalid_objects_are_refused_with_field_paths(
+    kube: Kube, namespace: str, crds: list[str], doc: dict[str, Any], path: str, needle: str
+) -> None:
+    message = _refusal(lambda: _create(kube, namespace, doc))
+    assert path in message
+    assert needle in message
+
+
+def test_immutable_fields_cannot_change(kube: Kube, namespace: str, crds: list[str]) -> None:
+    _create(kube, namespace, JOB)
+    changed = _with(JOB, "spec.request", {"title": "t", "prompt": "something else"})
+    message = _refusal(
+        lambda: kube.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "agentjobs", "j1", {"spec": changed["spec"]}
+        )
+    )
+    assert "spec.request" in message
+    assert "request is immutable once the AgentJob is created" in message
+    # cancel stays mutable
+    kube.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "agentjobs", "j1", {"spec": {"cancel": True}})
+
+    runner = _base("Runner", "r1", {"poolRef": {"name": "pool-a"}})
+    _create(kube, namespace, runner)
+    message = _refusal(
+        lambda: kube.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "runners", "r1", {"spec": {"poolRef": {"name": "pool-b"}}}
+        )
+    )
+    assert "spec.poolRef" in message
+    assert "poolRef is immutable" in message
+
+
+def test_unknown_fields_are_refused_by_strict_apply(kubectl: Kubectl, namespace: str, crds: list[str]) -> None:
+    doc = _with(PROFILE, "spec.maxTools", ["read"])
+    proc = kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(doc), check=False)
+    assert proc.returncode != 0
+    assert 'unknown field "spec.maxTools"' in proc.stderr
+
+
+def test_operator_logs_are_structured_json(operator: OperatorProcess) -> None:
+    records = operator.log_records()
+    assert records, operator.log_tail()
+    assert all({"message", "timestamp", "severity"} <= set(r) for r in records)
+    assert any("envelope catalogue published" in r["message"] for r in records)
