@@ -156,9 +156,7 @@ def operator(
 ) -> Iterator[OperatorProcess]:
     """The real operator, running as its own ServiceAccount, for the whole session."""
     core = client.CoreV1Api(api_client)
-    token = mint_token(
-        core, helmhive_install.namespace, helmhive_install.service_account, expiration_seconds=6 * 3600
-    )
+    token = mint_token(core, helmhive_install.namespace, helmhive_install.service_account, expiration_seconds=6 * 3600)
     workdir = tmp_path_factory.mktemp("operator")
     kubeconfig = token_kubeconfig(
         cluster.kubeconfig, token, workdir / "kubeconfig", user=helmhive_install.service_account
