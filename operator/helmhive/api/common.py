@@ -65,9 +65,7 @@ LabelKey = Annotated[
         r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
     ),
 ]
-LabelValue = Annotated[
-    str, StringConstraints(max_length=63, pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-]
+LabelValue = Annotated[str, StringConstraints(max_length=63, pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")]
 LabelMap = Annotated[dict[LabelKey, LabelValue], Field(max_length=32)]
 
 
@@ -213,9 +211,7 @@ class SecretKeyRef(ApiModel):
     """A key in a Secret in the same namespace."""
 
     name: Name
-    key: (
-        Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")] | None
-    ) = None
+    key: Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")] | None = None
 
 
 class LabelSelectorRequirement(ApiModel):

@@ -59,8 +59,7 @@ def _property_names_rule(names: dict[str, Any]) -> dict[str, Any]:
         raise SchemaError(f"unsupported propertyNames: {names}")
     return {
         "rule": f"self.all(k, {' && '.join(checks)})",
-        "message": "every key must be a valid name"
-        + (f" matching {names['pattern']}" if "pattern" in names else ""),
+        "message": "every key must be a valid name" + (f" matching {names['pattern']}" if "pattern" in names else ""),
     }
 
 

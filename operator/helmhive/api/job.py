@@ -227,9 +227,7 @@ class ChangeRequest(ApiModel):
 
 class ChangeSpec(ApiModel):
     model_config = ConfigDict(
-        json_schema_extra=immutable_fields(
-            "workspace", "request", "criteria", "source", "service", kind="Change"
-        )
+        json_schema_extra=immutable_fields("workspace", "request", "criteria", "source", "service", kind="Change")
     )
 
     workspace: Name

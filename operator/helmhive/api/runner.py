@@ -112,9 +112,9 @@ class CredentialSpec(ApiModel):
 
     secret_ref: SecretKeyRef | None = None
     volume: VolumeCredential | None = None
-    env_name: Annotated[
-        str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    ] = "PROVIDER_API_KEY"
+    env_name: Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] = (
+        "PROVIDER_API_KEY"
+    )
 
 
 class HeartbeatSettings(ApiModel):
@@ -139,9 +139,7 @@ class RunnerPoolSpec(ApiModel):
         ),
     ]
     image: ImageRef
-    image_pull_policy: Annotated[str, Field(pattern=r"^(Always|IfNotPresent|Never)$", max_length=16)] = (
-        "IfNotPresent"
-    )
+    image_pull_policy: Annotated[str, Field(pattern=r"^(Always|IfNotPresent|Never)$", max_length=16)] = "IfNotPresent"
     credential: Annotated[
         CredentialSpec,
         Field(

@@ -17,9 +17,9 @@ def run(
     liveness: Annotated[
         str | None, typer.Option(help="Liveness endpoint URL, e.g. http://0.0.0.0:8080/healthz.")
     ] = "http://127.0.0.1:8080/healthz",
-    namespace: Annotated[
-        str, typer.Option(envvar="HELMHIVE_NAMESPACE", help="Namespace the operator runs in.")
-    ] = ("helmhive-system"),
+    namespace: Annotated[str, typer.Option(envvar="HELMHIVE_NAMESPACE", help="Namespace the operator runs in.")] = (
+        "helmhive-system"
+    ),
     service_account: Annotated[
         str, typer.Option(envvar="HELMHIVE_SERVICE_ACCOUNT", help="The operator's own ServiceAccount name.")
     ] = "helmhive-operator",

@@ -56,9 +56,7 @@ def register_handlers(runtime: Runtime) -> None:
     envelopes.register(runtime)
 
 
-def run_operator(
-    *, kubeconfig: str | None, liveness: str | None, config: OperatorConfig, verbose: bool
-) -> None:
+def run_operator(*, kubeconfig: str | None, liveness: str | None, config: OperatorConfig, verbose: bool) -> None:
     """Run until interrupted."""
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig

@@ -53,9 +53,7 @@ def decide_envelope_drift(observed: dict[str, Any], desired: EnvelopeSpec) -> li
         if observed.get("spec", {}).get(key) != expected["spec"].get(key)
     )
     meta = observed.get("metadata", {})
-    if (meta.get("annotations") or {}).get(HASH_ANNOTATION) != expected["metadata"]["annotations"][
-        HASH_ANNOTATION
-    ]:
+    if (meta.get("annotations") or {}).get(HASH_ANNOTATION) != expected["metadata"]["annotations"][HASH_ANNOTATION]:
         drift.append("metadata.annotations")
     if any((meta.get("labels") or {}).get(k) != v for k, v in MANAGED_BY.items()):
         drift.append("metadata.labels")

@@ -101,17 +101,13 @@ class Kube:
 
     async def list(self, kind: KindDef, namespace: str | None = None) -> list[dict[str, Any]]:
         if kind.namespaced and namespace is not None:
-            body = await self._call(
-                self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, kind.plural
-            )
+            body = await self._call(self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, kind.plural)
         else:
             body = await self._call(self.custom.list_cluster_custom_object, GROUP, VERSION, kind.plural)
         items: list[dict[str, Any]] = body.get("items", [])
         return items
 
-    async def create(
-        self, kind: KindDef, body: dict[str, Any], namespace: str | None = None
-    ) -> dict[str, Any]:
+    async def create(self, kind: KindDef, body: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
         if kind.namespaced:
             return await self._call(
                 self.custom.create_namespaced_custom_object, GROUP, VERSION, namespace, kind.plural, body
@@ -132,9 +128,7 @@ class Kube:
                 name,
                 body,
             )
-        return await self._call(
-            self.custom.replace_cluster_custom_object, GROUP, VERSION, kind.plural, name, body
-        )
+        return await self._call(self.custom.replace_cluster_custom_object, GROUP, VERSION, kind.plural, name, body)
 
     async def patch_status(
         self, kind: KindDef, name: str, patch: dict[str, Any], namespace: str | None = None
@@ -180,9 +174,7 @@ class Kube:
         meta = involved.get("metadata", {})
         namespace = meta.get("namespace") or "default"
         body = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(
-                generate_name=f"{meta.get('name', 'helmhive')}.", namespace=namespace
-            ),
+            metadata=client.V1ObjectMeta(generate_name=f"{meta.get('name', 'helmhive')}.", namespace=namespace),
             involved_object=client.V1ObjectReference(
                 api_version=involved.get("apiVersion"),
                 kind=involved.get("kind"),
