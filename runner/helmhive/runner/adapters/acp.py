@@ -77,13 +77,20 @@ class _Failure(Exception):
     """A turn (or probe) step failed with a named outcome."""
 
     def __init__(
-        self, outcome: TurnOutcome, message: str, *, stage: str = "turn", diagnostics: str = ""
+        self,
+        outcome: TurnOutcome,
+        message: str,
+        *,
+        stage: str = "turn",
+        diagnostics: str = "",
+        exit_code: int | None = None,
     ) -> None:
         super().__init__(message)
         self.outcome = outcome
         self.message = message
         self.stage = stage
         self.diagnostics = diagnostics
+        self.exit_code = exit_code
 
 
 @dataclass
@@ -144,17 +151,16 @@ class AcpAdapter:
         try:
             return await asyncio.wait_for(request, self._config.request_timeout_s)
         except TimeoutError:
-            await self._discard(proc, kill=True)
+            code = await self._discard(proc, kill=True)
             message = f"the agent did not answer {what} within {self._config.request_timeout_s:g}s; killed"
-            raise _Failure(TurnOutcome.KILLED, message, stage=stage, diagnostics=proc.stderr.text()) from None
+            outcome = TurnOutcome.KILLED
         except ConnectionError:
             code = await proc.wait_exit(CRASH_SETTLE_S)
             await self._discard(proc, kill=True)
             message = f"the agent exited (code {code}) during {what}"
-            failure = _Failure(
-                TurnOutcome.AGENT_CRASHED, message, stage=stage, diagnostics=proc.stderr.text()
-            )
-            raise failure from None
+            outcome = TurnOutcome.AGENT_CRASHED
+        diagnostics = proc.stderr.text()
+        raise _Failure(outcome, message, stage=stage, diagnostics=diagnostics, exit_code=code) from None
 
     async def _ensure(self) -> AgentProcess:
         if self._proc is not None and self._proc.alive:
@@ -232,6 +238,8 @@ class AcpAdapter:
                 message = self._redact(failure.message, state.session_id)
                 result = TurnResult(outcome=failure.outcome, message=message)
                 state.diagnostics = state.diagnostics or failure.diagnostics
+                if failure.exit_code is not None:
+                    state.exit_code = failure.exit_code
             except acp.RequestError as exc:
                 message = self._error_text(exc, state.session_id)
                 result = TurnResult(outcome=error_outcome(exc.code), message=message)
@@ -287,9 +295,7 @@ class AcpAdapter:
         proc.sessions[session_id] = request.cwd
         return session_id
 
-    async def _configure(
-        self, proc: AgentProcess, session_id: str, request: TurnRequest, state: _TurnState
-    ) -> None:
+    async def _configure(self, proc: AgentProcess, session_id: str, request: TurnRequest, state: _TurnState) -> None:
         # Model first: the effort levels on offer may depend on the model.
         for kind, wanted in ((ConfigKind.MODEL, request.model), (ConfigKind.EFFORT, request.effort)):
             decision = decide_config_change(proc.client.options.get(session_id, ()), kind, wanted)
@@ -396,9 +402,7 @@ class AcpAdapter:
         exc = prompt.exception()
         if isinstance(exc, acp.RequestError):
             state.diagnostics = proc.stderr.text()
-            return self._result(
-                error_outcome(exc.code), self._error_text(exc, turn.session_id), turn, None, origin
-            )
+            return self._result(error_outcome(exc.code), self._error_text(exc, turn.session_id), turn, None, origin)
         if exc is not None:
             raise exc
         stop = prompt.result().stop_reason
