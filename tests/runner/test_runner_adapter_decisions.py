@@ -44,9 +44,7 @@ def test_offered_value_not_held_is_set() -> None:
         (ConfigKind.EFFORT, "max", TurnOutcome.EFFORT_NOT_OFFERED),
     ],
 )
-def test_unoffered_value_is_refused_with_a_named_outcome(
-    kind: ConfigKind, wanted: str, outcome: TurnOutcome
-) -> None:
+def test_unoffered_value_is_refused_with_a_named_outcome(kind: ConfigKind, wanted: str, outcome: TurnOutcome) -> None:
     decision = decide_config_change(OPTIONS, kind, wanted)
     assert decision.action == "refuse"
     assert decision.outcome is outcome
@@ -131,9 +129,7 @@ def test_empty_tool_name_is_never_allowed() -> None:
 
 
 def test_tool_name_prefers_meta_then_title() -> None:
-    with_meta = schema.ToolCallUpdate(
-        tool_call_id="1", title="Run a command", field_meta={"toolName": "Bash"}
-    )
+    with_meta = schema.ToolCallUpdate(tool_call_id="1", title="Run a command", field_meta={"toolName": "Bash"})
     assert tool_name(with_meta) == "Bash"
     assert tool_name(schema.ToolCallUpdate(tool_call_id="2", title="Read")) == "Read"
     assert tool_name(schema.ToolCallUpdate(tool_call_id="3")) == ""

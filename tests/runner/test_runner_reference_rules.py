@@ -36,9 +36,7 @@ def test_digest_is_sha256_prefix() -> None:
 
 def test_text_reply_states_turn_model_effort_digest_and_tools() -> None:
     prompt = "Explain the build\nUSE-TOOL: Bash"
-    reply = rules.render_reply(
-        prompt, turn=3, model="reference-large", effort="high", tool_results={"Bash": False}
-    )
+    reply = rules.render_reply(prompt, turn=3, model="reference-large", effort="high", tool_results={"Bash": False})
     assert reply.splitlines() == [
         "helmhive-reference-agent: deterministic reference agent, not a model.",
         "turn=3 model=reference-large effort=high",

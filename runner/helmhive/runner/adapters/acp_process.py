@@ -147,9 +147,7 @@ class HelmhiveClient:
             decision = decide_permission(name, tool_call.kind, views, (), cancelling=True)
         else:
             turn.touch()
-            decision = decide_permission(
-                name, tool_call.kind, views, turn.allowed_tools, cancelling=turn.cancelling
-            )
+            decision = decide_permission(name, tool_call.kind, views, turn.allowed_tools, cancelling=turn.cancelling)
             turn.tools.append(ToolPermissionRecord(tool=name, kind=tool_call.kind, allowed=decision.allowed))
         log.info("tool permission %s for %r", "granted" if decision.allowed else "denied", name)
         if decision.option_id is None:

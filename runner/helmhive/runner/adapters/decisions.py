@@ -66,9 +66,7 @@ def find_option(options: Sequence[ConfigOptionView], kind: ConfigKind) -> Config
     return None
 
 
-def decide_config_change(
-    options: Sequence[ConfigOptionView], kind: ConfigKind, wanted: str | None
-) -> ConfigDecision:
+def decide_config_change(options: Sequence[ConfigOptionView], kind: ConfigKind, wanted: str | None) -> ConfigDecision:
     """Decide whether to set ``kind`` to ``wanted`` on a session offering ``options``.
 
     Nothing wanted, or the value already held: keep. An offered value not held: set it. A value
