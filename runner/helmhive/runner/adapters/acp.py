@@ -22,7 +22,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import acp
@@ -39,6 +38,8 @@ from helmhive.runner.adapters.acp_process import (
 from helmhive.runner.adapters.acp_report import (
     AUTH_REQUIRED_CODE,
     RESOURCE_NOT_FOUND_CODE,
+    AdapterFailure,
+    TurnState,
     describe_agent,
     error_outcome,
     with_catalogue,
@@ -71,37 +72,6 @@ PromptBlock = (
     | schema.EmbeddedResourceContentBlock
 )
 CRASH_SETTLE_S = 1.0
-
-
-class _Failure(Exception):
-    """A turn (or probe) step failed with a named outcome."""
-
-    def __init__(
-        self,
-        outcome: TurnOutcome,
-        message: str,
-        *,
-        stage: str = "turn",
-        diagnostics: str = "",
-        exit_code: int | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.outcome = outcome
-        self.message = message
-        self.stage = stage
-        self.diagnostics = diagnostics
-        self.exit_code = exit_code
-
-
-@dataclass
-class _TurnState:
-    session_id: str | None = None
-    resumed: bool = False
-    model: str | None = None
-    effort: str | None = None
-    changes: list[ConfigChange] = field(default_factory=list)
-    exit_code: int | None = None
-    diagnostics: str = ""
 
 
 class AcpAdapter:
@@ -160,7 +130,7 @@ class AcpAdapter:
             message = f"the agent exited (code {code}) during {what}"
             outcome = TurnOutcome.AGENT_CRASHED
         diagnostics = proc.stderr.text()
-        raise _Failure(outcome, message, stage=stage, diagnostics=diagnostics, exit_code=code) from None
+        raise AdapterFailure(outcome, message, stage=stage, diagnostics=diagnostics, exit_code=code) from None
 
     async def _ensure(self) -> AgentProcess:
         if self._proc is not None and self._proc.alive:
@@ -170,7 +140,7 @@ class AcpAdapter:
         try:
             proc = await AgentProcess.spawn(self._config)
         except SpawnError as exc:
-            raise _Failure(TurnOutcome.SPAWN_FAILED, self._redact(str(exc)), stage="spawn") from None
+            raise AdapterFailure(TurnOutcome.SPAWN_FAILED, self._redact(str(exc)), stage="spawn") from None
         self._proc = proc
         init_request = proc.conn.initialize(
             protocol_version=acp.PROTOCOL_VERSION,
@@ -181,11 +151,11 @@ class AcpAdapter:
             proc.init = await self._call(proc, init_request, "initialize", stage="initialize")
         except acp.RequestError as exc:
             await self._discard(proc, kill=True)
-            raise _Failure(TurnOutcome.PROTOCOL_ERROR, self._error_text(exc), stage="initialize") from None
+            raise AdapterFailure(TurnOutcome.PROTOCOL_ERROR, self._error_text(exc), stage="initialize") from None
         if proc.init.protocol_version != acp.PROTOCOL_VERSION:
             await self._discard(proc, kill=True)
             message = f"the agent speaks ACP version {proc.init.protocol_version}, not {acp.PROTOCOL_VERSION}"
-            raise _Failure(TurnOutcome.PROTOCOL_ERROR, message, stage="protocol")
+            raise AdapterFailure(TurnOutcome.PROTOCOL_ERROR, message, stage="protocol")
         return proc
 
     # -- probe -------------------------------------------------------------------------------
@@ -194,7 +164,7 @@ class AcpAdapter:
             report = AdapterReport(adapter=self.name, adapter_version=helmhive_version())
             try:
                 proc = await self._ensure()
-            except _Failure as failure:
+            except AdapterFailure as failure:
                 reason = {
                     "spawn": AuthReason.SPAWN_FAILED,
                     "protocol": AuthReason.PROTOCOL_MISMATCH,
@@ -206,7 +176,7 @@ class AcpAdapter:
             new = proc.conn.new_session(cwd=self._config.probe_cwd, mcp_servers=[])
             try:
                 response = await self._call(proc, new, "session/new")
-            except _Failure as failure:
+            except AdapterFailure as failure:
                 killed = failure.outcome is TurnOutcome.KILLED
                 reason = AuthReason.AGENT_UNRESPONSIVE if killed else AuthReason.AGENT_CRASHED
                 return report.model_copy(
@@ -231,10 +201,10 @@ class AcpAdapter:
     async def run_turn(self, request: TurnRequest, cancel: asyncio.Event | None = None) -> TurnResult:
         async with self._lock:
             started = time.monotonic()
-            state = _TurnState()
+            state = TurnState()
             try:
                 result = await self._run(request, cancel, state)
-            except _Failure as failure:
+            except AdapterFailure as failure:
                 message = self._redact(failure.message, state.session_id)
                 result = TurnResult(outcome=failure.outcome, message=message)
                 state.diagnostics = state.diagnostics or failure.diagnostics
@@ -263,13 +233,13 @@ class AcpAdapter:
                 }
             )
 
-    async def _run(self, request: TurnRequest, cancel: asyncio.Event | None, state: _TurnState) -> TurnResult:
+    async def _run(self, request: TurnRequest, cancel: asyncio.Event | None, state: TurnState) -> TurnResult:
         proc = await self._ensure()
         session_id = await self._attach(proc, request, state)
         await self._configure(proc, session_id, request, state)
         return await self._prompt(proc, session_id, request, cancel, state)
 
-    async def _attach(self, proc: AgentProcess, request: TurnRequest, state: _TurnState) -> str:
+    async def _attach(self, proc: AgentProcess, request: TurnRequest, state: TurnState) -> str:
         if request.session_id is None:
             new = proc.conn.new_session(cwd=request.cwd, mcp_servers=[])
             response = await self._call(proc, new, "session/new")
@@ -282,26 +252,26 @@ class AcpAdapter:
         if proc.sessions.get(session_id) == request.cwd:
             return session_id  # already open in this process
         if not proc.load_session_supported():
-            raise _Failure(TurnOutcome.RESUME_UNSUPPORTED, "the agent does not advertise loadSession")
+            raise AdapterFailure(TurnOutcome.RESUME_UNSUPPORTED, "the agent does not advertise loadSession")
         load = proc.conn.load_session(cwd=request.cwd, session_id=session_id, mcp_servers=[])
         try:
             loaded = await self._call(proc, load, "session/load")
         except acp.RequestError as exc:
             if exc.code == RESOURCE_NOT_FOUND_CODE:
-                raise _Failure(TurnOutcome.SESSION_NOT_FOUND, self._error_text(exc, session_id)) from None
+                raise AdapterFailure(TurnOutcome.SESSION_NOT_FOUND, self._error_text(exc, session_id)) from None
             raise
         if loaded.config_options is not None:
             proc.client.options[session_id] = options_from_acp(loaded.config_options)
         proc.sessions[session_id] = request.cwd
         return session_id
 
-    async def _configure(self, proc: AgentProcess, session_id: str, request: TurnRequest, state: _TurnState) -> None:
+    async def _configure(self, proc: AgentProcess, session_id: str, request: TurnRequest, state: TurnState) -> None:
         # Model first: the effort levels on offer may depend on the model.
         for kind, wanted in ((ConfigKind.MODEL, request.model), (ConfigKind.EFFORT, request.effort)):
             decision = decide_config_change(proc.client.options.get(session_id, ()), kind, wanted)
             if decision.action == "refuse":
                 assert decision.outcome is not None
-                raise _Failure(decision.outcome, decision.message)
+                raise AdapterFailure(decision.outcome, decision.message)
             if decision.action != "set" or decision.config_id is None or decision.value is None:
                 continue
             change = proc.conn.set_config_option(
@@ -314,7 +284,7 @@ class AcpAdapter:
                     raise
                 detail = self._error_text(exc, session_id)
                 message = f"the agent refused {kind.value} {decision.value!r}: {detail}"
-                raise _Failure(TurnOutcome.CONFIG_REFUSED, message) from None
+                raise AdapterFailure(TurnOutcome.CONFIG_REFUSED, message) from None
             proc.client.options[session_id] = options_from_acp(response.config_options)
             state.changes.append(ConfigChange(config_id=decision.config_id, value=decision.value))
         options = proc.client.options.get(session_id, ())
@@ -328,7 +298,7 @@ class AcpAdapter:
         session_id: str,
         request: TurnRequest,
         cancel: asyncio.Event | None,
-        state: _TurnState,
+        state: TurnState,
     ) -> TurnResult:
         loop = asyncio.get_running_loop()
         turn = TurnTracker(session_id, request.allowed_tools, loop.time())
@@ -391,7 +361,7 @@ class AcpAdapter:
         prompt: asyncio.Task[schema.PromptResponse],
         turn: TurnTracker,
         origin: CancelOrigin | None,
-        state: _TurnState,
+        state: TurnState,
     ) -> TurnResult:
         if not prompt.done() or isinstance(prompt.exception(), ConnectionError):
             state.exit_code = await proc.wait_exit(CRASH_SETTLE_S)

@@ -1,15 +1,50 @@
-"""How the ACP adapter turns protocol answers into its report and named outcomes (pure)."""
+"""How the ACP adapter names what happened: its report, outcomes, failures and per-turn state."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from acp import schema
 
 from helmhive.runner.adapters.acp_process import options_from_acp
-from helmhive.runner.adapters.base import MAX_LIST, AdapterReport, AgentCapabilities, TurnOutcome
+from helmhive.runner.adapters.base import MAX_LIST, AdapterReport, AgentCapabilities, ConfigChange, TurnOutcome
 from helmhive.runner.adapters.decisions import ConfigKind, find_option
 
 AUTH_REQUIRED_CODE = -32000
 RESOURCE_NOT_FOUND_CODE = -32002
+
+
+class AdapterFailure(Exception):
+    """A turn (or probe) step failed with a named outcome."""
+
+    def __init__(
+        self,
+        outcome: TurnOutcome,
+        message: str,
+        *,
+        stage: str = "turn",
+        diagnostics: str = "",
+        exit_code: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+        self.message = message
+        self.stage = stage
+        self.diagnostics = diagnostics
+        self.exit_code = exit_code
+
+
+@dataclass
+class TurnState:
+    """What a turn has established so far, kept for its result whichever way it ends."""
+
+    session_id: str | None = None
+    resumed: bool = False
+    model: str | None = None
+    effort: str | None = None
+    changes: list[ConfigChange] = field(default_factory=list)
+    exit_code: int | None = None
+    diagnostics: str = ""
 
 
 def error_outcome(code: int) -> TurnOutcome:
