@@ -1,6 +1,7 @@
-"""``helmhive crds generate|check|print``: write the CRDs from the models, or fail on drift.
+"""``helmhive crds generate|check|print``: write the generated files from the models, or fail on drift.
 
-The CRDs live in ``crds/`` and, identically, in the chart's ``charts/helmhive/crds/``.
+Generated: the CRDs in ``crds/`` and, identically, in the chart's ``charts/helmhive/crds/``;
+``docs/api-reference.md``; and the envelope table inside ``docs/envelopes.md``.
 ``check`` exits 1 and lists every file that is missing, different or stray.
 """
 
@@ -13,6 +14,13 @@ from typing import Annotated
 import typer
 
 from helmhive.api.crdgen import build_crds, render_crd_yaml
+from helmhive.deploy.reference import (
+    ENVELOPE_TABLE_BEGIN,
+    ENVELOPE_TABLE_END,
+    render_api_reference,
+    render_envelope_table,
+    splice_generated,
+)
 
 app = typer.Typer(no_args_is_help=True, help="Generate the CRDs from the API models, or check them.")
 
@@ -22,15 +30,34 @@ RootOption = Annotated[
 ]
 
 
+ENVELOPES_DOC = Path("docs/envelopes.md")
+
+
 def build_crd_files() -> dict[Path, str]:
-    """Return every generated file, keyed by its path relative to the repository root."""
+    """Return every generated CRD file, keyed by its path relative to the repository root."""
     rendered = {name: render_crd_yaml(crd) for name, crd in build_crds().items()}
     return {directory / name: text for directory in CRD_DIRS for name, text in rendered.items()}
 
 
+def build_generated_files(root: Path) -> dict[Path, str]:
+    """Every generated file (CRDs and docs), keyed by path relative to ``root``."""
+    files = build_crd_files()
+    files[Path("docs/api-reference.md")] = render_api_reference()
+    envelope_doc = root / ENVELOPES_DOC
+    if envelope_doc.is_file():
+        current = envelope_doc.read_text(encoding="utf-8")
+        try:
+            files[ENVELOPES_DOC] = splice_generated(
+                current, render_envelope_table(), begin=ENVELOPE_TABLE_BEGIN, end=ENVELOPE_TABLE_END
+            )
+        except ValueError:
+            files[ENVELOPES_DOC] = current + "\n" + render_envelope_table() + "\n"
+    return files
+
+
 def decide_drift(root: Path) -> list[str]:
     """Return one line per drifted file under ``root`` (empty when everything matches)."""
-    expected = build_crd_files()
+    expected = build_generated_files(root)
     problems: list[str] = []
     for rel, text in sorted(expected.items()):
         path = root / rel
@@ -47,8 +74,8 @@ def decide_drift(root: Path) -> list[str]:
 
 @app.command()
 def generate(root: RootOption = Path(".")) -> None:
-    """Write crds/ and the chart's copy from the models."""
-    for rel, text in build_crd_files().items():
+    """Write crds/, the chart's copy and the generated docs from the models."""
+    for rel, text in build_generated_files(root).items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         if not path.is_file() or path.read_text(encoding="utf-8") != text:

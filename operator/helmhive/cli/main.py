@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from helmhive.cli import crds, dev, operator_cmd, runner_cmd, validate
+from helmhive.cli import crds, demo, dev, operator_cmd, runner_cmd, validate
 
 app = typer.Typer(
     name="helmhive",
@@ -22,8 +22,13 @@ app.add_typer(dev.app, name="dev")
 app.add_typer(operator_cmd.app, name="operator")
 app.add_typer(runner_cmd.app, name="runner")
 app.command(name="validate")(validate.run)
+app.command(name="demo")(demo.run)
 
 
 def main() -> None:
     """Console-script entry point."""
     app()
+
+
+if __name__ == "__main__":
+    main()

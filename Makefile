@@ -1,0 +1,40 @@
+# Helmhive: the two commands of the README, and their building blocks.
+# Everything is set up from scratch on a fresh machine: a virtual environment, the
+# install, and the control-plane binaries (built from the Go module proxy, cached in
+# ~/.cache/helmhive by version).
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+STAMP   = $(VENV)/.helmhive-installed
+
+.PHONY: demo test lint check-crds crds venv clean-venv
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+## Bring up a local control plane with the operator, apply the examples and show them.
+demo: $(STAMP)
+	$(BIN)/helmhive demo
+
+## Everything CI checks: generated CRDs, lint, types, import layering, then the whole test suite.
+test: $(STAMP) lint
+	$(BIN)/python -m pytest -p no:cacheprovider
+
+lint: $(STAMP)
+	$(BIN)/helmhive crds check
+	$(BIN)/ruff check operator runner tests
+	$(BIN)/ruff format --check operator runner tests
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+crds: $(STAMP)
+	$(BIN)/helmhive crds generate
+
+clean-venv:
+	rm -rf $(VENV)

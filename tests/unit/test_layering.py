@@ -1,0 +1,72 @@
+"""Import layering: the pure core loads no Kubernetes, Kopf or HTTP client, even transitively."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PURE = ("api", "policy", "deploy")
+IO_CLIENTS = {"kopf", "kubernetes", "httpx", "aiohttp"}
+
+
+def test_importing_the_pure_core_loads_no_io_client() -> None:
+    code = (
+        "import importlib, json, pkgutil, sys\n"
+        "import helmhive\n"
+        f"for pkg in {PURE!r}:\n"
+        "    mod = importlib.import_module('helmhive.' + pkg)\n"
+        "    for info in pkgutil.walk_packages(mod.__path__, mod.__name__ + '.'):\n"
+        "        importlib.import_module(info.name)\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(json.loads(out.stdout))
+    assert "helmhive" in loaded
+    assert loaded & IO_CLIENTS == set()
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_the_runner_never_imports_the_operator_side() -> None:
+    offenders = {
+        str(path.relative_to(REPO)): sorted(
+            n for n in _imports(path) if n.startswith(("helmhive.controller", "helmhive.cli", "kopf"))
+        )
+        for path in (REPO / "runner" / "helmhive" / "runner").rglob("*.py")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_api_is_the_bottom_layer() -> None:
+    offenders = {
+        str(path.relative_to(REPO)): sorted(
+            n for n in _imports(path) if n.startswith("helmhive.") and not n.startswith("helmhive.api")
+        )
+        for path in (REPO / "operator" / "helmhive" / "api").rglob("*.py")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_operator_directory_does_not_shadow_the_standard_library() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", "import operator; print(operator.__file__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
+    assert "site-packages" not in out.stdout
+    assert not out.stdout.strip().startswith(str(REPO))
