@@ -117,6 +117,21 @@ class Reason(enum.StrEnum):
     STAGE_RUNNING = "StageRunning"
     STAGE_SUCCEEDED = "StageSucceeded"
     STAGE_FAILED = "StageFailed"
+    # Profile verdicts (added with the pure profile core)
+    LABEL_CONFLICTS_WITH_ENVELOPE = "LabelConflictsWithEnvelope"
+    PROFILE_KIND_MISMATCH = "ProfileKindMismatch"
+    # Memory selection
+    MEMORY_DISABLED = "MemoryDisabled"
+    # Offline validation (``helmhive validate``)
+    INVALID_YAML = "InvalidYaml"
+    INVALID_DOCUMENT = "InvalidDocument"
+    UNKNOWN_KIND = "UnknownKind"
+    WRONG_API_VERSION = "WrongApiVersion"
+    UNKNOWN_FIELD = "UnknownField"
+    DUPLICATE_OBJECT = "DuplicateObject"
+    ENVELOPE_DIFFERS_FROM_CODE = "EnvelopeDiffersFromCode"
+    UNREADABLE_FILE = "UnreadableFile"
+    NO_OBJECTS = "NoObjects"
 
 
 _DETAIL_RE = re.compile(r"[^A-Za-z0-9_,:]+")
