@@ -43,8 +43,7 @@ StateDirOption = Annotated[
     Path | None,
     typer.Option(
         "--state-dir",
-        help="Cluster state directory "
-        "[default: $HELMHIVE_STATE_DIR or ~/.local/state/helmhive/cluster/default].",
+        help="Cluster state directory [default: $HELMHIVE_STATE_DIR or ~/.local/state/helmhive/cluster/default].",
         show_default=False,
     ),
 ]

@@ -126,9 +126,7 @@ def _build_kube(version: str, out_dir: Path, log: TextIO) -> None:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     go_version = _go_version()
-    (work / "go.mod").write_text(
-        f"module helmhive.dev/devcluster/probe\n\ngo {go_version}\n", encoding="utf-8"
-    )
+    (work / "go.mod").write_text(f"module helmhive.dev/devcluster/probe\n\ngo {go_version}\n", encoding="utf-8")
     gomod_path = _fetch_module_file("k8s.io/kubernetes", version, cwd=work, log=log, env=env)
     wrapper = build_kube_wrapper_gomod(
         release=release, kube_gomod=gomod_path.read_text(encoding="utf-8"), go_version=go_version
@@ -177,9 +175,7 @@ def ensure_binaries(
     base = root or cache_root()
     kube_dir = base / "k8s" / kube_version
     etcd_dir = base / "etcd" / etcd_version
-    if shutil.which("go") is None and not (
-        _stamped(kube_dir, KUBE_BINARIES) and _stamped(etcd_dir, ("etcd",))
-    ):
+    if shutil.which("go") is None and not (_stamped(kube_dir, KUBE_BINARIES) and _stamped(etcd_dir, ("etcd",))):
         raise BuildError("Go is needed to build the control-plane binaries, and `go` is not on PATH")
     for directory, names, builder, version in (
         (etcd_dir, ("etcd",), _build_etcd, etcd_version),

@@ -169,9 +169,7 @@ def status(state_dir: Path | None = None) -> ClusterStatus:
     for name in COMPONENTS:
         record = read_record(layout.pids, name)
         if record is None:
-            components.append(
-                ComponentStatus(name=name, pid=None, running=False, healthy=False, detail="not started")
-            )
+            components.append(ComponentStatus(name=name, pid=None, running=False, healthy=False, detail="not started"))
             continue
         running = is_alive(record.pid, record.start_ticks)
         healthy, detail = False, "not running"
@@ -179,9 +177,7 @@ def status(state_dir: Path | None = None) -> ClusterStatus:
             healthy, detail = _probe_component(name, layout, info.ports)
         elif running:
             detail = "running, but cluster.json is missing"
-        components.append(
-            ComponentStatus(name=name, pid=record.pid, running=running, healthy=healthy, detail=detail)
-        )
+        components.append(ComponentStatus(name=name, pid=record.pid, running=running, healthy=healthy, detail=detail))
     return ClusterStatus(state_dir=layout.root, components=components, info=info)
 
 
@@ -231,8 +227,7 @@ def _wait_ready(
     while True:
         if not is_alive(record.pid, record.start_ticks):
             raise ClusterError(
-                f"{record.name} exited before it was ready ({what}); "
-                f"log {record.log}:\n{log_tail(record.log)}"
+                f"{record.name} exited before it was ready ({what}); log {record.log}:\n{log_tail(record.log)}"
             )
         ok, detail = check()
         if ok:
@@ -292,9 +287,7 @@ def start(
     ]
     try:
         for name, argv, what in plan:
-            record = spawn(
-                name, argv, log_path=layout.log(name), pid_dir=layout.pids, tie_to_parent=tie_to_parent
-            )
+            record = spawn(name, argv, log_path=layout.log(name), pid_dir=layout.pids, tie_to_parent=tie_to_parent)
             check = functools.partial(_probe_component, name, layout, ports)
             _wait_ready(record, check, deadline=deadline, what=what)
             if name == "kube-controller-manager":

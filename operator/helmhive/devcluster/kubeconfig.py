@@ -40,9 +40,7 @@ def build_kubeconfig(
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [
-            {"name": cluster_name, "cluster": {"server": server, "certificate-authority": str(ca_file)}}
-        ],
+        "clusters": [{"name": cluster_name, "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
         "users": [{"name": user, "user": user_entry}],
         "contexts": [{"name": f"{user}@{cluster_name}", "context": context}],
         "current-context": f"{user}@{cluster_name}",

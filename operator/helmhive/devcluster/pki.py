@@ -33,6 +33,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 __all__ = [
     "APISERVER_DNS_NAMES",
     "APISERVER_IPS",
+    "PAIRS",
     "CertKey",
     "PkiPaths",
     "build_apiserver_serving",
@@ -159,9 +160,7 @@ def _build_leaf(
             critical=True,
         )
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
     )
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
     sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
@@ -217,9 +216,7 @@ def public_key_pem(private_key_pem: bytes) -> bytes:
     key = serialization.load_pem_private_key(private_key_pem, password=None)
     if not isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
         raise TypeError(f"unsupported key type {type(key).__name__}")
-    return key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
+    return key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
 @dataclass(frozen=True)
@@ -293,12 +290,8 @@ def ensure_pki(directory: Path, *, now: dt.datetime | None = None) -> PkiPaths:
             ip_addresses=LOOPBACK_IPS,
             now=current,
         ),
-        "admin": build_client_cert(
-            ca, common_name="helmhive-admin", organizations=("system:masters",), now=current
-        ),
-        "kube-controller-manager": build_client_cert(
-            ca, common_name="system:kube-controller-manager", now=current
-        ),
+        "admin": build_client_cert(ca, common_name="helmhive-admin", organizations=("system:masters",), now=current),
+        "kube-controller-manager": build_client_cert(ca, common_name="system:kube-controller-manager", now=current),
     }
     for name, pair in pairs.items():
         _write_private(paths.key(name), pair.key_pem)

@@ -224,9 +224,7 @@ def probe(
         conn.close()
 
 
-def client_tls(
-    *, ca_file: Path, cert_file: Path | None = None, key_file: Path | None = None
-) -> ssl.SSLContext:
+def client_tls(*, ca_file: Path, cert_file: Path | None = None, key_file: Path | None = None) -> ssl.SSLContext:
     """Return a TLS context that trusts ``ca_file`` and presents the client pair if given."""
     context = ssl.create_default_context(cafile=str(ca_file))
     if cert_file is not None and key_file is not None:
