@@ -1,6 +1,7 @@
 """``helmhive crds generate|check|print``: write the generated files from the models, or fail on drift.
 
-Generated: the CRDs in ``crds/`` and, identically, in the chart's ``charts/helmhive/crds/``;
+Generated: the CRDs in ``crds/`` and, identically, in the chart's ``charts/helmhive/crds/``; the
+rest of the chart (``Chart.yaml``, ``values.yaml``, ``templates/``);
 ``docs/api-reference.md``; and the envelope table inside ``docs/envelopes.md``.
 ``check`` exits 1 and lists every file that is missing, different or stray.
 """
@@ -14,6 +15,7 @@ from typing import Annotated
 import typer
 
 from helmhive.api.crdgen import build_crds, render_crd_yaml
+from helmhive.deploy.chart import build_chart_files
 from helmhive.deploy.reference import (
     ENVELOPE_TABLE_BEGIN,
     ENVELOPE_TABLE_END,
@@ -42,6 +44,7 @@ def build_crd_files() -> dict[Path, str]:
 def build_generated_files(root: Path) -> dict[Path, str]:
     """Every generated file (CRDs and docs), keyed by path relative to ``root``."""
     files = build_crd_files()
+    files.update({Path("charts/helmhive") / rel: text for rel, text in build_chart_files().items()})
     files[Path("docs/api-reference.md")] = render_api_reference()
     envelope_doc = root / ENVELOPES_DOC
     if envelope_doc.is_file():
