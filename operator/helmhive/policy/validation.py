@@ -1,0 +1,610 @@
+"""Offline validation of a set of manifests: schema, single-object rules and cross-object rules.
+
+This is the rule book behind ``helmhive validate``. The command line reads files and
+parses YAML; this module gets the parsed documents and returns every
+:class:`ValidationIssue` at once, each with a field path and a named reason. It never
+raises on bad input.
+
+For each document, in order:
+
+1. **Shape.** It must be a mapping with ``apiVersion`` and ``kind``. A document with
+   neither is not a Kubernetes object and is skipped (a CI workflow file in the same
+   folder, say). Objects of other API groups are skipped too, except that an
+   ``apiVersion`` that names a ``helmhive`` group other than ``helmhive.dev/v1alpha1``
+   (or no group for a Helmhive kind) is ``WrongApiVersion``, and an unknown kind in
+   ``helmhive.dev`` is ``UnknownKind``.
+2. **Schema.** The generated CRD schema (:func:`helmhive.api.crdgen.build_offline_schema`)
+   checked with ``jsonschema``, unknown fields refused as ``kubectl apply`` does;
+   plus what the API server adds beyond JSON Schema: the CRDs' create-time CEL rules
+   and the uniqueness of keyed lists (``x-kubernetes-list-type: map``).
+3. **Model.** The spec parsed by its pydantic model (catches, for example, timestamps).
+4. **Cross-object rules** over every object that parsed:
+
+   * a Profile against its envelope from the code catalogue (:func:`decide_profile`);
+   * an Envelope object must equal the code catalogue's;
+   * a profile named by a Workspace binding or an AgentJob must be in the set (same
+     namespace) or be declared external; if it is in the set, its envelope must be the
+     job kind it is bound to (``ProfileKindMismatch``);
+   * an AgentJob without a profile, and a Change (planning, implementation, review),
+     need a binding in their Workspace when that Workspace is in the set;
+   * a service named by a MemoryRecord scope, an AgentJob or a Change must be a service
+     of its Workspace when that Workspace is in the set;
+   * an object may be defined only once per kind, namespace and name.
+
+References resolve within one ``metadata.namespace`` (an unset namespace matches only
+unset). A profile is external when it is listed in ``external_profiles`` (``NAME`` or
+``NAMESPACE/NAME``) or in the referencing object's ``helmhive.dev/external-profiles``
+annotation (a comma-separated list of names, or ``*`` for all).
+
+Pure: no file or network I/O and no clock.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError as SchemaValidationError
+from pydantic import BaseModel
+from pydantic import ValidationError as ModelValidationError
+
+from helmhive.api.common import JobKind
+from helmhive.api.crdgen import build_offline_schema
+from helmhive.api.envelope import EnvelopeSpec
+from helmhive.api.job import AgentJobSpec, ChangeSpec
+from helmhive.api.kinds import API_VERSION, GROUP, KINDS, KindDef
+from helmhive.api.memory import MemoryRecordSpec, WorkspaceSpec
+from helmhive.api.profile import ProfileSpec
+from helmhive.api.reasons import Reason
+from helmhive.policy.envelopes import ENVELOPES
+from helmhive.policy.memory import decide_memory_scope
+from helmhive.policy.profiles import decide_profile
+from helmhive.policy.violations import PathSegment, Violation, field_path
+
+__all__ = [
+    "EXTERNAL_PROFILES_ANNOTATION",
+    "GOVERNED_STAGES",
+    "SkippedDocument",
+    "SourceDocument",
+    "ValidationIssue",
+    "ValidationReport",
+    "cel_rule_supported",
+    "validate_documents",
+]
+
+EXTERNAL_PROFILES_ANNOTATION = "helmhive.dev/external-profiles"
+GOVERNED_STAGES = (JobKind.CHANGE_PLANNING, JobKind.CHANGE_IMPLEMENTATION, JobKind.CHANGE_REVIEW)
+_KINDS_BY_NAME: Mapping[str, KindDef] = {k.kind: k for k in KINDS}
+_MESSAGE_LIMIT = 300
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceDocument:
+    """One YAML document as the command line read it.
+
+    ``index`` is its 0-based position in ``file``. When the file could not be read or
+    parsed, ``load_reason`` and ``load_message`` say why and ``body`` is None.
+    """
+
+    file: str
+    index: int = 0
+    body: Any = None
+    load_reason: Reason | None = None
+    load_message: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidationIssue:
+    """One error, printed as ``file:kind/name: field.path: Reason: message``."""
+
+    file: str
+    kind: str
+    name: str
+    field_path: str
+    reason: Reason
+    message: str
+    document: int = 0
+    line: int | None = None
+
+    def render(self) -> str:
+        kind = self.kind or "?"
+        name = self.name or f"#{self.document + 1}"
+        return f"{self.file}:{kind}/{name}: {self.field_path or '-'}: {self.reason.value}: {self.message}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "line": self.line,
+            "document": self.document,
+            "kind": self.kind,
+            "name": self.name,
+            "fieldPath": self.field_path,
+            "reason": self.reason.value,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class SkippedDocument:
+    """A document that is not a Helmhive object, and why it was not checked."""
+
+    file: str
+    document: int
+    why: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidationReport:
+    issues: tuple[ValidationIssue, ...]
+    objects: int
+    skipped: tuple[SkippedDocument, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.issues
+
+
+@dataclass(kw_only=True)
+class _Object:
+    """A Helmhive object found in the set (parsed when ``spec`` is not None)."""
+
+    doc: SourceDocument
+    kind: str
+    name: str
+    namespace: str
+    annotations: Mapping[str, str]
+    spec: BaseModel | None = None
+    issues: list[ValidationIssue] = field(default_factory=list)
+
+    def issue(self, path: str, reason: Reason, message: str) -> None:
+        self.issues.append(
+            ValidationIssue(
+                file=self.doc.file,
+                kind=self.kind,
+                name=self.name,
+                field_path=path,
+                reason=reason,
+                message=message,
+                document=self.doc.index,
+            )
+        )
+
+    def violation(self, found: Violation) -> None:
+        self.issue(found.field_path, found.reason, found.message)
+
+
+def validate_documents(
+    *, documents: Sequence[SourceDocument], external_profiles: Collection[str] = ()
+) -> ValidationReport:
+    """Check every document and every cross-object rule; return all issues together."""
+    issues: list[ValidationIssue] = []
+    skipped: list[SkippedDocument] = []
+    objects: list[_Object] = []
+    for doc in documents:
+        found = _classify(doc, issues, skipped)
+        if found is not None:
+            _check_object(found)
+            objects.append(found)
+    _cross_check(objects, external=frozenset(external_profiles))
+    for obj in objects:
+        issues.extend(obj.issues)
+    order = {(d.file, d.index): n for n, d in enumerate(documents)}
+    issues.sort(key=lambda i: order.get((i.file, i.document), 0))
+    return ValidationReport(issues=tuple(issues), objects=len(objects), skipped=tuple(skipped))
+
+
+# --- 1. shape -------------------------------------------------------------------------------
+
+
+def _classify(doc: SourceDocument, issues: list[ValidationIssue], skipped: list[SkippedDocument]) -> _Object | None:
+    def fail(path: str, reason: Reason, message: str, kind: str = "", name: str = "") -> None:
+        issues.append(
+            ValidationIssue(
+                file=doc.file,
+                kind=kind,
+                name=name,
+                field_path=path,
+                reason=reason,
+                message=message,
+                document=doc.index,
+            )
+        )
+
+    if doc.load_reason is not None:
+        fail("", doc.load_reason, doc.load_message)
+        return None
+    body = doc.body
+    if body is None:
+        return None
+    if not isinstance(body, dict):
+        fail("", Reason.INVALID_DOCUMENT, f"a manifest must be a mapping, not {_type_name(body)}")
+        return None
+    api_version, kind = body.get("apiVersion"), body.get("kind")
+    if api_version is None and kind is None:
+        skipped.append(
+            SkippedDocument(file=doc.file, document=doc.index, why="not a Kubernetes object (no apiVersion or kind)")
+        )
+        return None
+    metadata = body.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    name = name if isinstance(name, str) else ""
+    kind_text = kind if isinstance(kind, str) else ""
+    if not isinstance(kind, str) or not kind:
+        fail("kind", Reason.INVALID_DOCUMENT, "kind must be a non-empty string", name=name)
+        return None
+    if not isinstance(api_version, str) or not api_version:
+        fail("apiVersion", Reason.INVALID_DOCUMENT, "apiVersion must be a non-empty string", kind_text, name)
+        return None
+    group = api_version.rsplit("/", 1)[0] if "/" in api_version else ""
+    ours = group == GROUP or "helmhive" in group or (not group and kind in _KINDS_BY_NAME)
+    if not ours:
+        skipped.append(SkippedDocument(file=doc.file, document=doc.index, why=f"{api_version} {kind}"))
+        return None
+    if api_version != API_VERSION:
+        fail(
+            "apiVersion",
+            Reason.WRONG_API_VERSION,
+            f"{api_version!r} is not served; Helmhive kinds are {API_VERSION}",
+            kind_text,
+            name,
+        )
+        return None
+    if kind not in _KINDS_BY_NAME:
+        fail(
+            "kind",
+            Reason.UNKNOWN_KIND,
+            f"{kind!r} is not a kind of {API_VERSION} (known: {', '.join(sorted(_KINDS_BY_NAME))})",
+            kind_text,
+            name,
+        )
+        return None
+    namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    return _Object(
+        doc=doc,
+        kind=kind,
+        name=name,
+        namespace=namespace if isinstance(namespace, str) else "",
+        annotations=annotations if isinstance(annotations, dict) else {},
+    )
+
+
+# --- 2 and 3. schema, API-server rules and the model ---------------------------------------------
+
+
+@functools.cache
+def _schema(kind: str) -> dict[str, Any]:
+    return build_offline_schema(_KINDS_BY_NAME[kind])
+
+
+@functools.cache
+def _validator(kind: str) -> Draft202012Validator:
+    return Draft202012Validator(_schema(kind))
+
+
+def _check_object(obj: _Object) -> None:
+    validator = _validator(obj.kind)
+    body = obj.doc.body
+    schema_errors = sorted(validator.iter_errors(body), key=lambda e: [str(p) for p in e.absolute_path])
+    for error in schema_errors:
+        for violation in _schema_violations(error):
+            obj.violation(violation)
+    server_rules = list(_api_server_rules(_schema(obj.kind), body, ()))
+    for violation in server_rules:
+        obj.violation(violation)
+    if schema_errors or server_rules:
+        return
+    model = _KINDS_BY_NAME[obj.kind].spec
+    try:
+        obj.spec = model.model_validate(body.get("spec", {}))
+    except ModelValidationError as exc:
+        for error in exc.errors():
+            loc: tuple[PathSegment, ...] = tuple(p for p in error["loc"] if isinstance(p, str | int))
+            reason = {
+                "extra_forbidden": Reason.UNKNOWN_FIELD,
+                "string_too_long": Reason.OVER_LIMIT,
+                "too_long": Reason.OVER_LIMIT,
+            }.get(error["type"], Reason.INVALID_SPEC)
+            obj.issue(field_path("spec", *loc), reason, _short(str(error["msg"])))
+
+
+def _schema_violations(error: SchemaValidationError) -> Iterator[Violation]:
+    path: tuple[PathSegment, ...] = tuple(error.absolute_path)
+    where = field_path(*path)
+    instance: Any = error.instance
+    value: Any = error.validator_value
+    if error.validator == "additionalProperties" and isinstance(instance, dict):
+        schema = error.schema if isinstance(error.schema, Mapping) else {}
+        known = set(schema.get("properties", {}))
+        for extra in sorted(set(instance) - known):
+            yield Violation(
+                field_path=field_path(*path, extra),
+                reason=Reason.UNKNOWN_FIELD,
+                message=f'unknown field "{extra}"',
+            )
+        return
+    if error.validator == "required":
+        match = re.match(r"^'(.+)' is a required property$", error.message)
+        missing = match.group(1) if match else ""
+        yield Violation(
+            field_path=field_path(*path, missing) if missing else where,
+            reason=Reason.INVALID_SPEC,
+            message="required field is missing",
+        )
+        return
+    if error.validator in ("maxLength", "maxItems", "maxProperties") and isinstance(instance, str | list | dict):
+        unit = {"maxLength": "characters", "maxItems": "items", "maxProperties": "entries"}[str(error.validator)]
+        yield Violation(
+            field_path=where,
+            reason=Reason.OVER_LIMIT,
+            message=f"{len(instance)} {unit}; at most {value} allowed",
+        )
+        return
+    messages = {
+        "enum": lambda: f"{_short(repr(instance), 80)} is not one of: {', '.join(map(str, value))}",
+        "const": lambda: f"must be {value!r}",
+        "type": lambda: f"must be {'an' if str(value)[0] in 'aeiou' else 'a'} {value}, not {_type_name(instance)}",
+        "pattern": lambda: f"{_short(repr(instance), 80)} does not match {value}",
+        "minLength": lambda: "must not be empty" if value == 1 else f"must have at least {value} characters",
+        "minItems": lambda: f"must have at least {value} item{'s' if value != 1 else ''}",
+    }
+    render = messages.get(str(error.validator))
+    yield Violation(
+        field_path=where,
+        reason=Reason.INVALID_SPEC,
+        message=render() if render else _short(error.message),
+    )
+
+
+_CEL_CONDITIONAL = re.compile(r"^self\.(\w+) == '([^']*)' \? has\(self\.(\w+)\) : !has\(self\.(\w+)\)$")
+_CEL_EXACTLY_ONE = re.compile(r"^has\(self\.(\w+)\) != has\(self\.(\w+)\)$")
+_CEL_KEYS = re.compile(r"^self\.all\(k, (.+)\)$")
+_CEL_KEY_CHECK = re.compile(r"^size\(k\) (<=|>=) (\d+)$|^k\.matches\(r'([^']*)'\)$")
+
+
+def cel_rule_supported(rule: str) -> bool:
+    """Whether offline validation evaluates ``rule`` (transition rules need no offline check)."""
+    if "oldSelf" in rule:
+        return True
+    if _CEL_CONDITIONAL.match(rule) or _CEL_EXACTLY_ONE.match(rule):
+        return True
+    keys = _CEL_KEYS.match(rule)
+    if keys is None:
+        return False
+    return all(_CEL_KEY_CHECK.match(c) for c in keys.group(1).split(" && "))
+
+
+def _cel_holds(rule: str, value: Any) -> bool | None:
+    """Evaluate a create-time rule of a supported form; None when it does not apply."""
+    if "oldSelf" in rule or not isinstance(value, dict):
+        return None
+    if m := _CEL_CONDITIONAL.match(rule):
+        selector, wanted, then_field, else_field = m.groups()
+        if then_field != else_field:
+            return None
+        return (then_field in value) == (value.get(selector) == wanted)
+    if m := _CEL_EXACTLY_ONE.match(rule):
+        return (m.group(1) in value) != (m.group(2) in value)
+    if m := _CEL_KEYS.match(rule):
+        return all(_key_ok(key, m.group(1)) for key in value)
+    return None
+
+
+def _key_ok(key: Any, checks: str) -> bool:
+    if not isinstance(key, str):
+        return False
+    for check in checks.split(" && "):
+        m = _CEL_KEY_CHECK.match(check)
+        if m is None:
+            return True
+        op, number, pattern = m.groups()
+        if pattern is not None and re.search(pattern, key) is None:
+            return False
+        if op == "<=" and len(key) > int(number):
+            return False
+        if op == ">=" and len(key) < int(number):
+            return False
+    return True
+
+
+def _api_server_rules(schema: Mapping[str, Any], value: Any, path: tuple[PathSegment, ...]) -> Iterator[Violation]:
+    """CEL rules and keyed-list uniqueness: what the API server checks beyond JSON Schema."""
+    for rule in schema.get("x-kubernetes-validations", ()):
+        if _cel_holds(rule["rule"], value) is False:
+            extra = rule.get("fieldPath", "").lstrip(".")
+            yield Violation(
+                field_path=field_path(*path, *([extra] if extra else [])),
+                reason=Reason.INVALID_SPEC,
+                message=rule.get("message") or f"failed rule {rule['rule']}",
+            )
+    if isinstance(value, dict):
+        properties = schema.get("properties", {})
+        additional = schema.get("additionalProperties")
+        for key, item in value.items():
+            sub = properties.get(key) if key in properties else additional
+            if isinstance(sub, dict):
+                yield from _api_server_rules(sub, item, (*path, key))
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        if schema.get("x-kubernetes-list-type") == "map":
+            yield from _duplicate_keys(value, schema.get("x-kubernetes-list-map-keys", []), path)
+        for index, item in enumerate(value):
+            yield from _api_server_rules(schema["items"], item, (*path, index))
+
+
+def _duplicate_keys(items: list[Any], keys: list[str], path: tuple[PathSegment, ...]) -> Iterator[Violation]:
+    seen: dict[tuple[Any, ...], int] = {}
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue
+        key = tuple(repr(item.get(k)) for k in keys)
+        if key in seen:
+            shown = ", ".join(f"{k}={item.get(k)}" for k in keys)
+            yield Violation(
+                field_path=field_path(*path, index),
+                reason=Reason.INVALID_SPEC,
+                message=f"duplicate entry {shown} (first at {field_path(*path, seen[key])})",
+            )
+        else:
+            seen[key] = index
+
+
+# --- 4. cross-object rules ---------------------------------------------------------------------
+
+
+def _cross_check(objects: list[_Object], *, external: frozenset[str]) -> None:
+    index: dict[tuple[str, str, str], _Object] = {}
+    for obj in objects:
+        if not obj.name:
+            continue
+        namespace = "" if obj.kind == "Envelope" else obj.namespace
+        key = (obj.kind, namespace, obj.name)
+        first = index.get(key)
+        if first is None:
+            index[key] = obj
+        else:
+            obj.issue(
+                "metadata.name",
+                Reason.DUPLICATE_OBJECT,
+                f"{obj.kind} {obj.name!r} is already defined in {first.doc.file} (document {first.doc.index + 1})",
+            )
+    refs = _References(index=index, external=external)
+    for obj in objects:
+        spec = obj.spec
+        if isinstance(spec, ProfileSpec):
+            envelope = ENVELOPES.get(spec.envelope)
+            for violation in decide_profile(profile=spec, envelope=envelope).violations:
+                obj.violation(violation)
+        elif isinstance(spec, EnvelopeSpec):
+            _check_envelope(obj, spec)
+        elif isinstance(spec, WorkspaceSpec):
+            for position, binding in enumerate(spec.profiles):
+                refs.profile(
+                    obj, binding.profile, binding.job_kind, field_path("spec", "profiles", position, "profile")
+                )
+        elif isinstance(spec, AgentJobSpec):
+            _check_job(obj, spec, refs)
+        elif isinstance(spec, ChangeSpec):
+            _check_change(obj, spec, refs)
+        elif isinstance(spec, MemoryRecordSpec):
+            workspace = refs.workspace(obj, spec.workspace)
+            if workspace is not None:
+                for violation in decide_memory_scope(record=spec, workspace=workspace):
+                    obj.violation(violation)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _References:
+    index: Mapping[tuple[str, str, str], _Object]
+    external: frozenset[str]
+
+    def _is_external(self, obj: _Object, name: str) -> bool:
+        if name in self.external or f"{obj.namespace}/{name}" in self.external:
+            return True
+        listed = str(obj.annotations.get(EXTERNAL_PROFILES_ANNOTATION, ""))
+        names = {n.strip() for n in listed.split(",")}
+        return "*" in names or name in names
+
+    def profile(self, obj: _Object, name: str, job_kind: JobKind, where: str) -> None:
+        target = self.index.get(("Profile", obj.namespace, name))
+        if target is None:
+            if not self._is_external(obj, name):
+                obj.issue(
+                    where,
+                    Reason.PROFILE_NOT_FOUND,
+                    f"profile {name!r} is not in the validated set"
+                    + (f" (namespace {obj.namespace!r})" if obj.namespace else "")
+                    + f"; add it, or mark it external with --external-profile {name} or the "
+                    f"{EXTERNAL_PROFILES_ANNOTATION} annotation",
+                )
+            return
+        if isinstance(target.spec, ProfileSpec) and target.spec.envelope != job_kind:
+            obj.issue(
+                where,
+                Reason.PROFILE_KIND_MISMATCH,
+                f"profile {name!r} names envelope {target.spec.envelope.value}, not {job_kind.value}",
+            )
+
+    def workspace(self, obj: _Object, name: str) -> WorkspaceSpec | None:
+        target = self.index.get(("Workspace", obj.namespace, name))
+        return target.spec if target is not None and isinstance(target.spec, WorkspaceSpec) else None
+
+    def binding(
+        self, obj: _Object, workspace_name: str, workspace: WorkspaceSpec, job_kind: JobKind, where: str
+    ) -> None:
+        if not any(b.job_kind == job_kind for b in workspace.profiles):
+            obj.issue(
+                where,
+                Reason.PROFILE_NOT_FOUND,
+                f"workspace {workspace_name!r} binds no profile for job kind {job_kind.value}",
+            )
+
+    def service(self, obj: _Object, workspace_name: str, workspace: WorkspaceSpec, service: str | None) -> None:
+        if service is None or any(s.name == service for s in workspace.services):
+            return
+        known = ", ".join(s.name for s in workspace.services) or "none"
+        obj.issue(
+            "spec.service",
+            Reason.SERVICE_NOT_IN_WORKSPACE,
+            f"service {service!r} is not a service of workspace {workspace_name!r} (services: {known})",
+        )
+
+
+def _check_job(obj: _Object, spec: AgentJobSpec, refs: _References) -> None:
+    if spec.profile is not None:
+        refs.profile(obj, spec.profile, spec.job_kind, "spec.profile")
+    workspace = refs.workspace(obj, spec.workspace)
+    if workspace is None:
+        return
+    if spec.profile is None:
+        refs.binding(obj, spec.workspace, workspace, spec.job_kind, "spec.jobKind")
+    refs.service(obj, spec.workspace, workspace, spec.service)
+
+
+def _check_change(obj: _Object, spec: ChangeSpec, refs: _References) -> None:
+    workspace = refs.workspace(obj, spec.workspace)
+    if workspace is None:
+        return
+    for stage in GOVERNED_STAGES:
+        refs.binding(obj, spec.workspace, workspace, stage, "spec.workspace")
+    refs.service(obj, spec.workspace, workspace, spec.service)
+
+
+def _check_envelope(obj: _Object, spec: EnvelopeSpec) -> None:
+    code = ENVELOPES.get(JobKind(obj.name)) if obj.name in set(JobKind) else None
+    if code is None:
+        obj.issue(
+            "metadata.name",
+            Reason.UNKNOWN_ENVELOPE,
+            f"no envelope {obj.name!r} in the operator's catalogue; envelopes are published from code",
+        )
+        return
+    wanted, given = code.to_wire(), spec.to_wire()
+    for key in sorted({*wanted, *given}):
+        if wanted.get(key) != given.get(key):
+            obj.issue(
+                field_path("spec", key),
+                Reason.ENVELOPE_DIFFERS_FROM_CODE,
+                "envelopes are published by the operator from code and cannot be changed; "
+                "remove this object or make it equal to `kubectl get envelope "
+                f"{obj.name} -o yaml`",
+            )
+
+
+def _type_name(value: Any) -> str:
+    return {
+        dict: "a mapping",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
+
+
+def _short(text: str, limit: int = _MESSAGE_LIMIT) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
