@@ -215,6 +215,8 @@ class RunnerReport(ApiModel):
     credential_generation: Annotated[int, Field(ge=0)] = 0
     pod_name: Name
     reported_at: dt.datetime
+    registered_at: dt.datetime | None = None
+    """When this runner process registered; a new value means a new registration (audited by the operator)."""
 
 
 class RunnerStatus(StatusBase):
