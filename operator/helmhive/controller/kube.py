@@ -82,6 +82,7 @@ class Kube:
         self.api_client = api_client
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
 
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Run one client call in a thread; custom-object calls answer plain dicts."""
@@ -156,6 +157,24 @@ class Kube:
                 )
             else:
                 await self._call(self.custom.delete_cluster_custom_object, GROUP, VERSION, kind.plural, name)
+        except NotFound:
+            return
+
+    # ControllerRevisions (immutable profile snapshots) ----------------------------------
+    async def list_revisions(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        body = await self._call(
+            self.apps.list_namespaced_controller_revision, namespace, label_selector=label_selector
+        )
+        items = self.api_client.sanitize_for_serialization(body).get("items", [])
+        return list(items)
+
+    async def create_revision(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        created = await self._call(self.apps.create_namespaced_controller_revision, namespace, body)
+        return dict(self.api_client.sanitize_for_serialization(created))
+
+    async def delete_revision(self, namespace: str, name: str) -> None:
+        try:
+            await self._call(self.apps.delete_namespaced_controller_revision, name, namespace)
         except NotFound:
             return
 
