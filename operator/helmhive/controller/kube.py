@@ -16,6 +16,7 @@ cluster and nothing reaches a network they did not choose.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import datetime as dt
 import json
 import os
@@ -161,7 +162,7 @@ class Kube:
             return
 
     # ControllerRevisions (immutable profile snapshots) ----------------------------------
-    async def list_revisions(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+    async def list_revisions(self, namespace: str, label_selector: str) -> builtins.list[dict[str, Any]]:
         body = await self._call(
             self.apps.list_namespaced_controller_revision, namespace, label_selector=label_selector
         )
