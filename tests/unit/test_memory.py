@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from helmhive.api.common import JobKind, Sensitivity
 from helmhive.api.memory import MemoryRecordSpec, WorkspaceSpec
@@ -207,3 +210,44 @@ def test_service_scope_must_name_a_service_of_the_workspace() -> None:
     assert violation.field_path == "spec.scope.service"
     assert violation.reason is Reason.SERVICE_NOT_IN_WORKSPACE
     assert "api, ledger" in violation.message
+
+
+# --- the worked example in docs/memory.md ---------------------------------------------------------
+
+
+def test_the_worked_example_in_the_docs_is_what_select_memory_renders() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "memory.md").read_text(encoding="utf-8")
+    example = re.search(r"<!-- helmhive-validate -->\n```yaml\n(.*?)\n```", text, re.S)
+    assert example is not None
+    docs = list(yaml.safe_load_all(example.group(1)))
+    records = [
+        NamedMemoryRecord(name=d["metadata"]["name"], spec=MemoryRecordSpec.model_validate(d["spec"]))
+        for d in docs
+        if d["kind"] == "MemoryRecord"
+    ]
+    assert len(records) == 4
+    selection = select_memory(
+        records=records,
+        workspace="payments",
+        service="ledger",
+        policy=MemoryPolicy(enabled=True, max_sensitivity=Sensitivity.INTERNAL),
+        job_kind=JobKind.REVIEW_PROBE,
+        now=dt.datetime(2026, 6, 1, tzinfo=dt.UTC),
+    )
+    assert selection.ids == ["money-is-integer-cents", "ledger-append-only"]
+    assert reasons(selection) == {
+        "api-freeze-q4": Reason.OUT_OF_SCOPE,
+        "incident-2026-03": Reason.SENSITIVITY_ABOVE_POLICY,
+    }
+    assert f"```text\n{selection.context}```" in text
+    governed = select_memory(
+        records=records,
+        workspace="payments",
+        service="ledger",
+        policy=MemoryPolicy(enabled=True),
+        job_kind=JobKind.CHANGE_REVIEW,
+        now=dt.datetime(2026, 6, 1, tzinfo=dt.UTC),
+    )
+    assert set(reasons(governed).values()) == {Reason.MEMORY_FORBIDDEN}
+    freeze = next(r for r in records if r.name == "api-freeze-q4")
+    assert not decide_memory_active(record=freeze.spec, now=dt.datetime(2027, 1, 15, tzinfo=dt.UTC)).active
