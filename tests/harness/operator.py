@@ -69,6 +69,7 @@ class OperatorProcess:
     kubeconfig: Path
     log_path: Path
     port: int
+    webhook_port: int = 0
     extra_env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
 
@@ -91,6 +92,9 @@ class OperatorProcess:
                     str(self.kubeconfig),
                     "--liveness",
                     self.liveness_url,
+                    "--webhook-addr=127.0.0.1",
+                    "--webhook-host=127.0.0.1",
+                    f"--webhook-port={self.webhook_port}",
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -161,7 +165,9 @@ def operator(
     kubeconfig = token_kubeconfig(
         cluster.kubeconfig, token, workdir / "kubeconfig", user=helmhive_install.service_account
     )
-    handle = OperatorProcess(kubeconfig=kubeconfig, log_path=workdir / "operator.log", port=free_port())
+    handle = OperatorProcess(
+        kubeconfig=kubeconfig, log_path=workdir / "operator.log", port=free_port(), webhook_port=free_port()
+    )
     handle.start()
     custom = client.CustomObjectsApi(api_client)
     wait_for(

@@ -43,6 +43,7 @@ __all__ = [
     "JobResult",
     "ModelOverride",
     "ModelSource",
+    "ProfileBinding",
     "RoutingStatus",
     "SessionMode",
     "SessionStatus",
@@ -167,13 +168,22 @@ class Assignment(ApiModel):
     model_source: ModelSource
     reasoning_effort: ReasoningEffort | None = None
     mapping_index: Annotated[int, Field(ge=0, le=7)]
-    profile: Name
-    profile_revision: Annotated[str, Field(max_length=253)]
-    profile_hash: Annotated[str, Field(max_length=80)]
-    profile_snapshot: EffectiveProfile
     memory_ids: Annotated[list[Name], Field(max_length=20)] = []
     credential_generation: Annotated[int, Field(ge=0)] = 0
     assigned_at: dt.datetime
+
+
+class ProfileBinding(ApiModel):
+    """The exact profile revision a job runs with, bound when the job is queued.
+
+    Later edits to the profile change neither the revision nor the snapshot.
+    """
+
+    name: Name
+    revision: Annotated[str, Field(max_length=253)]
+    hash: Annotated[str, Field(max_length=80)]
+    snapshot: EffectiveProfile
+    bound_at: dt.datetime
 
 
 class SessionMode(enum.StrEnum):
@@ -213,6 +223,7 @@ class JobResult(ApiModel):
 
 
 class AgentJobStatus(StatusBase):
+    profile: ProfileBinding | None = None
     routing: RoutingStatus | None = None
     assignment: Assignment | None = None
     session: SessionStatus | None = None

@@ -23,6 +23,15 @@ def run(
     service_account: Annotated[
         str, typer.Option(envvar="HELMHIVE_SERVICE_ACCOUNT", help="The operator's own ServiceAccount name.")
     ] = "helmhive-operator",
+    webhook_port: Annotated[int, typer.Option(envvar="HELMHIVE_WEBHOOK_PORT", help="Admission webhook port.")] = 9443,
+    webhook_addr: Annotated[str, typer.Option(envvar="HELMHIVE_WEBHOOK_ADDR", help="Address to listen on.")] = (
+        "0.0.0.0"
+    ),
+    webhook_host: Annotated[
+        str, typer.Option(envvar="HELMHIVE_WEBHOOK_HOST", help="Host name the API server uses to reach the webhook.")
+    ] = "127.0.0.1",
+    webhooks: Annotated[bool, typer.Option(help="Serve the admission webhooks (refuse widening profiles).")] = True,
+    revision_history: Annotated[int, typer.Option(help="Profile revisions kept (referenced ones always are).")] = 10,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run the operator until interrupted (SIGINT/SIGTERM stop it gracefully)."""
@@ -33,6 +42,14 @@ def run(
     run_operator(
         kubeconfig=kubeconfig,
         liveness=liveness,
-        config=OperatorConfig(namespace=namespace, service_account=service_account),
+        config=OperatorConfig(
+            namespace=namespace,
+            service_account=service_account,
+            webhook_port=webhook_port,
+            webhook_addr=webhook_addr,
+            webhook_host=webhook_host,
+            webhooks_enabled=webhooks,
+            revision_history_limit=revision_history,
+        ),
         verbose=verbose,
     )

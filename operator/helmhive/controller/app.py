@@ -8,15 +8,18 @@ annotations under the ``helmhive.dev/`` prefix, so the strict CRD schemas never 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 import os
 from typing import Any
 
 import kopf
 
-from helmhive.controller import envelopes
+from helmhive.controller import envelopes, jobs, memory, profiles
+from helmhive.controller.audit import patch_audit_retention
 from helmhive.controller.kube import Kube, load_api_client
 from helmhive.controller.runtime import OperatorConfig, Runtime
+from helmhive.controller.webhook import WebhookConfig, configure_webhook_server
 from helmhive.policy.envelopes import ENVELOPES
 
 __all__ = ["configure_settings", "register_handlers", "run_operator"]
@@ -40,9 +43,24 @@ def configure_settings(settings: kopf.OperatorSettings) -> None:
 def register_handlers(runtime: Runtime) -> None:
     """Register every handler group with Kopf's default registry."""
 
+    retention: list[asyncio.Task[None]] = []
+
     @kopf.on.startup()
-    async def apply_settings(settings: kopf.OperatorSettings, **_: Any) -> None:
+    async def apply_settings(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: Any) -> None:
         configure_settings(settings)
+        config = runtime.config
+        if config.webhooks_enabled:
+            configure_webhook_server(
+                settings,
+                WebhookConfig(addr=config.webhook_addr, port=config.webhook_port, host=config.webhook_host),
+                now=runtime.clock(),
+            )
+        retention.append(asyncio.create_task(_audit_retention_loop(runtime, logger)))
+
+    @kopf.on.cleanup()
+    async def stop_background(**_: Any) -> None:
+        for task in retention:
+            task.cancel()
 
     @kopf.on.login()
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -54,6 +72,28 @@ def register_handlers(runtime: Runtime) -> None:
         return len(ENVELOPES)
 
     envelopes.register(runtime)
+    profiles.register(runtime, operator_username=runtime.config.username)
+    memory.register(runtime)
+    jobs.register(runtime)
+
+
+async def _audit_retention_loop(runtime: Runtime, logger: kopf.Logger, interval: float = 600.0) -> None:
+    """Delete AuditRecords past retention (age, then count per namespace) every ``interval`` seconds."""
+    config = runtime.config
+    while True:
+        try:
+            deleted = await patch_audit_retention(
+                runtime.kube,
+                namespace=None,
+                now=runtime.clock(),
+                max_age=dt.timedelta(days=config.audit_max_age_days),
+                max_count=config.audit_max_records,
+            )
+            if deleted:
+                logger.info("audit retention removed %d records", deleted)
+        except Exception as err:
+            logger.warning("audit retention failed: %s", err)
+        await asyncio.sleep(interval)
 
 
 def run_operator(*, kubeconfig: str | None, liveness: str | None, config: OperatorConfig, verbose: bool) -> None:

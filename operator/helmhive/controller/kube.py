@@ -163,9 +163,7 @@ class Kube:
 
     # ControllerRevisions (immutable profile snapshots) ----------------------------------
     async def list_revisions(self, namespace: str, label_selector: str) -> builtins.list[dict[str, Any]]:
-        body = await self._call(
-            self.apps.list_namespaced_controller_revision, namespace, label_selector=label_selector
-        )
+        body = await self._call(self.apps.list_namespaced_controller_revision, namespace, label_selector=label_selector)
         items = self.api_client.sanitize_for_serialization(body).get("items", [])
         return list(items)
 

@@ -31,6 +31,16 @@ class OperatorConfig:
     liveness_port: int = 8080
     audit_max_age_days: int = 90
     audit_max_records: int = 10000
+    revision_history_limit: int = 10
+    webhook_addr: str = "0.0.0.0"
+    webhook_port: int = 9443
+    webhook_host: str = "127.0.0.1"
+    webhooks_enabled: bool = True
+
+    @property
+    def username(self) -> str:
+        """The operator's own user name as the API server reports it."""
+        return f"system:serviceaccount:{self.namespace}:{self.service_account}"
 
 
 @dataclass(kw_only=True)

@@ -64,7 +64,12 @@ def build_operator_rbac(identity: OperatorIdentity) -> list[dict[str, Any]]:
         _rule(["networking.k8s.io"], ["networkpolicies"], _ALL),
         _rule(["rbac.authorization.k8s.io"], ["roles", "rolebindings"], _ALL),
         _rule(["coordination.k8s.io"], ["leases"], _ALL),
-        _rule(["admissionregistration.k8s.io"], ["validatingwebhookconfigurations"], [*_READ, "patch", "update"]),
+        # Kopf keeps the helmhive.dev webhook configurations pointed at the operator's certificate.
+        _rule(
+            ["admissionregistration.k8s.io"],
+            ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"],
+            [*_READ, "create", "patch", "update"],
+        ),
     ]
     return [
         {

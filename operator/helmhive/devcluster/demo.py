@@ -27,7 +27,7 @@ from helmhive.api.crdgen import build_crds
 from helmhive.deploy.manifests import OperatorIdentity, build_install_manifests
 from helmhive.devcluster.procs import free_ports, is_alive, read_record, spawn, terminate
 
-__all__ = ["DemoError", "Kubectl", "example_documents", "ensure_installed", "ensure_operator", "stop_operator"]
+__all__ = ["DemoError", "Kubectl", "ensure_installed", "ensure_operator", "example_documents", "stop_operator"]
 
 OPERATOR_PROCESS = "helmhive-operator"
 
@@ -83,9 +83,7 @@ def ensure_installed(kubectl: Kubectl, identity: OperatorIdentity) -> None:
 
 
 def _operator_kubeconfig(kubectl: Kubectl, identity: OperatorIdentity, dest: Path) -> Path:
-    token = kubectl.run(
-        "create", "token", identity.service_account, "-n", identity.namespace, "--duration=24h"
-    ).strip()
+    token = kubectl.run("create", "token", identity.service_account, "-n", identity.namespace, "--duration=24h").strip()
     admin = yaml.safe_load(kubectl.kubeconfig.read_text(encoding="utf-8"))
     context = next(c["context"] for c in admin["contexts"] if c["name"] == admin["current-context"])
     cluster = dict(next(c["cluster"] for c in admin["clusters"] if c["name"] == context["cluster"]))

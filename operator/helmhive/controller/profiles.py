@@ -1,0 +1,224 @@
+"""Profiles: admission (refuse widening), reconcile (``Valid``, effective, revisions) and audit.
+
+One logic, three places: :func:`helmhive.policy.profiles.decide_profile` decides; the
+validating webhook refuses a bad profile at ``kubectl apply``; the reconciler writes the
+``Valid`` condition whatever path the object took (created before the operator ran, or
+with the webhook bypassed), so a profile that is not Valid is never used.
+
+Each distinct valid spec becomes an immutable ControllerRevision; ``status.currentRevision``
+names the latest, history is bounded, and a revision a running job references is kept.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from helmhive.api.audit import AuditAction, AuditActor, AuditState
+from helmhive.api.kinds import kind_by_name
+from helmhive.api.profile import ProfileSpec
+from helmhive.api.reasons import ConditionType, Reason
+from helmhive.controller.audit import ensure_audit
+from helmhive.controller.kube import Conflict
+from helmhive.controller.runtime import Runtime
+from helmhive.policy.audit import build_audit_record
+from helmhive.policy.conditions import find_condition, set_condition
+from helmhive.policy.envelopes import get_envelope
+from helmhive.policy.profiles import ProfileVerdict, decide_profile
+from helmhive.policy.revisions import (
+    LABEL_PROFILE,
+    build_profile_revision,
+    decide_revision_pruning,
+    profile_hash,
+    revision_name,
+)
+from helmhive.policy.violations import Violation
+
+__all__ = ["ACTOR_ANNOTATION", "actor_from", "decide_profile_body", "format_violations", "register"]
+
+PROFILE = kind_by_name("Profile")
+AGENT_JOB = kind_by_name("AgentJob")
+ACTOR_ANNOTATION = "helmhive.dev/changed-by"
+_MESSAGE_LIMIT = 1000
+
+
+def decide_profile_body(spec: Mapping[str, Any]) -> tuple[ProfileSpec | None, ProfileVerdict]:
+    """Parse a Profile spec from the wire and decide it; parse errors become violations."""
+    try:
+        parsed = ProfileSpec.model_validate(dict(spec))
+    except ValidationError as err:
+        violations = tuple(
+            Violation(
+                field_path="spec." + ".".join(str(p) for p in e["loc"]),
+                reason=Reason.INVALID_SPEC,
+                message=str(e["msg"])[:300],
+            )
+            for e in err.errors()
+        )
+        return None, ProfileVerdict(effective=None, violations=violations)
+    return parsed, decide_profile(profile=parsed, envelope=get_envelope(parsed.envelope))
+
+
+def format_violations(violations: tuple[Violation, ...], *, limit: int = _MESSAGE_LIMIT) -> str:
+    """All violations as ``path: Reason: message`` joined by ``; ``, bounded to ``limit``."""
+    text = "; ".join(f"{v.field_path}: {v.reason.value}: {v.message}" for v in violations)
+    return text if len(text) <= limit else text[: limit - 20] + f"… ({len(violations)} in all)"
+
+
+def actor_from(meta: Mapping[str, Any]) -> AuditActor:
+    """The last human (or controller) that changed the object, as the mutating webhook stamped it."""
+    raw = (meta.get("annotations") or {}).get(ACTOR_ANNOTATION)
+    try:
+        data = json.loads(raw) if raw else None
+        if isinstance(data, dict) and data.get("username"):
+            return AuditActor.model_validate(data)
+    except (ValueError, ValidationError):
+        pass
+    return AuditActor(username="unknown")
+
+
+def _stamp_actor(userinfo: Mapping[str, Any], operator_username: str) -> str | None:
+    username = str(userinfo.get("username", ""))[:256]
+    if not username or username == operator_username:
+        return None
+    actor = AuditActor(
+        username=username, uid=(userinfo.get("uid") or None), groups=list(userinfo.get("groups") or [])[:16]
+    )
+    return json.dumps(actor.to_wire(), separators=(",", ":"))
+
+
+async def _referenced_revisions(runtime: Runtime, namespace: str, profile: str) -> set[str]:
+    referenced = set()
+    for job in await runtime.kube.list(AGENT_JOB, namespace):
+        status = job.get("status") or {}
+        binding = status.get("profile") or {}
+        finished = (find_condition(status.get("conditions"), ConditionType.SUCCEEDED) or {}).get("status") in (
+            "True",
+            "False",
+        )
+        if binding.get("name") == profile and not finished:
+            referenced.add(str(binding.get("revision")))
+    return referenced
+
+
+async def reconcile_profile(runtime: Runtime, body: Mapping[str, Any], logger: kopf.Logger) -> None:
+    """Write ``Valid``, the effective profile and the current revision; create revisions; prune."""
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    status = dict(body.get("status") or {})
+    now = runtime.clock()
+    parsed, verdict = decide_profile_body(body.get("spec") or {})
+    if parsed is None or verdict.effective is None:
+        update = set_condition(
+            status.get("conditions"),
+            type=ConditionType.VALID,
+            status=False,
+            reason=verdict.violations[0].reason if verdict.violations else Reason.INVALID_SPEC,
+            message=format_violations(verdict.violations),
+            generation=meta.get("generation"),
+            now=now,
+        )
+        if update.changed or status.get("effective") is not None:
+            patch = {
+                "status": {
+                    "conditions": update.conditions,
+                    "effective": None,
+                    "observedGeneration": meta.get("generation"),
+                }
+            }
+            await runtime.kube.patch_status(PROFILE, name, patch, namespace=namespace)
+            logger.warning("profile %s/%s is not valid: %s", namespace, name, format_violations(verdict.violations))
+        return
+
+    digest = profile_hash(parsed)
+    current = revision_name(name, digest)
+    revisions = await runtime.kube.list_revisions(namespace, f"{LABEL_PROFILE}={name}")
+    known = {r["metadata"]["name"]: r for r in revisions}
+    if current not in known:
+        number = max((int(r.get("revision", 0)) for r in revisions), default=0) + 1
+        manifest = build_profile_revision(profile=body, spec=parsed, effective=verdict.effective, number=number)
+        try:
+            known[current] = await runtime.kube.create_revision(namespace, manifest)
+        except Conflict:
+            known[current] = manifest
+    if status.get("currentRevision") != current:
+        record = build_audit_record(
+            action=AuditAction.PROFILE_REVISION_CREATED,
+            obj=body,
+            actor=actor_from(meta),
+            before=AuditState(revision=status.get("currentRevision"), hash=status.get("currentHash"))
+            if status.get("currentRevision")
+            else None,
+            after=AuditState(revision=current, hash=digest),
+            message=f"profile {name} is now at revision {current}",
+            details={"envelope": parsed.envelope.value},
+            now=now,
+        )
+        await ensure_audit(runtime.kube, record, involved=dict(body), event_reason="RevisionCreated", now=now)
+        logger.info("profile %s/%s is at revision %s", namespace, name, current)
+
+    referenced = await _referenced_revisions(runtime, namespace, name)
+    for doomed in decide_revision_pruning(
+        revisions=list(known.values()),
+        keep=runtime.config.revision_history_limit,
+        current=current,
+        referenced=referenced,
+    ):
+        await runtime.kube.delete_revision(namespace, doomed)
+        known.pop(doomed, None)
+
+    update = set_condition(
+        status.get("conditions"),
+        type=ConditionType.VALID,
+        status=True,
+        reason=Reason.VALID,
+        message=f"narrowed to envelope {parsed.envelope.value}",
+        generation=meta.get("generation"),
+        now=now,
+    )
+    ordered = sorted(known.values(), key=lambda r: int(r.get("revision", 0)))
+    desired = {
+        "conditions": update.conditions,
+        "effective": verdict.effective.to_wire(),
+        "currentRevision": current,
+        "currentHash": digest,
+        "revisions": [r["metadata"]["name"] for r in ordered][-64:],
+        "observedGeneration": meta.get("generation"),
+    }
+    if any(status.get(k) != v for k, v in desired.items()):
+        await runtime.kube.patch_status(PROFILE, name, {"status": desired}, namespace=namespace)
+
+
+def register(runtime: Runtime, *, operator_username: str) -> None:
+    """Register the profile handlers (and the actor-stamping webhook for profiles and memory)."""
+
+    @kopf.on.validate("helmhive.dev", "v1alpha1", "profiles", id="profile-narrowing", operations=["CREATE", "UPDATE"])
+    def validate_profile(spec: kopf.Spec, **_: Any) -> None:
+        verdict = decide_profile_body(dict(spec))[1]
+        if not verdict.valid:
+            raise kopf.AdmissionError(format_violations(verdict.violations, limit=4000), code=422)
+
+    for plural in ("profiles", "memoryrecords"):
+
+        @kopf.on.mutate(
+            "helmhive.dev",
+            "v1alpha1",
+            plural,
+            id=f"stamp-actor-{plural}",
+            operations=["CREATE", "UPDATE"],
+            ignore_failures=True,
+        )
+        def stamp_actor(userinfo: kopf.UserInfo, patch: kopf.Patch, **_: Any) -> None:
+            stamped = _stamp_actor(dict(userinfo), operator_username)
+            if stamped is not None:
+                patch.meta.annotations[ACTOR_ANNOTATION] = stamped
+
+    @kopf.on.resume("helmhive.dev", "v1alpha1", "profiles")
+    @kopf.on.create("helmhive.dev", "v1alpha1", "profiles")
+    @kopf.on.update("helmhive.dev", "v1alpha1", "profiles", field="spec")
+    async def profile_changed(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
+        await reconcile_profile(runtime, body, logger)
