@@ -10,12 +10,15 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from helmhive.api.common import JobKind
 from helmhive.api.crdgen import build_crds
 from helmhive.api.reasons import Reason
 from helmhive.cli.main import app
+from helmhive.cli.validate import load_documents
 from helmhive.policy.envelopes import ENVELOPES
 from helmhive.policy.validation import SourceDocument, cel_rule_supported, validate_documents
 
@@ -258,6 +261,12 @@ def test_model_only_rules_are_reported_after_the_schema(tmp_path: Path) -> None:
     assert outcome.found == {("MemoryRecord/m", "spec.expiresAt", "InvalidSpec")}
 
 
+def test_unquoted_timestamps_are_strings_as_kubectl_reads_them(tmp_path: Path) -> None:
+    text = yaml.safe_dump(memory("m"), sort_keys=False) + "  expiresAt: 2027-01-15T00:00:00Z\n"
+    outcome = cli(str(write(tmp_path / "ts.yaml", text)))
+    assert outcome.exit_code == 0, outcome.stdout
+
+
 # --- documents that are not objects ------------------------------------------------------------------
 
 
@@ -417,6 +426,64 @@ def test_envelope_objects_must_equal_the_code(tmp_path: Path) -> None:
         ("Envelope/change-review", "spec.filesystem", "EnvelopeDiffersFromCode"),
         ("Envelope/deploy", "metadata.name", "UnknownEnvelope"),
     }
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.none() | st.booleans() | st.integers() | st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    kind=st.sampled_from(["Profile", "MemoryRecord", "Workspace", "AgentJob", "Change", "RunnerPool", "Envelope"]),
+    spec=json_values,
+    metadata=json_values,
+)
+def test_arbitrary_documents_never_raise(kind: str, spec: Any, metadata: Any) -> None:
+    body = {"apiVersion": API, "kind": kind, "metadata": metadata, "spec": spec}
+    report = validate_documents(documents=[SourceDocument(file="f", body=body)])
+    assert report.issues, "a random document is never valid"
+    assert all(isinstance(i.reason, Reason) and i.render().startswith("f:") for i in report.issues)
+
+
+def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [prefix]
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found += _paths(value, (*prefix, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            found += _paths(value, (*prefix, index))
+    return found
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), replacement=json_values)
+def test_mutating_a_valid_set_never_raises(data: st.DataObject, replacement: Any) -> None:
+    docs = good_set()
+    target = data.draw(st.sampled_from(docs))
+    path = data.draw(st.sampled_from(_paths(target)[1:]))
+    parent = target
+    for segment in path[:-1]:
+        parent = parent[segment]
+    parent[path[-1]] = replacement
+    report = validate_documents(documents=[SourceDocument(file="f", index=i, body=d) for i, d in enumerate(docs)])
+    assert report.objects == len(docs) or report.issues
+    assert all(isinstance(i.reason, Reason) for i in report.issues)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab:-[]{}'\"&*!|>#%@ \n\t")), max_size=60))
+def test_arbitrary_yaml_text_never_raises(text: str) -> None:
+    documents, _ = load_documents(text=text, file="f.yaml")
+    report = validate_documents(documents=documents)
+    for issue in report.issues:
+        assert isinstance(issue.reason, Reason)
 
 
 # --- output -------------------------------------------------------------------------------------------

@@ -38,6 +38,20 @@ __all__ = ["OutputFormat", "find_line", "load_documents", "load_paths", "run"]
 _SUFFIXES = (".yaml", ".yml", ".json")
 
 
+class _ManifestLoader(yaml.SafeLoader):
+    """Safe YAML that keeps timestamps as strings, as ``kubectl`` does.
+
+    PyYAML would turn ``expiresAt: 2027-01-15T00:00:00Z`` into a datetime, which the
+    schema then refuses as "not a string"; the API server receives the string.
+    """
+
+
+_ManifestLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
 class OutputFormat(enum.StrEnum):
     TEXT = "text"
     JSON = "json"
@@ -69,7 +83,7 @@ def load_documents(*, text: str, file: str) -> tuple[list[SourceDocument], dict[
     """
     documents: list[SourceDocument] = []
     try:
-        for index, body in enumerate(yaml.safe_load_all(text)):
+        for index, body in enumerate(yaml.load_all(text, Loader=_ManifestLoader)):
             documents.append(SourceDocument(file=file, index=index, body=body))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -85,7 +99,7 @@ def load_documents(*, text: str, file: str) -> tuple[list[SourceDocument], dict[
         )
     nodes: dict[int, yaml.Node] = {}
     try:
-        for index, node in enumerate(yaml.compose_all(text, Loader=yaml.SafeLoader)):
+        for index, node in enumerate(yaml.compose_all(text, Loader=_ManifestLoader)):
             if node is not None:
                 nodes[index] = node
     except yaml.YAMLError:

@@ -320,7 +320,7 @@ def _schema_violations(error: SchemaValidationError) -> Iterator[Violation]:
     if error.validator == "additionalProperties" and isinstance(instance, dict):
         schema = error.schema if isinstance(error.schema, Mapping) else {}
         known = set(schema.get("properties", {}))
-        for extra in sorted(set(instance) - known):
+        for extra in sorted(set(instance) - known, key=str):
             yield Violation(
                 field_path=field_path(*path, extra),
                 reason=Reason.UNKNOWN_FIELD,

@@ -35,13 +35,14 @@ class Violation:
     message: str
 
 
-def field_path(*segments: PathSegment) -> str:
-    """Join segments into ``spec.items[2].name``; non-identifier keys go in brackets."""
+def field_path(*segments: object) -> str:
+    """Join segments into ``spec.items[2].name``; non-identifier keys go in brackets.
+
+    Any other segment (a YAML map may have a null or boolean key) is shown in brackets.
+    """
     out: list[str] = []
     for seg in segments:
-        if isinstance(seg, int):
-            out.append(f"[{seg}]")
-        elif _IDENT.match(seg):
+        if isinstance(seg, str) and _IDENT.match(seg):
             out.append(f".{seg}" if out else seg)
         else:
             out.append(f"[{seg}]")
