@@ -634,3 +634,44 @@ def test_every_reason_the_rules_can_give_is_documented() -> None:
         Reason.NO_OBJECTS,
     ]
     assert [r.value for r in profile_and_memory if f"`{r.value}`" not in text] == []
+
+
+def test_usage_errors_exit_2() -> None:
+    assert cli().exit_code == 2
+    assert cli(str(REPO / "examples"), "--output", "xml").exit_code == 2
+
+
+def test_public_surfaces_are_pinned() -> None:
+    from helmhive.policy import memory, profiles, validation, violations
+
+    assert profiles.__all__ == [
+        "LABEL_LIMIT",
+        "WRITE_TOOLS",
+        "ProfileVerdict",
+        "Violation",
+        "as_profile_spec",
+        "compose_output_schema",
+        "decide_profile",
+    ]
+    assert memory.__all__ == [
+        "MAX_INJECTED_RECORDS",
+        "MemoryActivity",
+        "MemoryExclusion",
+        "MemorySelection",
+        "NamedMemoryRecord",
+        "decide_memory_active",
+        "decide_memory_scope",
+        "render_memory_context",
+        "select_memory",
+    ]
+    assert validation.__all__ == [
+        "EXTERNAL_PROFILES_ANNOTATION",
+        "GOVERNED_STAGES",
+        "SkippedDocument",
+        "SourceDocument",
+        "ValidationIssue",
+        "ValidationReport",
+        "cel_rule_supported",
+        "validate_documents",
+    ]
+    assert violations.__all__ == ["PathSegment", "Violation", "field_path", "split_field_path"]

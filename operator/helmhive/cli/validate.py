@@ -188,13 +188,17 @@ def _emit(report: ValidationReport, issues: list[ValidationIssue], files: int, o
 
 def run(
     paths: Annotated[
-        list[Path], typer.Argument(help="Manifest files, or directories searched for *.yaml, *.yml, *.json.")
+        list[Path],
+        typer.Argument(metavar="PATH", help="Manifest files, or directories searched for *.yaml, *.yml, *.json."),
     ],
-    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="text, or json for CI.")] = (OutputFormat.TEXT),
+    output: Annotated[
+        OutputFormat, typer.Option("--output", "-o", metavar="text|json", help="text, or json for CI.")
+    ] = (OutputFormat.TEXT),
     external_profile: Annotated[
         list[str] | None,
         typer.Option(
             "--external-profile",
+            metavar="NAME",
             help="A profile that exists outside these files (NAME or NAMESPACE/NAME); repeatable. "
             f"Objects can also list them in the {EXTERNAL_PROFILES_ANNOTATION} annotation.",
         ),
