@@ -30,7 +30,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from jsonschema import Draft202012Validator
+# Typed by types-jsonschema when it is installed; without it the ignore keeps mypy clean.
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped,unused-ignore]
 
 from helmhive.api.common import FilesystemAccess, NetworkAccess, ToolKind
 from helmhive.api.envelope import EnvelopeClass, EnvelopeSpec, MemoryAccess, OutputContract, OutputFormat

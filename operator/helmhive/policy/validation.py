@@ -47,8 +47,9 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError as SchemaValidationError
+# Typed by types-jsonschema when it is installed; without it the ignore keeps mypy clean.
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped,unused-ignore]
+from jsonschema.exceptions import ValidationError as SchemaValidationError  # type: ignore[import-untyped,unused-ignore]
 from pydantic import BaseModel
 from pydantic import ValidationError as ModelValidationError
 
