@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,3 +68,13 @@ async def make_adapter(state_dir: Path) -> AsyncIterator[AdapterFactory]:
     yield factory
     for adapter in made:
         await adapter.close()
+
+
+@pytest.fixture
+def rig(kube: Any, namespace: str, service_account_identity: Any, crds: list[str], tmp_path: Path) -> Iterator[Any]:
+    """A runner pool's identity and files in a fresh namespace; every runner it starts is stopped afterwards."""
+    from .program_harness import RunnerRig
+
+    made = RunnerRig(kube=kube, namespace=namespace, identities=service_account_identity, root=tmp_path / "rig")
+    yield made
+    made.stop_all()

@@ -46,6 +46,10 @@ class AuthReason(StrEnum):
     AGENT_UNRESPONSIVE = "AgentUnresponsive"
     SESSION_FAILED = "SessionFailed"
     NOT_PROBED = "NotProbed"
+    LOGGED_IN = "LoggedIn"
+    """The CLI says it has a login (``claude auth status``); no model call verified it."""
+    NOT_LOGGED_IN = "NotLoggedIn"
+    """The CLI says it has no login."""
 
 
 class TurnOutcome(StrEnum):

@@ -1,0 +1,170 @@
+"""The runner's configuration: its environment (downward API, mounts) and the pool's ``runner.json``.
+
+Two sources, both read once at startup (see ``docs/runner-program.md``):
+
+- the **environment**: who this runner is (``HELMHIVE_RUNNER_NAME``, ``HELMHIVE_NAMESPACE``,
+  ``HELMHIVE_POOL``), where its files are (``HELMHIVE_RUNNER_CONFIG``, ``HELMHIVE_CREDENTIAL_FILE``
+  or ``HELMHIVE_CREDENTIAL_DIR``, ``HELMHIVE_STATE_DIR``), the credential generation, and a few
+  tunables;
+- **runner.json**, written by the operator into the ConfigMap ``helmhive-runner-<pool>``: the
+  pool-derived settings (provider, adapter, placement labels, capabilities, concurrency,
+  heartbeat settings), in the API's camelCase.
+
+:func:`load_config` is pure given its inputs (a mapping and the file's text); it gathers every
+problem, each named by the variable or field path, and raises them together as one
+:class:`ConfigError`. Nothing here reads the credential itself.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from helmhive.api.common import ApiModel, LabelMap, Name
+from helmhive.api.envelope import Capability
+from helmhive.api.profile import ProviderName
+from helmhive.api.runner import AdapterSpec, AdapterType, HeartbeatSettings
+
+__all__ = [
+    "ENV",
+    "ConfigError",
+    "RunnerConfig",
+    "RunnerEnvironment",
+    "RunnerFileConfig",
+    "load_config",
+]
+
+EnvName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+ENV = {
+    "runner_name": "HELMHIVE_RUNNER_NAME",
+    "namespace": "HELMHIVE_NAMESPACE",
+    "pool": "HELMHIVE_POOL",
+    "config_path": "HELMHIVE_RUNNER_CONFIG",
+    "credential_generation": "HELMHIVE_CREDENTIAL_GENERATION",
+    "credential_file": "HELMHIVE_CREDENTIAL_FILE",
+    "credential_dir": "HELMHIVE_CREDENTIAL_DIR",
+    "state_dir": "HELMHIVE_STATE_DIR",
+    "kubeconfig": "KUBECONFIG",
+    "image": "HELMHIVE_RUNNER_IMAGE",
+    "shutdown_grace_seconds": "HELMHIVE_SHUTDOWN_GRACE_SECONDS",
+    "probe_interval_seconds": "HELMHIVE_PROBE_INTERVAL_SECONDS",
+    "probe_timeout_seconds": "HELMHIVE_PROBE_TIMEOUT_SECONDS",
+}
+"""Field of :class:`RunnerEnvironment` -> the environment variable it is read from."""
+
+
+class ConfigError(Exception):
+    """The configuration is unusable; ``problems`` lists each one with its variable or field path."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+class RunnerEnvironment(BaseModel):
+    """What the pod's environment says (see :data:`ENV` for the variable names)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    runner_name: Name
+    namespace: Name
+    pool: Name
+    config_path: Path
+    credential_generation: Annotated[int, Field(ge=0)] = 0
+    credential_file: Path | None = None
+    credential_dir: Path | None = None
+    state_dir: Path = Path("/var/lib/helmhive-runner")
+    kubeconfig: Path | None = None
+    image: Annotated[str, Field(max_length=512)] = ""
+    shutdown_grace_seconds: Annotated[float, Field(gt=0, le=600)] = 30.0
+    """SIGTERM: how long running jobs may take to finish before they are cancelled."""
+    probe_interval_seconds: Annotated[float, Field(ge=1, le=3600)] = 60.0
+    """How often the adapter is probed again (authentication, catalogue)."""
+    probe_timeout_seconds: Annotated[float, Field(gt=0, le=600)] = 60.0
+
+
+class RunnerFileConfig(ApiModel):
+    """``runner.json``: the pool-derived settings, camelCase as in the RunnerPool spec."""
+
+    provider: ProviderName
+    adapter: AdapterSpec
+    placement_labels: LabelMap = {}
+    capabilities: Annotated[list[Capability], Field(max_length=32)] = []
+    concurrency: Annotated[int, Field(ge=1, le=64)] = 1
+    heartbeat: HeartbeatSettings = HeartbeatSettings()
+    credential_env_name: EnvName = "PROVIDER_API_KEY"
+    """The agent's environment variable that receives the credential file's content."""
+    credential_dir_env_name: EnvName | None = None
+    """The agent's environment variable that names the login directory (claude-cli: ``CLAUDE_CONFIG_DIR``)."""
+
+
+class RunnerConfig(BaseModel):
+    """Everything the runner was told, from both sources."""
+
+    model_config = ConfigDict(frozen=True)
+
+    env: RunnerEnvironment
+    file: RunnerFileConfig
+
+
+def _field_path(loc: tuple[int | str, ...], *, prefix: str) -> str:
+    path = prefix
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def _env_problems(error: ValidationError) -> list[str]:
+    problems = []
+    for item in error.errors():
+        field = str(item["loc"][0]) if item["loc"] else ""
+        problems.append(f"{ENV.get(field, field)}: {item['msg']}")
+    return problems
+
+
+def load_config(*, environ: Mapping[str, str], read_text: Callable[[Path], str]) -> RunnerConfig:
+    """Build the configuration from ``environ`` and the runner.json text ``read_text(path)`` returns.
+
+    Raises :class:`ConfigError` with every problem found: missing or malformed variables, an
+    unreadable or invalid runner.json (each error with its field path), and rules across both
+    (exactly one credential source; an adapter section matching the adapter type).
+    """
+    problems: list[str] = []
+    values = {field: environ[var] for field, var in ENV.items() if environ.get(var, "").strip()}
+    env: RunnerEnvironment | None = None
+    try:
+        env = RunnerEnvironment.model_validate(values)
+    except ValidationError as exc:
+        problems.extend(_env_problems(exc))
+    file: RunnerFileConfig | None = None
+    path = values.get("config_path")
+    if path:
+        try:
+            text = read_text(Path(path))
+        except OSError as exc:
+            problems.append(f"{ENV['config_path']}: cannot read {path}: {exc.strerror or exc}")
+        else:
+            try:
+                file = RunnerFileConfig.model_validate(json.loads(text))
+            except json.JSONDecodeError as exc:
+                problems.append(f"runner.json: not JSON: {exc.msg} (line {exc.lineno})")
+            except ValidationError as exc:
+                problems.extend(
+                    f"{_field_path(tuple(i['loc']), prefix='runner.json')}: {i['msg']}" for i in exc.errors()
+                )
+    if env is not None and (env.credential_file is None) == (env.credential_dir is None):
+        problems.append(f"{ENV['credential_file']} / {ENV['credential_dir']}: set exactly one")
+    if file is not None:
+        adapter = file.adapter
+        if adapter.type is AdapterType.ACP and adapter.acp is None:
+            problems.append("runner.json.adapter.acp: required when adapter.type is acp")
+        if adapter.type is AdapterType.CLAUDE_CLI and adapter.acp is not None:
+            problems.append("runner.json.adapter.acp: forbidden when adapter.type is claude-cli")
+    if problems or env is None or file is None:
+        raise ConfigError(problems or ["configuration incomplete"])
+    return RunnerConfig(env=env, file=file)

@@ -1,0 +1,286 @@
+"""The runner's one door to the Kubernetes API.
+
+Only this module (in ``helmhive.runner``) imports the ``kubernetes`` client. It offers the few
+calls a runner makes -- its own Runner (get, create, watch, server-side apply of
+``status.report``), its own Lease (get, create, update, delete) and Events -- as async methods
+that run the synchronous client in a thread, each bounded by a request timeout. API errors are
+mapped onto one small tree, chained with ``from exc``::
+
+    KubeError
+     ├── NotFound      (404)
+     ├── Conflict      (409: already exists, or a stale resourceVersion)
+     ├── Forbidden     (401, 403: RBAC, admission, or an expired/unbound token)
+     ├── Invalid       (400, 422: the API server refused the object; ``message`` says why)
+     └── Unavailable   (429, 5xx, timeouts, connection errors: worth retrying)
+
+Nothing here decides anything: callers (registration, heartbeat, main) do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import os
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+import urllib3
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+
+from helmhive.api.kinds import API_VERSION, GROUP, VERSION
+
+__all__ = [
+    "FIELD_MANAGER",
+    "RUNNERS",
+    "Conflict",
+    "Forbidden",
+    "Invalid",
+    "KubeError",
+    "NotFound",
+    "RunnerKube",
+    "Unavailable",
+    "load_api_client",
+]
+
+FIELD_MANAGER = "helmhive-runner"
+RUNNERS = "runners"
+REQUEST_TIMEOUT = (5.0, 15.0)
+"""(connect, read) seconds for every call but the watch."""
+MAX_MESSAGE = 1024
+
+T = TypeVar("T")
+
+
+class KubeError(RuntimeError):
+    """An API call failed; ``status`` is the HTTP status (0 without one), ``message`` the server's words."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class NotFound(KubeError):
+    pass
+
+
+class Conflict(KubeError):
+    pass
+
+
+class Forbidden(KubeError):
+    pass
+
+
+class Invalid(KubeError):
+    pass
+
+
+class Unavailable(KubeError):
+    pass
+
+
+def _translate(exc: ApiException) -> KubeError:
+    status = int(exc.status or 0)
+    try:
+        message = json.loads(exc.body or "{}").get("message", "") or str(exc.reason)
+    except (ValueError, AttributeError):
+        message = str(exc.reason)
+    classes: dict[int, type[KubeError]] = {
+        400: Invalid,
+        401: Forbidden,
+        403: Forbidden,
+        404: NotFound,
+        409: Conflict,
+        422: Invalid,
+    }
+    cls = classes.get(status, Unavailable if status == 429 or status >= 500 or status == 0 else KubeError)
+    return cls(status, message[:MAX_MESSAGE])
+
+
+def load_api_client(kubeconfig: str | None = None) -> Any:
+    """An ApiClient from ``kubeconfig`` (or ``$KUBECONFIG``), else the pod's in-cluster identity."""
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    if path:
+        return config.new_client_from_config(config_file=path)  # type: ignore[no-untyped-call]
+    config.load_incluster_config()  # type: ignore[no-untyped-call]
+    return client.ApiClient()
+
+
+class RunnerKube:
+    """The runner's API calls, scoped to one namespace. Every method may raise a :class:`KubeError`."""
+
+    def __init__(self, api_client: Any, *, namespace: str) -> None:
+        self.api_client = api_client
+        self.namespace = namespace
+        self._custom = client.CustomObjectsApi(api_client)
+        self._leases = client.CoordinationV1Api(api_client)
+        self._core = client.CoreV1Api(api_client)
+
+    def close(self) -> None:
+        self.api_client.close()
+
+    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
+        try:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        except ApiException as exc:
+            raise _translate(exc) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise Unavailable(0, f"{type(exc).__name__}: {exc}"[:MAX_MESSAGE]) from exc
+
+    # Runner ----------------------------------------------------------------------------
+    async def get_runner(self, name: str) -> dict[str, Any]:
+        result = await self._call(
+            self._custom.get_namespaced_custom_object, GROUP, VERSION, self.namespace, RUNNERS, name
+        )
+        return cast(dict[str, Any], result)
+
+    async def create_runner(self, body: dict[str, Any]) -> dict[str, Any]:
+        result = await self._call(
+            self._custom.create_namespaced_custom_object, GROUP, VERSION, self.namespace, RUNNERS, body
+        )
+        return cast(dict[str, Any], result)
+
+    async def apply_runner_status(self, name: str, status: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply ``status`` (only the fields given) as field manager ``helmhive-runner``."""
+        body = {"apiVersion": API_VERSION, "kind": "Runner", "metadata": {"name": name}, "status": status}
+        result = await self._call(
+            self._custom.patch_namespaced_custom_object_status,
+            GROUP,
+            VERSION,
+            self.namespace,
+            RUNNERS,
+            name,
+            body,
+            field_manager=FIELD_MANAGER,
+            force=True,
+            _content_type="application/apply-patch+yaml",
+        )
+        return cast(dict[str, Any], result)
+
+    def watch_runner(
+        self,
+        name: str,
+        *,
+        on_object: Callable[[dict[str, Any] | None], None],
+        on_error: Callable[[KubeError], None],
+        stop: threading.Event,
+        timeout_s: int = 30,
+        backoff_s: float = 2.0,
+    ) -> threading.Thread:
+        """Watch Runner ``name`` in a daemon thread: list, then watch from that version, forever.
+
+        ``on_object`` gets the object on every change (``None`` once it is deleted), called from
+        the thread. Each watch lasts at most ``timeout_s`` (a server-side limit), so ``stop`` is
+        seen within that time; errors are reported to ``on_error`` and retried after ``backoff_s``.
+        """
+        selector = f"metadata.name={name}"
+
+        def loop() -> None:
+            while not stop.is_set():
+                try:
+                    listed: dict[str, Any] = self._custom.list_namespaced_custom_object(  # type: ignore[assignment]
+                        GROUP,
+                        VERSION,
+                        self.namespace,
+                        RUNNERS,
+                        field_selector=selector,
+                        _request_timeout=REQUEST_TIMEOUT,
+                    )
+                    items = listed.get("items", [])
+                    on_object(items[0] if items else None)
+                    version = listed.get("metadata", {}).get("resourceVersion")
+                    stream = watch.Watch()  # type: ignore[no-untyped-call]
+                    for event in stream.stream(  # type: ignore[no-untyped-call]
+                        self._custom.list_namespaced_custom_object,
+                        GROUP,
+                        VERSION,
+                        self.namespace,
+                        RUNNERS,
+                        field_selector=selector,
+                        resource_version=version,
+                        timeout_seconds=int(timeout_s),
+                        _request_timeout=(REQUEST_TIMEOUT[0], float(timeout_s) + 10.0),
+                    ):
+                        if stop.is_set():
+                            stream.stop()  # type: ignore[no-untyped-call]
+                            break
+                        kind = event.get("type")
+                        raw = event.get("raw_object")
+                        if kind == "DELETED":
+                            on_object(None)
+                        elif kind in ("ADDED", "MODIFIED") and isinstance(raw, dict):
+                            on_object(raw)
+                except ApiException as exc:
+                    on_error(_translate(exc))
+                    stop.wait(backoff_s)
+                except Exception as exc:  # the thread must survive any client hiccup
+                    on_error(Unavailable(0, f"{type(exc).__name__}: {exc}"[:MAX_MESSAGE]))
+                    stop.wait(backoff_s)
+
+        thread = threading.Thread(target=loop, name=f"watch-runner-{name}", daemon=True)
+        thread.start()
+        return thread
+
+    # Lease -----------------------------------------------------------------------------
+    def _wire(self, obj: Any) -> dict[str, Any]:
+        return cast(dict[str, Any], self.api_client.sanitize_for_serialization(obj))
+
+    async def get_lease(self, name: str) -> dict[str, Any]:
+        return self._wire(await self._call(self._leases.read_namespaced_lease, name, self.namespace))
+
+    async def create_lease(self, body: dict[str, Any]) -> dict[str, Any]:
+        lease = client.V1Lease.from_dict(body)
+        return self._wire(await self._call(self._leases.create_namespaced_lease, self.namespace, lease))
+
+    async def replace_lease(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """PUT the Lease; ``metadata.resourceVersion`` in ``body`` makes it conditional (Conflict if stale)."""
+        lease = client.V1Lease.from_dict(body)
+        return self._wire(await self._call(self._leases.replace_namespaced_lease, name, self.namespace, lease))
+
+    async def delete_lease(self, name: str) -> bool:
+        """Delete the Lease; return False if it was already gone."""
+        try:
+            await self._call(self._leases.delete_namespaced_lease, name, self.namespace)
+        except NotFound:
+            return False
+        return True
+
+    # Events ----------------------------------------------------------------------------
+    async def post_event(
+        self,
+        *,
+        runner: dict[str, Any],
+        reason: str,
+        message: str,
+        now: dt.datetime,
+        event_type: str = "Normal",
+    ) -> bool:
+        """Create a core/v1 Event about the runner's own Runner; best effort (returns False on failure)."""
+        meta = runner.get("metadata", {})
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{meta.get('name', 'runner')}.", namespace=self.namespace),
+            involved_object=client.V1ObjectReference(
+                api_version=API_VERSION,
+                kind="Runner",
+                name=meta.get("name"),
+                namespace=self.namespace,
+                uid=meta.get("uid"),
+            ),
+            reason=reason,
+            message=message[:MAX_MESSAGE],
+            type=event_type,
+            source=client.V1EventSource(component=FIELD_MANAGER),
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+        )
+        try:
+            await self._call(self._core.create_namespaced_event, self.namespace, body)
+        except KubeError:
+            return False
+        return True

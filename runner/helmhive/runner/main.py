@@ -1,0 +1,607 @@
+"""The runner process: register, keep the Lease, report, obey the control state, run jobs, shut down.
+
+:class:`RunnerProcess` is the async main loop. Its collaborators are injected -- the API
+wrapper (:class:`~helmhive.runner.kube.RunnerKube`), the :class:`Clock`, the adapter factory and
+an optional :class:`JobSource` -- so tests run the real loop against a real API server with the
+reference agent. Its life:
+
+1. **Startup.** Create or adopt the Runner; refuse to start (exit 3) while it says Revoked for
+   this credential generation; copy the credential; acquire the Lease; probe the adapter;
+   write the report (reason ``Registration``) and post a ``Registered`` Event.
+2. **Steady state**, four concurrent loops:
+   - the Lease is renewed every ``renewIntervalSeconds``;
+   - the adapter is probed every ``HELMHIVE_PROBE_INTERVAL_SECONDS``, and the report is
+     written only when :func:`~helmhive.runner.report.decide_report_write` says so (content
+     changed, or ``reportRefreshSeconds`` passed);
+   - a watch on its own Runner feeds the control state (:mod:`helmhive.runner.control`);
+   - with a job source, jobs are taken while Active and a slot is free.
+3. **Stop.** SIGTERM: take no more work, let jobs finish within the shutdown grace, cancel the
+   rest, delete the Lease, exit 0. Revoked: cancel jobs, wipe the credential, remember the
+   generation, delete the Lease, exit 0. The Runner deleted: as SIGTERM, exit 5 (the pod
+   restarts and registers anew).
+
+Exit codes: 0 done, 2 bad configuration, 3 refused (revoked generation), 4 the API server
+refused registration, 5 the Runner was deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import enum
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import SecretStr
+
+from helmhive.api.common import ControlState
+from helmhive.api.runner import AdapterType, AuthReport, RunnerReport
+from helmhive.runner.adapters.acp import AcpAdapter, AcpAdapterConfig
+from helmhive.runner.adapters.base import (
+    AdapterReport,
+    AgentAdapter,
+    AuthReason,
+    AuthState,
+    TurnOutcome,
+    TurnRequest,
+    TurnResult,
+)
+from helmhive.runner.adapters.claude_cli import ClaudeCliAdapter, ClaudeCliConfig
+from helmhive.runner.config import RunnerConfig
+from helmhive.runner.control import (
+    ControlAction,
+    accepts_jobs,
+    decide_control_action,
+    decide_control_state,
+    decide_startup,
+    runner_view,
+)
+from helmhive.runner.credentials import CredentialHolder, read_revoked_generation, write_revoked_generation
+from helmhive.runner.heartbeat import LeaseKeeper
+from helmhive.runner.kube import KubeError, RunnerKube
+from helmhive.runner.logs import fields
+from helmhive.runner.registration import ReportPublisher, ensure_runner
+from helmhive.runner.report import (
+    build_fingerprint,
+    build_report,
+    decide_authentication,
+    decide_report_write,
+)
+from helmhive.runner.version import helmhive_version
+
+__all__ = [
+    "Clock",
+    "ExitCode",
+    "Job",
+    "JobSource",
+    "RunnerProcess",
+    "SystemClock",
+    "build_adapter",
+]
+
+log = logging.getLogger("helmhive.runner")
+
+CANCEL_WAIT_S = 15.0
+"""After cancelling jobs, how long to wait for their turns to end (the adapter kills agents sooner)."""
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    CONFIG = 2
+    REFUSED = 3
+    REGISTRATION_FAILED = 4
+    DEREGISTERED = 5
+
+
+class Clock(Protocol):
+    def now(self) -> dt.datetime: ...
+
+
+class SystemClock:
+    def now(self) -> dt.datetime:
+        return dt.datetime.now(dt.UTC)
+
+
+@dataclass
+class Job:
+    """One turn to run. ``result`` is set when it ends."""
+
+    id: str
+    request: TurnRequest
+    result: TurnResult | None = None
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class JobSource(Protocol):
+    """Where jobs come from. ``take`` waits for one; ``finish`` hands the result back."""
+
+    async def take(self) -> Job: ...
+
+    def finish(self, job: Job) -> None: ...
+
+
+AdapterFactory = Callable[[RunnerConfig, CredentialHolder], AgentAdapter]
+
+
+def _agent_env(config: RunnerConfig, credential: CredentialHolder) -> tuple[dict[str, str], dict[str, SecretStr]]:
+    """The agent's whole environment (nothing else is inherited) and its secret part."""
+    state = config.env.state_dir
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "HOME": str(state / "home"),
+        "LANG": os.environ.get("LANG", "C.UTF-8"),
+    }
+    if config.file.adapter.acp is not None:
+        env.update({item.name: item.value for item in config.file.adapter.acp.env})
+    directory_var = config.file.credential_dir_env_name or (
+        "CLAUDE_CONFIG_DIR" if config.file.adapter.type is AdapterType.CLAUDE_CLI else None
+    )
+    if credential.directory is not None and directory_var:
+        env[directory_var] = str(credential.directory)
+    secret = {config.file.credential_env_name: credential.value} if credential.value is not None else {}
+    return env, secret
+
+
+def build_adapter(config: RunnerConfig, credential: CredentialHolder) -> AgentAdapter:
+    """The adapter runner.json asks for, with the credential in the agent's environment."""
+    env, secret_env = _agent_env(config, credential)
+    home = Path(env["HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    spec = config.file.adapter
+    if spec.type is AdapterType.CLAUDE_CLI:
+        cli = spec.claude_cli
+        return ClaudeCliAdapter(
+            ClaudeCliConfig(
+                path=cli.path if cli else "claude",
+                extra_args=tuple(cli.extra_args) if cli else (),
+                env=env,
+                secret_env=secret_env,
+                request_timeout_s=config.env.probe_timeout_seconds,
+            )
+        )
+    assert spec.acp is not None
+    return AcpAdapter(
+        AcpAdapterConfig(
+            command=spec.acp.command,
+            args=tuple(spec.acp.args),
+            env=env,
+            secret_env=secret_env,
+            cwd=str(home),
+            probe_cwd=str(home),
+            request_timeout_s=config.env.probe_timeout_seconds,
+        )
+    )
+
+
+class RunnerProcess:
+    """One runner's whole life. ``run()`` returns the process exit code."""
+
+    def __init__(
+        self,
+        *,
+        config: RunnerConfig,
+        kube: RunnerKube,
+        clock: Clock,
+        adapter_factory: AdapterFactory = build_adapter,
+        jobs: JobSource | None = None,
+        stop: asyncio.Event | None = None,
+        on_secrets: Callable[[list[str]], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.kube = kube
+        self.clock = clock
+        self.jobs = jobs
+        self.stop = stop or asyncio.Event()
+        self._adapter_factory = adapter_factory
+        self._on_secrets = on_secrets
+        env = config.env
+        self.name = env.runner_name
+        self.credential = CredentialHolder(
+            file=env.credential_file, directory=env.credential_dir, state_dir=env.state_dir
+        )
+        heartbeat = config.file.heartbeat
+        self.lease = LeaseKeeper(kube=kube, name=self.name, duration_s=heartbeat.lease_duration_seconds)
+        self.publisher = ReportPublisher(kube=kube, name=self.name)
+        self.state = ControlState.ACTIVE
+        self.probes = 0
+        self._runner: dict[str, Any] = {}
+        self._adapters: list[AgentAdapter] = []
+        self._free: list[AgentAdapter] = []
+        self._active: dict[str, Job] = {}
+        self._adapter_report: AdapterReport | None = None
+        self._registered_at = clock.now()
+        self._wake_report = asyncio.Event()
+        self._wake_jobs = asyncio.Event()
+        self._revoke = asyncio.Event()
+        self._deregistered = asyncio.Event()
+        self._watch_stop = threading.Event()
+
+    # -- helpers -------------------------------------------------------------------------
+    def _log(self, level: int, message: str, **extra: Any) -> None:
+        log.log(level, message, extra=fields(runner=self.name, namespace=self.config.env.namespace, **extra))
+
+    async def _event(self, reason: str, message: str, *, warning: bool = False) -> None:
+        if self._runner:
+            await self.kube.post_event(
+                runner=self._runner,
+                reason=reason,
+                message=message,
+                now=self.clock.now(),
+                event_type="Warning" if warning else "Normal",
+            )
+
+    @property
+    def active_jobs(self) -> int:
+        return len(self._active)
+
+    # -- startup -------------------------------------------------------------------------
+    async def run(self) -> int:
+        env = self.config.env
+        self._log(
+            logging.INFO,
+            "runner starting",
+            pool=env.pool,
+            adapter=self.config.file.adapter.type.value,
+            credentialKind=self.credential.kind,
+            credentialGeneration=env.credential_generation,
+            helmhiveVersion=helmhive_version(),
+        )
+        try:
+            self._runner, created = await ensure_runner(kube=self.kube, name=self.name, pool=env.pool)
+        except KubeError as exc:
+            self._log(
+                logging.ERROR, "registration failed", status=exc.status, reason=type(exc).__name__, detail=exc.message
+            )
+            return ExitCode.REGISTRATION_FAILED
+        view = runner_view(self._runner)
+        self.state = decide_control_state(view=view)
+        startup = decide_startup(
+            state=self.state,
+            reported_generation=view.reported_generation,
+            generation=env.credential_generation,
+            revoked_generation=read_revoked_generation(env.state_dir),
+        )
+        if not startup.start:
+            wiped = self.credential.wipe()
+            self._log(
+                logging.ERROR,
+                "refusing to start",
+                reason=startup.reason,
+                detail=startup.message,
+                wiped=wiped.removed_entries,
+            )
+            await self._event(startup.reason, startup.message, warning=True)
+            return ExitCode.REFUSED
+        self.credential.prepare()
+        if self._on_secrets is not None:
+            self._on_secrets(self.credential.secret_values())
+        try:
+            return await self._serve(created=created)
+        finally:
+            self._watch_stop.set()
+            for adapter in self._adapters:
+                with contextlib.suppress(Exception):
+                    await adapter.close()
+
+    def _new_adapter(self) -> AgentAdapter:
+        adapter = self._adapter_factory(self.config, self.credential)
+        self._adapters.append(adapter)
+        return adapter
+
+    async def _serve(self, *, created: bool) -> int:
+        heartbeat = self.config.file.heartbeat
+        self._registered_at = self.clock.now()
+        await self._renew_lease(first=True)
+        probe_adapter = self._new_adapter()
+        self._free = [probe_adapter] + [self._new_adapter() for _ in range(self.config.file.concurrency - 1)]
+        await self._probe(probe_adapter)
+        try:
+            await self._write_report_if_due()
+        except KubeError as exc:
+            self._log(
+                logging.ERROR,
+                "writing the report failed",
+                status=exc.status,
+                reason=type(exc).__name__,
+                detail=exc.message,
+            )
+            await self.lease.release()
+            return ExitCode.REGISTRATION_FAILED
+        await self._event("Registered", f"runner {'created' if created else 'adopted'} its Runner and reported")
+        self._start_watch()
+        tasks = [
+            asyncio.create_task(self._lease_loop(heartbeat.renew_interval_seconds), name="lease"),
+            asyncio.create_task(self._report_loop(probe_adapter), name="report"),
+        ]
+        if self.jobs is not None:
+            tasks.append(asyncio.create_task(self._job_loop(), name="jobs"))
+        self._apply_control(initial=True)
+        waiters = {
+            asyncio.create_task(self.stop.wait()): "stop",
+            asyncio.create_task(self._revoke.wait()): "revoke",
+            asyncio.create_task(self._deregistered.wait()): "deregistered",
+        }
+        done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        why = waiters[next(iter(done))]
+        for waiter in waiters:
+            waiter.cancel()
+        return await self._shutdown(why=why, tasks=tasks)
+
+    # -- control -------------------------------------------------------------------------
+    def _start_watch(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        def on_object(obj: dict[str, Any] | None) -> None:
+            loop.call_soon_threadsafe(self._on_runner, obj)
+
+        def on_error(exc: KubeError) -> None:
+            loop.call_soon_threadsafe(
+                lambda: self._log(
+                    logging.WARNING, "watching the Runner failed; retrying", status=exc.status, detail=exc.message
+                )
+            )
+
+        self.kube.watch_runner(self.name, on_object=on_object, on_error=on_error, stop=self._watch_stop)
+
+    def _on_runner(self, obj: dict[str, Any] | None) -> None:
+        if obj is None:
+            self._log(logging.WARNING, "the Runner was deleted; shutting down to register anew")
+            self._deregistered.set()
+            return
+        self._runner = obj
+        state = decide_control_state(view=runner_view(obj))
+        if state is not self.state:
+            previous, self.state = self.state, state
+            self._log(logging.INFO, "control state changed", previous=previous.value, state=state.value)
+            self._apply_control(initial=False)
+
+    def _apply_control(self, *, initial: bool) -> None:
+        action = decide_control_action(state=self.state)
+        self._wake_jobs.set()
+        if action in (ControlAction.HOLD, ControlAction.REVOKE):
+            for job in self._active.values():
+                job.cancel.set()
+        if action is ControlAction.REVOKE:
+            self._revoke.set()
+        if not initial or action is not ControlAction.RUN:
+            message = {
+                ControlAction.RUN: "Active: accepting jobs",
+                ControlAction.DRAIN: "Draining: no new jobs; running jobs finish",
+                ControlAction.HOLD: "Disabled: no jobs; running jobs cancelled; still registered",
+                ControlAction.REVOKE: "Revoked: stopping work, wiping the credential, releasing the Lease",
+            }[action]
+            task = asyncio.ensure_future(self._event(f"Control{self.state.value}", message))
+            task.add_done_callback(lambda t: t.exception())
+
+    # -- lease ---------------------------------------------------------------------------
+    async def _renew_lease(self, *, first: bool = False) -> None:
+        try:
+            if first:
+                await self.lease.acquire(now=self.clock.now())
+            else:
+                await self.lease.renew(now=self.clock.now())
+        except KubeError as exc:
+            self._log(
+                logging.WARNING,
+                "renewing the Lease failed",
+                status=exc.status,
+                reason=type(exc).__name__,
+                detail=exc.message,
+            )
+        else:
+            log.debug("lease renewed", extra=fields(runner=self.name, leaseWrites=self.lease.writes))
+
+    async def _lease_loop(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            await self._renew_lease()
+
+    # -- probe and report ----------------------------------------------------------------
+    async def _probe(self, adapter: AgentAdapter) -> None:
+        timeout = self.config.env.probe_timeout_seconds
+        try:
+            report = await asyncio.wait_for(adapter.probe(), timeout)
+        except TimeoutError:
+            report = AdapterReport(
+                adapter=adapter.name,
+                adapter_version=helmhive_version(),
+                auth=AuthState.FAILING,
+                auth_reason=AuthReason.AGENT_UNRESPONSIVE,
+                auth_message=f"the probe did not finish within {timeout:g}s",
+            )
+        self.probes += 1
+        self._adapter_report = report
+        self._log(
+            logging.INFO,
+            "adapter probed",
+            agent=report.agent_name,
+            agentVersion=report.agent_version,
+            auth=report.auth.value,
+            authReason=report.auth_reason.value,
+            models=len(report.models),
+        )
+
+    def _current_report(self) -> RunnerReport:
+        assert self._adapter_report is not None
+        adapter = self._adapter_report
+        file = self.config.file
+        spec = file.adapter
+        env, secret_env = _agent_env(self.config, self.credential)
+        command = spec.acp.command if spec.acp else (spec.claude_cli.path if spec.claude_cli else "claude")
+        args = list(spec.acp.args) if spec.acp else list(spec.claude_cli.extra_args if spec.claude_cli else [])
+        fingerprint = build_fingerprint(
+            image=self.config.env.image,
+            helmhive_version=helmhive_version(),
+            adapter_type=spec.type,
+            agent_name=adapter.agent_name,
+            agent_version=adapter.agent_version,
+            provider=file.provider,
+            command=command,
+            args=args,
+            env_names=[*env, *secret_env],
+            credential_kind=self.credential.kind,
+        )
+        authentication: AuthReport = decide_authentication(
+            adapter=adapter, credential_present=self.credential.present()
+        )
+        return build_report(
+            file=file,
+            runner_name=self.name,
+            adapter=adapter,
+            authentication=authentication,
+            active_jobs=self.active_jobs,
+            fingerprint=fingerprint,
+            credential_generation=self.config.env.credential_generation,
+            registered_at=self._registered_at,
+            now=self.clock.now(),
+        )
+
+    async def _write_report_if_due(self) -> dt.datetime:
+        """Write the report if the rule says so; return when the next refresh is due."""
+        now = self.clock.now()
+        current = self._current_report()
+        refresh = dt.timedelta(seconds=self.config.file.heartbeat.report_refresh_seconds)
+        decision = decide_report_write(
+            previous=self.publisher.last_report,
+            current=current,
+            last_written_at=self.publisher.last_written_at,
+            now=now,
+            refresh=refresh,
+        )
+        if decision.write:
+            await self.publisher.publish(current, now=now)
+            assert decision.reason is not None
+            self._log(
+                logging.INFO,
+                "report written",
+                reason=decision.reason.value,
+                reportWrites=self.publisher.writes,
+                leaseWrites=self.lease.writes,
+                auth=current.authentication.state.value,
+                activeJobs=current.active_jobs,
+            )
+        assert decision.next_refresh_at is not None
+        return decision.next_refresh_at
+
+    async def _report_loop(self, probe_adapter: AgentAdapter) -> None:
+        probe_every = dt.timedelta(seconds=self.config.env.probe_interval_seconds)
+        next_probe = self.clock.now() + probe_every
+        next_refresh = self.clock.now() + dt.timedelta(seconds=self.config.file.heartbeat.report_refresh_seconds)
+        while True:
+            wake_at = min(next_probe, next_refresh)
+            timeout = max(0.0, (wake_at - self.clock.now()).total_seconds())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake_report.wait(), timeout)
+            self._wake_report.clear()
+            if self.clock.now() >= next_probe:
+                if probe_adapter in self._free:
+                    await self._probe(probe_adapter)
+                next_probe = self.clock.now() + probe_every
+            try:
+                next_refresh = await self._write_report_if_due()
+            except KubeError as exc:
+                self._log(logging.WARNING, "writing the report failed", status=exc.status, detail=exc.message)
+                next_refresh = self.clock.now() + dt.timedelta(
+                    seconds=min(30, self.config.file.heartbeat.report_refresh_seconds)
+                )
+
+    # -- jobs ----------------------------------------------------------------------------
+    async def _job_loop(self) -> None:
+        assert self.jobs is not None
+        while True:
+            if not (accepts_jobs(state=self.state) and self._free and not self.stop.is_set()):
+                self._wake_jobs.clear()
+                await self._wake_jobs.wait()
+                continue
+            job = await self.jobs.take()
+            if not accepts_jobs(state=self.state) or not self._free:
+                job.result = TurnResult(outcome=TurnOutcome.CANCELLED, message=f"runner is {self.state.value}")
+                self.jobs.finish(job)
+                continue
+            adapter = self._free.pop()
+            self._active[job.id] = job
+            self._wake_report.set()
+            task = asyncio.create_task(self._run_job(adapter, job), name=f"job-{job.id}")
+            task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+
+    async def _run_job(self, adapter: AgentAdapter, job: Job) -> None:
+        self._log(logging.INFO, "job started", job=job.id)
+        try:
+            job.result = await adapter.run_turn(job.request, job.cancel)
+        finally:
+            self._active.pop(job.id, None)
+            self._free.append(adapter)
+            self._wake_report.set()
+            self._wake_jobs.set()
+            outcome = job.result.outcome.value if job.result else "Abandoned"
+            self._log(logging.INFO, "job finished", job=job.id, outcome=outcome)
+            if self.jobs is not None:
+                self.jobs.finish(job)
+
+    async def _wait_jobs(self, seconds: float) -> bool:
+        deadline = asyncio.get_running_loop().time() + seconds
+        while self._active and asyncio.get_running_loop().time() < deadline:
+            self._wake_jobs.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake_jobs.wait(), max(0.0, deadline - asyncio.get_running_loop().time()))
+        return not self._active
+
+    # -- shutdown ------------------------------------------------------------------------
+    async def _shutdown(self, *, why: str, tasks: list[asyncio.Task[None]]) -> int:
+        revoked = why == "revoke"
+        self._log(logging.INFO, "shutting down", why=why, activeJobs=self.active_jobs)
+        self._wake_jobs.set()
+        if self.jobs is not None:
+            for task in tasks:
+                if task.get_name() == "jobs":
+                    task.cancel()
+        if not revoked and self._active:
+            grace = self.config.env.shutdown_grace_seconds
+            if not await self._wait_jobs(grace):
+                self._log(
+                    logging.WARNING,
+                    "jobs still running after the shutdown grace; cancelling",
+                    activeJobs=self.active_jobs,
+                )
+        for job in self._active.values():
+            job.cancel.set()
+        await self._wait_jobs(CANCEL_WAIT_S)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if revoked:
+            wiped = self.credential.wipe()
+            write_revoked_generation(self.config.env.state_dir, self.config.env.credential_generation)
+            self._log(
+                logging.WARNING,
+                "credential wiped after revocation",
+                credentialKind=wiped.kind,
+                removedEntries=wiped.removed_entries,
+                credentialGeneration=self.config.env.credential_generation,
+            )
+            await self._event(
+                "CredentialWiped",
+                f"Revoked: the {wiped.kind} credential of generation {self.config.env.credential_generation} was wiped",
+                warning=True,
+            )
+        try:
+            released = await self.lease.release()
+        except KubeError as exc:
+            self._log(logging.WARNING, "releasing the Lease failed", status=exc.status, detail=exc.message)
+            released = False
+        self._log(
+            logging.INFO,
+            "runner stopped",
+            why=why,
+            leaseReleased=released,
+            reportWrites=self.publisher.writes,
+            leaseWrites=self.lease.writes,
+            probes=self.probes,
+        )
+        return ExitCode.DEREGISTERED if why == "deregistered" else ExitCode.OK

@@ -1,0 +1,188 @@
+"""The runner's report (``status.report`` of its own Runner): how it is built and when it is written.
+
+Everything here is pure: functions of what the adapter found, the runner's configuration and
+``now``, returning data. No I/O, no clock, no Kubernetes client.
+
+When to write (KEP-589's rule for node status, applied to runners): at registration, whenever
+the content changes, and otherwise once every ``reportRefreshSeconds`` -- never because a
+heartbeat happened. "Content" is the report without ``reportedAt``, so a refresh that only moves
+the timestamp is not a change.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from helmhive.api.runner import (
+    AdapterInfo,
+    AdapterType,
+    AuthReport,
+    AuthState,
+    ModelCatalogue,
+    ModelEntry,
+    RunnerReport,
+)
+from helmhive.runner.adapters.base import AdapterReport
+from helmhive.runner.adapters.base import AuthState as AdapterAuth
+from helmhive.runner.config import RunnerFileConfig
+
+__all__ = [
+    "NO_CREDENTIAL_REASON",
+    "ReportDecision",
+    "WriteReason",
+    "build_catalogue",
+    "build_fingerprint",
+    "build_report",
+    "decide_authentication",
+    "decide_report_write",
+    "report_content",
+]
+
+NO_CREDENTIAL_REASON = "NoCredential"
+MAX_MODELS = 64
+MAX_EFFORTS = 8
+_MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@\[\]-]*$")
+_EFFORT = re.compile(r"^.{1,32}$")
+
+
+class WriteReason(enum.StrEnum):
+    REGISTRATION = "Registration"
+    CHANGED = "Changed"
+    REFRESH = "Refresh"
+
+
+@dataclass(frozen=True, slots=True)
+class ReportDecision:
+    """``write`` False means: leave the Runner alone until the next decision."""
+
+    write: bool
+    reason: WriteReason | None = None
+    next_refresh_at: dt.datetime | None = None
+
+
+def build_fingerprint(
+    *,
+    image: str,
+    helmhive_version: str,
+    adapter_type: AdapterType,
+    agent_name: str | None,
+    agent_version: str | None,
+    provider: str,
+    command: str,
+    args: Iterable[str],
+    env_names: Iterable[str],
+    credential_kind: str,
+) -> str:
+    """``sha256:<hex>`` of the execution environment: image, versions and settings.
+
+    Environment variables count by name only and the credential by its kind (file or
+    directory), so no value that could be secret ever enters the hash.
+    """
+    document = {
+        "image": image,
+        "helmhive": helmhive_version,
+        "adapter": adapter_type.value,
+        "agent": [agent_name or "", agent_version or ""],
+        "provider": provider,
+        "command": command,
+        "args": list(args),
+        "envNames": sorted(set(env_names)),
+        "credential": credential_kind,
+    }
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def decide_authentication(*, adapter: AdapterReport, credential_present: bool) -> AuthReport:
+    """The report's authentication: the adapter's verdict, unless the runner holds no credential.
+
+    Some agents open sessions without any login (their first prompt fails instead), so a
+    runner with an empty credential never claims ``Authenticated``: it says ``Unauthenticated``
+    with reason ``NoCredential`` and keeps the agent's own words in the message.
+    """
+    message = adapter.auth_message[:900]
+    if not credential_present and adapter.auth is not AdapterAuth.FAILING:
+        return AuthReport(
+            state=AuthState.UNAUTHENTICATED,
+            reason=NO_CREDENTIAL_REASON,
+            message=(
+                "the runner holds no credential (the credential file or login directory is missing or empty); "
+                f"the agent said: {adapter.auth.value}/{adapter.auth_reason.value}"
+            )[:1024],
+        )
+    return AuthReport(state=AuthState(adapter.auth.value), reason=adapter.auth_reason.value, message=message)
+
+
+def build_catalogue(*, adapter: AdapterReport) -> ModelCatalogue:
+    """The model catalogue: the models the agent offers (invalid IDs dropped) and its default."""
+    efforts = [e for e in dict.fromkeys(adapter.effort_levels) if _EFFORT.match(e)][:MAX_EFFORTS]
+    models = [m for m in dict.fromkeys(adapter.models) if len(m) <= 128 and _MODEL_ID.match(m)][:MAX_MODELS]
+    default = adapter.default_model if adapter.default_model in models else None
+    return ModelCatalogue(models=[ModelEntry(id=m, efforts=efforts) for m in models], default=default)
+
+
+def build_report(
+    *,
+    file: RunnerFileConfig,
+    runner_name: str,
+    adapter: AdapterReport,
+    authentication: AuthReport,
+    active_jobs: int,
+    fingerprint: str,
+    credential_generation: int,
+    registered_at: dt.datetime,
+    now: dt.datetime,
+) -> RunnerReport:
+    """The whole report, bounded as the API demands."""
+    return RunnerReport(
+        provider=file.provider,
+        adapter=AdapterInfo(
+            type=file.adapter.type,
+            name=(adapter.agent_name or adapter.adapter)[:256],
+            version=(adapter.agent_version or "unknown")[:64],
+        ),
+        authentication=authentication,
+        placement_labels=dict(file.placement_labels),
+        capabilities=list(file.capabilities),
+        concurrency=file.concurrency,
+        active_jobs=max(0, min(active_jobs, 64)),
+        environment_fingerprint=fingerprint,
+        catalogue=build_catalogue(adapter=adapter),
+        credential_generation=credential_generation,
+        pod_name=runner_name,
+        reported_at=now,
+        registered_at=registered_at,
+    )
+
+
+def report_content(report: RunnerReport) -> dict[str, Any]:
+    """What counts as the report's content: everything but ``reportedAt``."""
+    wire = report.to_wire()
+    wire.pop("reportedAt", None)
+    return wire
+
+
+def decide_report_write(
+    *,
+    previous: RunnerReport | None,
+    current: RunnerReport,
+    last_written_at: dt.datetime | None,
+    now: dt.datetime,
+    refresh: dt.timedelta,
+) -> ReportDecision:
+    """Write at registration (nothing written yet), on a content change, or when ``refresh`` has passed."""
+    if previous is None or last_written_at is None:
+        return ReportDecision(True, WriteReason.REGISTRATION, now + refresh)
+    if report_content(previous) != report_content(current):
+        return ReportDecision(True, WriteReason.CHANGED, now + refresh)
+    due = last_written_at + refresh
+    if now >= due:
+        return ReportDecision(True, WriteReason.REFRESH, now + refresh)
+    return ReportDecision(False, None, due)

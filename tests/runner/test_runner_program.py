@@ -1,0 +1,196 @@
+"""The runner program (``python -m helmhive runner run``) against the real API server.
+
+Each test starts the program as a subprocess with a runner pod's environment and a token bound
+to its Pod object, under the exact RBAC the contract gives a pool, with the reference agent as
+its ACP agent. The operator is not running, so ``spec.controlState`` is what the runner obeys.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+
+from harness import wait_for
+
+from .program_harness import CANARY, RunnerRig, reference_runner_json
+
+
+def _parse(ts: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(ts.replace("Z", "+00:00"))
+
+
+def test_runner_registers_and_reports_its_catalogue(rig: RunnerRig) -> None:
+    proc = rig.start(reference_runner_json(agent_state=rig.agent_state))
+    report = rig.wait_registered(proc)
+
+    runner = rig.runner()
+    assert runner["spec"] == {"poolRef": {"name": "pool-a"}}
+    assert report["provider"] == "reference"
+    assert report["adapter"]["type"] == "acp"
+    assert report["adapter"]["name"] == "helmhive-reference-agent"
+    assert report["adapter"]["version"]
+    assert report["authentication"]["state"] == "Authenticated"
+    assert report["authentication"]["reason"] == "SessionCreated"
+    assert report["catalogue"]["default"] == "reference-small"
+    assert [m["id"] for m in report["catalogue"]["models"]] == ["reference-small", "reference-large"]
+    assert report["catalogue"]["models"][0]["efforts"] == ["low", "medium", "high"]
+    assert report["placementLabels"] == {"zone": "test-a", "domain": "code"}
+    assert report["capabilities"] == ["structured-output", "diff-review"]
+    assert report["concurrency"] == 1
+    assert report["activeJobs"] == 0
+    assert report["credentialGeneration"] == 1
+    assert report["podName"] == "pool-a-0"
+    assert report["environmentFingerprint"].startswith("sha256:")
+    # status.report is owned by the runner's field manager, through the status subresource.
+    managers = {(m["manager"], m.get("subresource")) for m in runner["metadata"]["managedFields"]}
+    assert ("helmhive-runner", "status") in managers
+    # The Lease exists, named and labelled as the contract says, held by the runner.
+    lease = rig.lease()
+    assert lease.spec.holder_identity == "pool-a-0"
+    assert lease.spec.lease_duration_seconds == 5
+    assert lease.metadata.labels == {"helmhive.dev/runner": "pool-a-0"}
+    # A Registered event about the Runner was posted by the runner itself.
+    events = [e for e in rig.events() if e.involved_object.name == "pool-a-0"]
+    assert "Registered" in {e.reason for e in events}
+
+
+def test_report_is_not_written_per_heartbeat(rig: RunnerRig) -> None:
+    """Over a window with several lease renewals (and probes), the Runner is not written at all."""
+    proc = rig.start(reference_runner_json(agent_state=rig.agent_state, renew=1))
+    rig.wait_registered(proc)
+    wait_for(lambda: len(proc.messages("report written")) >= 1, timeout=30, describe="the registration write")
+    version_before = rig.runner()["metadata"]["resourceVersion"]
+    renew_before = rig.lease().spec.renew_time
+    lease_rv_before = rig.lease().metadata.resource_version
+    started = time.monotonic()
+
+    seen_renewals: set[str] = set()
+
+    def several_renewals_and_probes() -> bool:
+        lease = rig.lease()
+        seen_renewals.add(lease.metadata.resource_version)
+        probes = len(proc.messages("adapter probed"))
+        return len(seen_renewals - {lease_rv_before}) >= 5 and probes >= 3
+
+    wait_for(several_renewals_and_probes, timeout=40, interval=0.5, describe="5 lease renewals and 3 probes")
+    window = time.monotonic() - started
+    renew_after = rig.lease().spec.renew_time
+    assert renew_after > renew_before
+    assert rig.runner()["metadata"]["resourceVersion"] == version_before, "the Runner was written during the window"
+    writes = proc.messages("report written")
+    assert [w["reason"] for w in writes] == ["Registration"]
+    # The figures for the record: lease writes vs report writes per minute over the window.
+    lease_per_min = len(seen_renewals - {lease_rv_before}) * 60 / window
+    print(f"window {window:.1f}s: lease renewals/min >= {lease_per_min:.0f}, report writes/min = 0")
+
+
+def test_unauthenticated_agent_is_reported_with_a_reason(rig: RunnerRig) -> None:
+    proc = rig.start(reference_runner_json(mode="unauthenticated", agent_state=rig.agent_state))
+    report = rig.wait_registered(proc)
+    auth = report["authentication"]
+    assert auth["state"] == "Unauthenticated"
+    assert auth["reason"] == "AuthRequired"
+    assert "auth" in auth["message"].lower()
+    assert report["adapter"]["name"] == "helmhive-reference-agent"
+    assert report["catalogue"] == {"models": []}
+    assert proc.popen.poll() is None, "the runner must keep running and heartbeating"
+
+
+def test_runner_without_credential_never_claims_authenticated(rig: RunnerRig) -> None:
+    empty = rig.root / "login"
+    empty.mkdir(parents=True)
+    proc = rig.start(reference_runner_json(agent_state=rig.agent_state), credential_dir=empty)
+    auth = rig.wait_registered(proc)["authentication"]
+    assert auth["state"] == "Unauthenticated"
+    assert auth["reason"] == "NoCredential"
+    assert "Authenticated/SessionCreated" in auth["message"]
+
+
+def test_sigterm_releases_the_lease_and_exits_zero(rig: RunnerRig) -> None:
+    proc = rig.start(reference_runner_json(agent_state=rig.agent_state))
+    rig.wait_registered(proc)
+    assert rig.lease_exists()
+    proc.terminate()
+    assert proc.wait(timeout=30) == 0
+    assert not rig.lease_exists()
+    stopped = proc.messages("runner stopped")
+    assert stopped and stopped[-1]["why"] == "stop" and stopped[-1]["leaseReleased"] is True
+    # Stays registered: the Runner object and its report remain for the operator to judge.
+    assert rig.report()["podName"] == "pool-a-0"
+
+
+def test_draining_and_disabled_keep_the_runner_registered(rig: RunnerRig) -> None:
+    proc = rig.start(reference_runner_json(agent_state=rig.agent_state))
+    rig.wait_registered(proc)
+    for state in ("Draining", "Disabled", "Active"):
+        rig.set_control_state(state)
+        wait_for(
+            lambda s=state: any(m.get("state") == s for m in proc.messages("control state changed")),
+            timeout=30,
+            describe=f"the runner to see {state}",
+        )
+        assert proc.popen.poll() is None
+        assert rig.lease_exists()
+    reasons = [e.reason for e in rig.events() if e.involved_object.name == "pool-a-0"]
+    assert {"ControlDraining", "ControlDisabled", "ControlActive"} <= set(reasons)
+
+
+def test_revoked_wipes_the_credential_exits_zero_and_refuses_the_same_generation(rig: RunnerRig) -> None:
+    login = rig.root / "login"
+    (login / ".config").mkdir(parents=True)
+    (login / ".config" / "token.json").write_text(json.dumps({"token": CANARY}))
+    (login / "session").write_text("x")
+    proc = rig.start(reference_runner_json(agent_state=rig.agent_state), credential_dir=login, generation=3)
+    rig.wait_registered(proc)
+    rig.set_control_state("Revoked")
+    assert proc.wait(timeout=40) == 0
+    assert login.is_dir() and list(login.iterdir()) == [], "the login directory's contents must be wiped"
+    assert not rig.lease_exists()
+    assert rig.report()["credentialGeneration"] == 3
+    assert "CredentialWiped" in {e.reason for e in rig.events()}
+
+    # The same generation again: refused, without touching the Lease or the report.
+    (login / "fresh").write_text("y")
+    again = rig.start(reference_runner_json(agent_state=rig.agent_state), credential_dir=login, generation=3)
+    assert again.wait(timeout=40) == 3
+    refused = again.messages("refusing to start")
+    assert refused and refused[0]["reason"] == "RevokedCredentialGeneration"
+    assert not rig.lease_exists()
+    assert list(login.iterdir()) == []
+
+
+def test_a_file_credential_copy_is_wiped_on_revocation(rig: RunnerRig) -> None:
+    proc = rig.start(reference_runner_json(agent_state=rig.agent_state), generation=2)
+    rig.wait_registered(proc)
+    copy = rig.state_dir / "credential" / "credential"
+    assert copy.read_text() == CANARY
+    assert oct(copy.stat().st_mode & 0o777) == "0o600"
+    rig.set_control_state("Revoked")
+    assert proc.wait(timeout=40) == 0
+    assert not copy.exists()
+    assert (rig.root / "secret" / "credential").read_text() == CANARY, (
+        "the mounted Secret is not the runner's to change"
+    )
+    assert (rig.state_dir / "revoked-generation").read_text().strip() == "2"
+
+
+def test_the_canary_credential_appears_nowhere(rig: RunnerRig) -> None:
+    """The credential reaches the agent (its env) but never the Runner, events, Lease, logs or report."""
+    proc = rig.start(reference_runner_json(agent_state=rig.agent_state))
+    rig.wait_registered(proc)
+    # The agent did get the credential in its environment (by name; the agent never logs values).
+    init = [json.loads(line) for line in (rig.agent_state / "methods.jsonl").read_text().splitlines()]
+    assert any("HELMHIVE_REFERENCE_AGENT_TOKEN" in entry.get("envKeys", []) for entry in init)
+    rig.set_control_state("Draining")
+    wait_for(lambda: proc.messages("control state changed"), timeout=30, describe="the Draining transition")
+    proc.terminate()
+    assert proc.wait(timeout=30) == 0
+
+    runner_text = json.dumps(rig.runner())
+    events_text = json.dumps([e.to_dict() for e in rig.events()], default=str)
+    log_text = proc.raw_log()
+    assert "report written" in log_text and "runner stopped" in log_text
+    for where, text in {"runner": runner_text, "events": events_text, "log": log_text}.items():
+        assert CANARY not in text, f"the credential leaked into the {where}"
+        assert CANARY[:12] not in text, f"part of the credential leaked into the {where}"
