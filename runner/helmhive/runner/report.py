@@ -104,11 +104,13 @@ def decide_authentication(*, adapter: AdapterReport, credential_present: bool) -
     """The report's authentication: the adapter's verdict, unless the runner holds no credential.
 
     Some agents open sessions without any login (their first prompt fails instead), so a
-    runner with an empty credential never claims ``Authenticated``: it says ``Unauthenticated``
-    with reason ``NoCredential`` and keeps the agent's own words in the message.
+    runner with an empty credential never claims ``Authenticated`` (nor ``Unknown``): it says
+    ``Unauthenticated`` with reason ``NoCredential`` and keeps the agent's own words in the
+    message. An agent that already says ``Unauthenticated`` or ``Failing`` keeps its own, more
+    specific, reason.
     """
     message = adapter.auth_message[:900]
-    if not credential_present and adapter.auth is not AdapterAuth.FAILING:
+    if not credential_present and adapter.auth in (AdapterAuth.AUTHENTICATED, AdapterAuth.UNKNOWN):
         return AuthReport(
             state=AuthState.UNAUTHENTICATED,
             reason=NO_CREDENTIAL_REASON,
