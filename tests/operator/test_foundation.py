@@ -88,6 +88,10 @@ def test_an_edited_envelope_is_restored_and_the_restoration_logged(
     wait_for(restored, timeout=15, describe="the operator to restore envelope change-review")
     messages = [r.get("message", "") for r in operator.log_records()]
     assert any("restored envelope change-review" in m and "filesystem" in m for m in messages)
+    audits = kube.custom.list_namespaced_custom_object(GROUP, VERSION, "helmhive-system", "auditrecords")["items"]
+    restored_audits = [a for a in audits if a["spec"]["action"] == "EnvelopeRestored"]
+    assert any(a["spec"]["object"]["name"] == "change-review" for a in restored_audits)
+    assert all(a["spec"]["object"]["kind"] == "Envelope" for a in restored_audits)
 
     kube.custom.delete_cluster_custom_object(GROUP, VERSION, "envelopes", "review-probe")
     wait_for(

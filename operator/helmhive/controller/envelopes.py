@@ -14,12 +14,15 @@ from typing import Any
 
 import kopf
 
+from helmhive.api.audit import AuditAction, AuditState
 from helmhive.api.common import JobKind
 from helmhive.api.envelope import EnvelopeSpec
 from helmhive.api.kinds import API_VERSION, kind_by_name
 from helmhive.api.reasons import ConditionType, Reason
-from helmhive.controller.kube import Conflict, Kube, NotFound
+from helmhive.controller.audit import ensure_audit
+from helmhive.controller.kube import Conflict, Kube, KubeError, NotFound
 from helmhive.controller.runtime import Runtime
+from helmhive.policy.audit import build_audit_record
 from helmhive.policy.conditions import set_condition
 from helmhive.policy.envelopes import ENVELOPES, envelope_hash
 
@@ -96,8 +99,12 @@ async def ensure_envelope(
     observed: dict[str, Any] | None,
     logger: kopf.Logger,
     now: dt.datetime,
+    audit_namespace: str | None = None,
 ) -> str:
-    """Create or restore one envelope; return ``created``, ``restored`` or ``unchanged``."""
+    """Create or restore one envelope; return ``created``, ``restored`` or ``unchanged``.
+
+    A restoration is audited in ``audit_namespace`` (the operator's own) when given.
+    """
     name = spec.job_kind.value
     if observed is None:
         try:
@@ -143,14 +150,33 @@ async def ensure_envelope(
         event_type="Warning",
         now=now,
     )
+    if audit_namespace:
+        record = build_audit_record(
+            action=AuditAction.ENVELOPE_RESTORED,
+            obj=restored,
+            before=AuditState(hash=str((observed["metadata"].get("annotations") or {}).get(HASH_ANNOTATION, ""))[:80]),
+            after=AuditState(hash=envelope_hash(spec)),
+            message=f"envelope {name} restored from code; drifted: {', '.join(drift)}"[:1024],
+            details={"fieldManagers": editors[:512]},
+            now=now,
+            namespace=audit_namespace,
+        )
+        try:
+            await ensure_audit(kube, record, now=now)
+        except KubeError as err:
+            logger.warning("could not audit the restoration of envelope %s: %s", name, err.message)
     await _mark_published(kube, restored, spec, now)
     return "restored"
 
 
-async def ensure_envelopes(kube: Kube, *, logger: kopf.Logger, now: dt.datetime) -> dict[str, str]:
+async def ensure_envelopes(
+    kube: Kube, *, logger: kopf.Logger, now: dt.datetime, audit_namespace: str | None = None
+) -> dict[str, str]:
     """Publish every envelope in the catalogue; return what happened to each."""
     return {
-        kind.value: await ensure_envelope(kube, spec, observed=None, logger=logger, now=now)
+        kind.value: await ensure_envelope(
+            kube, spec, observed=None, logger=logger, now=now, audit_namespace=audit_namespace
+        )
         for kind, spec in ENVELOPES.items()
     }
 
@@ -160,7 +186,9 @@ def register(runtime: Runtime) -> None:
 
     @kopf.on.startup()
     async def publish_envelopes(logger: kopf.Logger, **_: Any) -> None:
-        results = await ensure_envelopes(runtime.kube, logger=logger, now=runtime.clock())
+        results = await ensure_envelopes(
+            runtime.kube, logger=logger, now=runtime.clock(), audit_namespace=runtime.config.namespace
+        )
         logger.info("envelope catalogue published: %s", results)
 
     @kopf.on.event("helmhive.dev", "v1alpha1", "envelopes")
@@ -177,4 +205,11 @@ def register(runtime: Runtime) -> None:
         observed = None if event.get("type") == "DELETED" else obj
         if observed is None:
             logger.warning("envelope %s was deleted; recreating it from code", name)
-        await ensure_envelope(runtime.kube, spec, observed=observed, logger=logger, now=runtime.clock())
+        await ensure_envelope(
+            runtime.kube,
+            spec,
+            observed=observed,
+            logger=logger,
+            now=runtime.clock(),
+            audit_namespace=runtime.config.namespace,
+        )
