@@ -192,6 +192,37 @@ class RunnerRig:
         generation: int = 1,
         extra_env: dict[str, str] | None = None,
     ) -> RunnerProc:
+        env = self.environ(
+            runner_json,
+            credential=credential,
+            credential_dir=credential_dir,
+            generation=generation,
+            extra_env=extra_env,
+        )
+        log_path = self.root / f"runner-{len(self.procs)}.log"
+        with log_path.open("wb") as log:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "helmhive", "runner", "run"],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.root,
+            )
+        proc = RunnerProc(popen=popen, log_path=log_path)
+        self.procs.append(proc)
+        return proc
+
+    def environ(
+        self,
+        runner_json: dict[str, Any],
+        *,
+        credential: str | None = CANARY,
+        credential_dir: Path | None = None,
+        generation: int = 1,
+        extra_env: dict[str, str] | None = None,
+    ) -> dict[str, str]:
+        """The pod's environment (and files) for a runner of this rig, with a Pod-bound token."""
         self.ensure_rbac()
         pod = self.ensure_pod()
         identity = self.identities(self.namespace, self.service_account, bound_pod=pod, create=False)
@@ -212,19 +243,7 @@ class RunnerRig:
         if credential_dir is not None:
             env["HELMHIVE_CREDENTIAL_DIR"] = str(credential_dir)
         env.update(extra_env or {})
-        log_path = self.root / f"runner-{len(self.procs)}.log"
-        with log_path.open("wb") as log:
-            popen = subprocess.Popen(
-                [sys.executable, "-m", "helmhive", "runner", "run"],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=self.root,
-            )
-        proc = RunnerProc(popen=popen, log_path=log_path)
-        self.procs.append(proc)
-        return proc
+        return env
 
     # -- reading the cluster as admin ------------------------------------------------------
     def runner(self) -> dict[str, Any]:

@@ -520,8 +520,9 @@ class RunnerProcess:
                 await self._wake_jobs.wait()
                 continue
             job = await self.jobs.take()
-            if not accepts_jobs(state=self.state) or not self._free:
-                job.result = TurnResult(outcome=TurnOutcome.CANCELLED, message=f"runner is {self.state.value}")
+            if not accepts_jobs(state=self.state) or not self._free or self.stop.is_set():
+                why = "stopping" if self.stop.is_set() else self.state.value
+                job.result = TurnResult(outcome=TurnOutcome.CANCELLED, message=f"not started: the runner is {why}")
                 self.jobs.finish(job)
                 continue
             adapter = self._free.pop()
