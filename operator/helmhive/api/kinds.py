@@ -17,6 +17,7 @@ from helmhive.api.job import AgentJobSpec, AgentJobStatus, ChangeSpec, ChangeSta
 from helmhive.api.memory import MemoryRecordSpec, MemoryRecordStatus, WorkspaceSpec, WorkspaceStatus
 from helmhive.api.profile import ProfileSpec, ProfileStatus
 from helmhive.api.runner import RunnerPoolSpec, RunnerPoolStatus, RunnerSpec, RunnerStatus
+from helmhive.api.session import SessionBindingSpec, SessionBindingStatus
 
 __all__ = ["API_VERSION", "CATEGORY", "GROUP", "KINDS", "VERSION", "KindDef", "PrinterColumn", "kind_by_name"]
 
@@ -226,6 +227,30 @@ KINDS: tuple[KindDef, ...] = (
             _cond("Ready", "Ready"),
             PrinterColumn(name="Verdict", json_path=".status.reviewVerdict"),
             _AGE,
+        ),
+    ),
+    KindDef(
+        kind="SessionBinding",
+        plural="sessionbindings",
+        singular="sessionbinding",
+        short_names=("hhsess",),
+        namespaced=True,
+        spec=SessionBindingSpec,
+        status=SessionBindingStatus,
+        description="One chain of session continuity. The native session id lives only in the runner's Secret.",
+        root_validations=(
+            {"rule": "self.spec == oldSelf.spec", "message": "a session binding's key is immutable; reset it instead"},
+        ),
+        columns=(
+            PrinterColumn(name="Workspace", json_path=".spec.workspace"),
+            PrinterColumn(name="Profile", json_path=".spec.profile"),
+            PrinterColumn(name="Provider", json_path=".spec.provider"),
+            PrinterColumn(name="Runner", json_path=".spec.runner"),
+            PrinterColumn(name="Scope", json_path=".spec.scope"),
+            PrinterColumn(name="Service", json_path=".spec.service", priority=1),
+            PrinterColumn(name="Stored", json_path=".status.stored", type="boolean"),
+            PrinterColumn(name="Turns", json_path=".status.turns", type="integer"),
+            PrinterColumn(name="Last-Used", json_path=".status.lastUsedAt", type="date"),
         ),
     ),
     KindDef(

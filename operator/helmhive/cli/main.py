@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from helmhive.cli import crds, demo, dev, operator_cmd, runner_cmd, validate
+from helmhive.cli import crds, demo, dev, operator_cmd, runner_cmd, sessions, validate
 
 app = typer.Typer(
     name="helmhive",
@@ -21,6 +21,7 @@ app.add_typer(crds.app, name="crds")
 app.add_typer(dev.app, name="dev")
 app.add_typer(operator_cmd.app, name="operator")
 app.add_typer(runner_cmd.app, name="runner")
+app.add_typer(sessions.app, name="sessions")
 app.command(name="validate")(validate.run)
 app.command(name="demo")(demo.run)
 

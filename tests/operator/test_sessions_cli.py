@@ -1,0 +1,94 @@
+"""`helmhive sessions list|reset` against a real API server: resets are audited, ids never printed."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from typing import Any
+
+from kubernetes import client
+
+from harness.cluster import ClusterHandle
+from harness.kube import Kube
+
+GROUP, VERSION = "helmhive.dev", "v1alpha1"
+CANARY = "native-session-CANARY-93f1"
+
+
+def _cli(cluster: ClusterHandle, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "helmhive", "sessions", *args, "--kubeconfig", str(cluster.kubeconfig)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_reset_forgets_the_stored_session_and_is_audited(
+    cluster: ClusterHandle, kube: Kube, namespace: str, crds: list[str]
+) -> None:
+    binding: dict[str, Any] = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SessionBinding",
+        "metadata": {"name": "sb-0123456789abcdef0123"},
+        "spec": {
+            "workspace": "payments",
+            "profile": "quick-review",
+            "provider": "anthropic",
+            "runner": "pool-a-0",
+            "credentialGeneration": 1,
+            "scope": "workspace",
+        },
+    }
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "sessionbindings", binding)
+    kube.custom.patch_namespaced_custom_object_status(
+        GROUP,
+        VERSION,
+        namespace,
+        "sessionbindings",
+        "sb-0123456789abcdef0123",
+        {
+            "status": {
+                "stored": True,
+                "turns": 2,
+                "secretName": "helmhive-sessions-pool-a-0",
+                "secretKey": "sb-0123456789abcdef0123",
+            }
+        },
+    )
+    kube.core.create_namespaced_secret(
+        namespace,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name="helmhive-sessions-pool-a-0"),
+            data={"sb-0123456789abcdef0123": base64.b64encode(CANARY.encode()).decode(), "other": "eA=="},
+        ),
+    )
+    listed = _cli(cluster, "list", "-n", namespace, "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert rows[0]["name"] == "sb-0123456789abcdef0123" and rows[0]["stored"] is True
+    assert CANARY not in listed.stdout + listed.stderr
+
+    done = _cli(cluster, "reset", "sb-0123456789abcdef0123", "-n", namespace)
+    assert done.returncode == 0, done.stderr
+    assert "next job on it starts a fresh session" in done.stdout
+    assert CANARY not in done.stdout + done.stderr
+
+    secret = kube.core.read_namespaced_secret("helmhive-sessions-pool-a-0", namespace)
+    assert set(secret.data) == {"other"}
+    status = kube.custom.get_namespaced_custom_object(
+        GROUP, VERSION, namespace, "sessionbindings", "sb-0123456789abcdef0123"
+    )["status"]
+    assert status["stored"] is False and status["resets"] == 1
+    audits = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "auditrecords")["items"]
+    reset = [a for a in audits if a["spec"]["action"] == "SessionReset"]
+    assert len(reset) == 1
+    assert "system:masters" in reset[0]["spec"]["actor"]["groups"]
+    assert CANARY not in json.dumps(audits)
+
+    missing = _cli(cluster, "reset", "sb-does-not-exist", "-n", namespace)
+    assert missing.returncode == 1
+    assert "404" in missing.stderr and "Traceback" not in missing.stderr
