@@ -42,6 +42,8 @@ class ConditionType(enum.StrEnum):
     REVIEWED = "Reviewed"
     # Workspace
     PROFILES_RESOLVED = "ProfilesResolved"
+    # RunnerPool (added with runner pools)
+    CREDENTIAL_AVAILABLE = "CredentialAvailable"
 
 
 class Reason(enum.StrEnum):
@@ -132,6 +134,12 @@ class Reason(enum.StrEnum):
     ENVELOPE_DIFFERS_FROM_CODE = "EnvelopeDiffersFromCode"
     UNREADABLE_FILE = "UnreadableFile"
     NO_OBJECTS = "NoObjects"
+    # Runner pools and runners (added with the runner-pool reconciler)
+    LEASE_MISSING = "LeaseMissing"
+    AUTHENTICATION_UNKNOWN = "AuthenticationUnknown"
+    CREDENTIAL_FOUND = "CredentialFound"
+    CREDENTIAL_NOT_REQUIRED = "CredentialNotRequired"
+    APPLY_FAILED = "ApplyFailed"
 
 
 _DETAIL_RE = re.compile(r"[^A-Za-z0-9_,:]+")

@@ -226,3 +226,6 @@ class RunnerStatus(StatusBase):
     reported_status: ReportedStatus | None = None
     effective_control_state: ControlState | None = None
     last_heartbeat_time: dt.datetime | None = None
+    """The Lease's renewTime when the operator last wrote this status (the Lease is the live heartbeat)."""
+    registered_at: dt.datetime | None = None
+    """The registration (``report.registeredAt``) the operator has audited; a differing report is a new one."""
