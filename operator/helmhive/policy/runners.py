@@ -1,0 +1,373 @@
+"""Derives what the operator writes about a Runner, and a pool's counts, from observed facts. Pure.
+
+Inputs are the Runner's spec (set by an administrator), its report (written by the runner),
+the pool's control state and credential facts, the runner's Lease, ``now`` and a grace
+period. Nothing here reads the clock, talks to the API server or sees a credential.
+
+The state machine (``docs/runners.md`` has it as a table)::
+
+    effective control state = most restrictive of pool and runner (Active < Draining < Disabled < Revoked)
+    reported status         = Offline         if the Lease is missing, held by another, or
+                                              renewTime + leaseDuration + grace < now
+                              NeedsAttention  else if there is no report, or it is not Authenticated
+                              Online          otherwise
+    Schedulable             = the first rule that fails names the reason:
+                              Revoked, Disabled, Draining           (control state)
+                              NeverReported                         (no report yet)
+                              LeaseMissing, HeartbeatStale          (Offline)
+                              AdapterFailing, Unauthenticated,
+                              AuthenticationUnknown                 (NeedsAttention)
+                              CredentialMissing                     (the pool's Secret is gone)
+                              CredentialRotated                     (report.credentialGeneration is not the pool's)
+                              otherwise True, reason Schedulable.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from helmhive.api.audit import AuditAction
+from helmhive.api.common import ControlState
+from helmhive.api.reasons import ConditionType, Reason
+from helmhive.api.runner import AuthState, ReportedStatus, RunnerReport, RunnerSpec, RunnerStatus
+from helmhive.policy.conditions import set_condition
+
+__all__ = [
+    "CONTROL_ORDER",
+    "LeaseView",
+    "PoolCounts",
+    "PoolFacts",
+    "RunnerDerived",
+    "RunnerStatusUpdate",
+    "RunnerTransition",
+    "Verdict",
+    "build_runner_status",
+    "decide_authentication",
+    "decide_effective_control_state",
+    "decide_heartbeat",
+    "decide_pool_counts",
+    "decide_runner_status",
+    "decide_runner_transitions",
+    "format_time",
+]
+
+CONTROL_ORDER: tuple[ControlState, ...] = (
+    ControlState.ACTIVE,
+    ControlState.DRAINING,
+    ControlState.DISABLED,
+    ControlState.REVOKED,
+)
+_CONTROL_REASON = {
+    ControlState.DRAINING: Reason.CONTROL_DRAINING,
+    ControlState.DISABLED: Reason.CONTROL_DISABLED,
+    ControlState.REVOKED: Reason.CONTROL_REVOKED,
+}
+
+
+def format_time(when: dt.datetime) -> str:
+    """RFC 3339 in UTC with a ``Z``, keeping microseconds when there are any (round-trips exactly)."""
+    return when.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeaseView:
+    """The parts of a runner's ``coordination.k8s.io`` Lease that matter."""
+
+    holder: str | None
+    renew_time: dt.datetime | None
+    duration_seconds: int
+
+    def expires_at(self, grace: dt.timedelta) -> dt.datetime | None:
+        if self.renew_time is None:
+            return None
+        return self.renew_time + dt.timedelta(seconds=self.duration_seconds) + grace
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolFacts:
+    """What a runner's derivation needs from its pool."""
+
+    control_state: ControlState = ControlState.ACTIVE
+    credential_generation: int = 0
+    credential_available: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """One condition's status, fixed reason name and message."""
+
+    status: bool | None
+    reason: str
+    message: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunnerDerived:
+    """Everything the operator derives about one runner."""
+
+    reported_status: ReportedStatus
+    effective_control_state: ControlState
+    online: Verdict
+    authenticated: Verdict
+    schedulable: Verdict
+    heartbeat_time: dt.datetime | None
+
+    @property
+    def is_schedulable(self) -> bool:
+        return self.schedulable.status is True
+
+
+def decide_effective_control_state(*, pool: ControlState, runner: ControlState | None) -> ControlState:
+    """The more restrictive of the pool's and the runner's control state."""
+    states = [pool] if runner is None else [pool, runner]
+    return max(states, key=CONTROL_ORDER.index)
+
+
+def decide_heartbeat(*, runner_name: str, lease: LeaseView | None, now: dt.datetime, grace: dt.timedelta) -> Verdict:
+    """Online if the runner's own Lease was renewed within its duration plus ``grace``."""
+    if lease is None:
+        return Verdict(status=False, reason=Reason.LEASE_MISSING, message=f"no Lease {runner_name} exists")
+    if lease.holder != runner_name:
+        return Verdict(
+            status=False,
+            reason=Reason.HEARTBEAT_STALE,
+            message=f"Lease {runner_name} is held by {lease.holder or 'nobody'}, not by the runner",
+        )
+    expires = lease.expires_at(grace)
+    if lease.renew_time is None or expires is None or expires < now:
+        renewed = format_time(lease.renew_time) if lease.renew_time else "never"
+        return Verdict(
+            status=False,
+            reason=Reason.HEARTBEAT_STALE,
+            message=f"Lease last renewed {renewed}; it expired after {lease.duration_seconds}s plus "
+            f"{grace.total_seconds():g}s grace",
+        )
+    # No renew time in the message: it would change the condition, and cost a write, on every renewal.
+    return Verdict(
+        status=True,
+        reason=Reason.HEARTBEAT_FRESH,
+        message=f"the Lease is renewed within its {lease.duration_seconds}s duration",
+    )
+
+
+def decide_authentication(*, report: RunnerReport | None) -> Verdict:
+    """The Authenticated condition, straight from the runner's report."""
+    if report is None:
+        return Verdict(status=None, reason=Reason.NEVER_REPORTED, message="the runner has not reported yet")
+    auth = report.authentication
+    detail = f"{auth.reason}: {auth.message}".strip(": ") if (auth.reason or auth.message) else ""
+    match auth.state:
+        case AuthState.AUTHENTICATED:
+            return Verdict(status=True, reason=Reason.AUTHENTICATED, message=detail)
+        case AuthState.FAILING:
+            return Verdict(status=False, reason=Reason.ADAPTER_FAILING, message=detail or "the adapter is failing")
+        case AuthState.UNAUTHENTICATED:
+            return Verdict(status=False, reason=Reason.UNAUTHENTICATED, message=detail or "the provider login failed")
+        case _:
+            return Verdict(status=None, reason=Reason.AUTHENTICATION_UNKNOWN, message=detail)
+
+
+def _schedulable(
+    *,
+    control: ControlState,
+    report: RunnerReport | None,
+    online: Verdict,
+    authenticated: Verdict,
+    pool: PoolFacts,
+) -> Verdict:
+    if control is not ControlState.ACTIVE:
+        return Verdict(status=False, reason=_CONTROL_REASON[control], message=f"the control state is {control.value}")
+    if report is None:
+        return Verdict(status=False, reason=Reason.NEVER_REPORTED, message="the runner has not reported yet")
+    if online.status is not True:
+        return Verdict(status=False, reason=online.reason, message=online.message)
+    if authenticated.status is not True:
+        return Verdict(status=False, reason=authenticated.reason, message=authenticated.message)
+    if not pool.credential_available:
+        return Verdict(
+            status=False, reason=Reason.CREDENTIAL_MISSING, message="the pool's credential Secret is missing"
+        )
+    if report.credential_generation != pool.credential_generation:
+        return Verdict(
+            status=False,
+            reason=Reason.CREDENTIAL_ROTATED,
+            message=f"reported with credential generation {report.credential_generation}; "
+            f"the pool's credential is generation {pool.credential_generation}",
+        )
+    return Verdict(status=True, reason=Reason.SCHEDULABLE, message="Active, Online and Authenticated")
+
+
+def decide_runner_status(
+    *,
+    name: str,
+    spec: RunnerSpec,
+    report: RunnerReport | None,
+    pool: PoolFacts,
+    lease: LeaseView | None,
+    now: dt.datetime,
+    grace: dt.timedelta,
+) -> RunnerDerived:
+    """Derive the reported status, effective control state and conditions of runner ``name``."""
+    control = decide_effective_control_state(pool=pool.control_state, runner=spec.control_state)
+    online = decide_heartbeat(runner_name=name, lease=lease, now=now, grace=grace)
+    authenticated = decide_authentication(report=report)
+    if online.status is not True:
+        reported = ReportedStatus.OFFLINE
+    elif authenticated.status is not True:
+        reported = ReportedStatus.NEEDS_ATTENTION
+    else:
+        reported = ReportedStatus.ONLINE
+    return RunnerDerived(
+        reported_status=reported,
+        effective_control_state=control,
+        online=online,
+        authenticated=authenticated,
+        schedulable=_schedulable(control=control, report=report, online=online, authenticated=authenticated, pool=pool),
+        heartbeat_time=lease.renew_time if lease is not None else None,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunnerStatusUpdate:
+    """The operator's whole share of a Runner's status, and whether it differs from what is stored."""
+
+    status: dict[str, Any]
+    changed: bool
+
+
+def _registration(observed: RunnerStatus, report: RunnerReport | None) -> dt.datetime | None:
+    if report is None:
+        return observed.registered_at
+    if report.registered_at is not None:
+        return report.registered_at
+    return observed.registered_at or report.reported_at
+
+
+def build_runner_status(
+    *,
+    observed: RunnerStatus,
+    derived: RunnerDerived,
+    generation: int | None,
+    now: dt.datetime,
+) -> RunnerStatusUpdate:
+    """Return every status field the operator owns (never ``report``); ``changed`` ignores the heartbeat time."""
+    conditions: list[dict[str, Any]] = [c.to_wire() for c in observed.conditions]
+    changed = False
+    for ctype, verdict in (
+        (ConditionType.ONLINE, derived.online),
+        (ConditionType.AUTHENTICATED, derived.authenticated),
+        (ConditionType.SCHEDULABLE, derived.schedulable),
+    ):
+        update = set_condition(
+            conditions,
+            type=ctype,
+            status=verdict.status,
+            reason=verdict.reason,
+            message=verdict.message,
+            generation=generation,
+            now=now,
+        )
+        conditions, changed = update.conditions, changed or update.changed
+    registered = _registration(observed, observed.report)
+    status: dict[str, Any] = {
+        "reportedStatus": derived.reported_status.value,
+        "effectiveControlState": derived.effective_control_state.value,
+        "conditions": conditions,
+    }
+    if generation is not None:
+        status["observedGeneration"] = generation
+    if derived.heartbeat_time is not None:
+        status["lastHeartbeatTime"] = format_time(derived.heartbeat_time)
+    if registered is not None:
+        status["registeredAt"] = format_time(registered)
+    changed = (
+        changed
+        or observed.reported_status != derived.reported_status
+        or observed.effective_control_state != derived.effective_control_state
+        or observed.observed_generation != generation
+        or observed.registered_at != registered
+    )
+    return RunnerStatusUpdate(status=status, changed=changed)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunnerTransition:
+    """One audited transition of a runner: the action, the before and after values, and a message."""
+
+    action: AuditAction
+    before: str | None
+    after: str | None
+    message: str
+
+
+def decide_runner_transitions(*, name: str, observed: RunnerStatus, derived: RunnerDerived) -> list[RunnerTransition]:
+    """The transitions between the stored status and ``derived`` that the audit trail must record."""
+    out: list[RunnerTransition] = []
+    report = observed.report
+    registered = _registration(observed, report)
+    if report is not None and registered is not None and registered != observed.registered_at:
+        out.append(
+            RunnerTransition(
+                action=AuditAction.RUNNER_REGISTERED,
+                before=format_time(observed.registered_at) if observed.registered_at else None,
+                after=format_time(registered),
+                message=f"runner {name} registered (pod {report.pod_name}, provider {report.provider}, "
+                f"adapter {report.adapter.name} {report.adapter.version})",
+            )
+        )
+    old_control, new_control = observed.effective_control_state, derived.effective_control_state
+    if old_control != new_control and (old_control is not None or new_control is not ControlState.ACTIVE):
+        revoked = new_control is ControlState.REVOKED
+        out.append(
+            RunnerTransition(
+                action=AuditAction.RUNNER_REVOKED if revoked else AuditAction.RUNNER_CONTROL_STATE_CHANGED,
+                before=old_control.value if old_control else None,
+                after=new_control.value,
+                message=f"runner {name} control state {old_control.value if old_control else 'unset'} "
+                f"-> {new_control.value}",
+            )
+        )
+    old_status = observed.reported_status
+    if old_status is not None and old_status != derived.reported_status:
+        out.append(
+            RunnerTransition(
+                action=AuditAction.RUNNER_STATUS_CHANGED,
+                before=old_status.value,
+                after=derived.reported_status.value,
+                message=f"runner {name} is {derived.reported_status.value} (was {old_status.value}): {_why(derived)}",
+            )
+        )
+    return out
+
+
+def _why(derived: RunnerDerived) -> str:
+    if derived.online.status is not True:
+        return derived.online.reason
+    return derived.authenticated.reason
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolCounts:
+    """The pool's printer-column counts."""
+
+    desired: int
+    ready: int
+    schedulable: int
+
+    def to_wire(self) -> dict[str, int]:
+        return {"desiredReplicas": self.desired, "readyReplicas": self.ready, "schedulableRunners": self.schedulable}
+
+    def differs_from(self, status: Mapping[str, Any]) -> bool:
+        return any(status.get(key) != value for key, value in self.to_wire().items())
+
+
+def decide_pool_counts(*, replicas: int, runners: Iterable[RunnerDerived]) -> PoolCounts:
+    """Desired = spec.replicas; ready = runners Online; schedulable = runners Schedulable."""
+    ready = schedulable = 0
+    for derived in runners:
+        ready += derived.reported_status is ReportedStatus.ONLINE
+        schedulable += derived.is_schedulable
+    return PoolCounts(desired=replicas, ready=ready, schedulable=schedulable)
