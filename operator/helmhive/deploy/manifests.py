@@ -9,16 +9,19 @@ from __future__ import annotations
 from typing import Any
 
 from helmhive.api.kinds import GROUP
+from helmhive.policy.runnerpool import RUNNER_NAME_PREFIX
 
 __all__ = [
     "OperatorIdentity",
     "build_envelope_policy",
     "build_install_manifests",
     "build_operator_rbac",
+    "build_runner_identity_policy",
 ]
 
 _LABELS = {"app.kubernetes.io/name": "helmhive", "app.kubernetes.io/part-of": "helmhive"}
 ENVELOPE_POLICY_NAME = "helmhive-envelopes-read-only"
+RUNNER_POLICY_NAME = "helmhive-runner-identity"
 
 
 class OperatorIdentity:
@@ -134,6 +137,133 @@ def build_envelope_policy(identity: OperatorIdentity) -> list[dict[str, Any]]:
     return [policy, binding]
 
 
+# The status fields the operator derives; a runner's write must leave each as it was.
+_OPERATOR_RUNNER_FIELDS = (
+    "conditions",
+    "reportedStatus",
+    "effectiveControlState",
+    "lastHeartbeatTime",
+    "registeredAt",
+    "observedGeneration",
+)
+
+
+def build_runner_identity_policy() -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy (and binding): a runner pod writes only its own Runner and Lease.
+
+    It applies to callers whose username is ``system:serviceaccount:<ns>:helmhive-runner-*``
+    (RBAC is the first layer). The pod name bound to the caller's token
+    (``request.userInfo.extra['authentication.kubernetes.io/pod-name']``) must equal the name
+    of the Runner or Lease written; a token bound to no pod is refused. A runner may register
+    only into its own pool, may not set its control state, and may not touch the status fields
+    the operator derives.
+    """
+    pod_key = "authentication.kubernetes.io/pod-name"
+    unchanged = " && ".join(
+        f"object.?status.?{field} == oldObject.?status.?{field}" for field in _OPERATOR_RUNNER_FIELDS
+    )
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": RUNNER_POLICY_NAME, "labels": dict(_LABELS)},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [GROUP],
+                        "apiVersions": ["*"],
+                        "operations": ["CREATE", "UPDATE", "DELETE"],
+                        "resources": ["runners", "runners/status"],
+                    },
+                    {
+                        "apiGroups": ["coordination.k8s.io"],
+                        "apiVersions": ["*"],
+                        "operations": ["CREATE", "UPDATE", "DELETE"],
+                        "resources": ["leases"],
+                    },
+                ]
+            },
+            "matchConditions": [
+                {
+                    "name": "runner-service-account",
+                    "expression": (
+                        "request.userInfo.username.matches('^system:serviceaccount:[^:]+:"
+                        + RUNNER_NAME_PREFIX
+                        + "[^:]+$')"
+                    ),
+                }
+            ],
+            "variables": [
+                {
+                    "name": "podName",
+                    "expression": (
+                        f"'{pod_key}' in request.userInfo.extra && "
+                        f"size(request.userInfo.extra['{pod_key}']) > 0 ? "
+                        f"request.userInfo.extra['{pod_key}'][0] : ''"
+                    ),
+                },
+                {
+                    "name": "target",
+                    "expression": (
+                        "request.resource.resource + (request.subResource != '' ? '/' + request.subResource : '')"
+                        " + ' ' + request.name"
+                    ),
+                },
+            ],
+            "validations": [
+                {
+                    "expression": "variables.podName != ''",
+                    "messageExpression": (
+                        "'runner identity: the token of ' + request.userInfo.username + ' is not bound to a pod; "
+                        "a runner writes only with its pod-bound ServiceAccount token'"
+                    ),
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "variables.podName == '' || variables.podName == request.name",
+                    "messageExpression": (
+                        "'runner identity: runner pod ' + variables.podName + ' may write only its own Runner "
+                        "and Lease (named ' + variables.podName + '), not ' + variables.target"
+                    ),
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": (
+                        "request.resource.resource != 'runners' || request.operation != 'CREATE' || "
+                        "(request.userInfo.username.endsWith(':"
+                        + RUNNER_NAME_PREFIX
+                        + "' + object.spec.poolRef.name) && !has(object.spec.controlState))"
+                    ),
+                    "messageExpression": (
+                        "'runner identity: ' + request.userInfo.username + ' may register a Runner only in its "
+                        "own pool and without a control state (spec.controlState is set by administrators)'"
+                    ),
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": (
+                        "request.resource.resource != 'runners' || request.subResource != 'status' || "
+                        "request.operation != 'UPDATE' || (" + unchanged + ")"
+                    ),
+                    "messageExpression": (
+                        "'runner identity: runner pod ' + variables.podName + ' may write only status.report; "
+                        "the other status fields of ' + variables.target + ' are derived by the operator'"
+                    ),
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": RUNNER_POLICY_NAME, "labels": dict(_LABELS)},
+        "spec": {"policyName": RUNNER_POLICY_NAME, "validationActions": ["Deny"]},
+    }
+    return [policy, binding]
+
+
 def build_install_manifests(identity: OperatorIdentity) -> list[dict[str, Any]]:
     """Everything a cluster needs besides the CRDs and the operator's Deployment."""
     namespace = {
@@ -141,4 +271,9 @@ def build_install_manifests(identity: OperatorIdentity) -> list[dict[str, Any]]:
         "kind": "Namespace",
         "metadata": {"name": identity.namespace, "labels": dict(_LABELS)},
     }
-    return [namespace, *build_operator_rbac(identity), *build_envelope_policy(identity)]
+    return [
+        namespace,
+        *build_operator_rbac(identity),
+        *build_envelope_policy(identity),
+        *build_runner_identity_policy(),
+    ]

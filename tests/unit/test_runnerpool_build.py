@@ -1,0 +1,319 @@
+"""The objects a RunnerPool becomes, its credential hash and generation, and the runner identity policy."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from helmhive.api.runner import RunnerPoolSpec
+from helmhive.deploy.manifests import (
+    RUNNER_POLICY_NAME,
+    OperatorIdentity,
+    build_install_manifests,
+    build_operator_rbac,
+    build_runner_identity_policy,
+)
+from helmhive.policy.runnerpool import (
+    GENERATION_ANNOTATION,
+    MAX_POOL_NAME,
+    RUNNER_ROLE_RULES,
+    PoolRef,
+    build_config_map,
+    build_credential_hash,
+    build_pool_objects,
+    build_runner_config,
+    build_stateful_set,
+    decide_credential,
+    decide_pool_name_problem,
+    decide_pruned_objects,
+)
+
+POOL = PoolRef(name="claude", namespace="team-a", uid="0b9e6a4e-0000-4000-8000-000000000001")
+SECRET_SPEC: dict[str, Any] = {
+    "provider": "anthropic",
+    "adapter": {"type": "claude-cli", "claudeCli": {"path": "claude"}},
+    "image": "ghcr.io/helmhive/runner:0.1.0",
+    "credential": {"secretRef": {"name": "anthropic-key", "key": "api-key"}, "envName": "ANTHROPIC_API_KEY"},
+    "placementLabels": {"domain": "code"},
+    "capabilities": ["structured-output", "diff-review"],
+    "concurrency": 2,
+    "replicas": 3,
+}
+VOLUME_SPEC: dict[str, Any] = {
+    **SECRET_SPEC,
+    "credential": {"volume": {"claimName": "claude-login", "mountPath": "/home/runner/.claude"}},
+    "replicas": 1,
+}
+
+
+def spec(wire: dict[str, Any] = SECRET_SPEC, **changes: Any) -> RunnerPoolSpec:
+    return RunnerPoolSpec.model_validate({**wire, **changes})
+
+
+def by_kind(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {o["kind"]: o for o in objects}
+
+
+def test_names_labels_and_owner_references_follow_the_contract() -> None:
+    objects = by_kind(build_pool_objects(POOL, spec(), credential_generation=1))
+    assert set(objects) == {
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "ConfigMap",
+        "NetworkPolicy",
+        "StatefulSet",
+        "PodDisruptionBudget",
+    }
+    names = {kind: o["metadata"]["name"] for kind, o in objects.items()}
+    assert names == {
+        "ServiceAccount": "helmhive-runner-claude",
+        "Role": "helmhive-runner-claude",
+        "RoleBinding": "helmhive-runner-claude",
+        "ConfigMap": "helmhive-runner-claude",
+        "NetworkPolicy": "helmhive-runner-claude",
+        "StatefulSet": "claude",
+        "PodDisruptionBudget": "claude",
+    }
+    for obj in objects.values():
+        meta = obj["metadata"]
+        assert meta["namespace"] == "team-a"
+        assert meta["labels"] == {
+            "app.kubernetes.io/name": "helmhive-runner",
+            "app.kubernetes.io/managed-by": "helmhive-operator",
+            "helmhive.dev/pool": "claude",
+        }
+        assert meta["ownerReferences"] == [
+            {
+                "apiVersion": "helmhive.dev/v1alpha1",
+                "kind": "RunnerPool",
+                "name": "claude",
+                "uid": POOL.uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+
+
+def test_role_is_exactly_the_contract_and_binds_the_pool_service_account() -> None:
+    objects = by_kind(build_pool_objects(POOL, spec(), credential_generation=1))
+    assert objects["Role"]["rules"] == [
+        {"apiGroups": ["helmhive.dev"], "resources": ["runners"], "verbs": ["get", "list", "watch", "create"]},
+        {"apiGroups": ["helmhive.dev"], "resources": ["runners/status"], "verbs": ["get", "patch", "update"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "create", "update", "patch", "delete"],
+        },
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    ]
+    assert not any("secrets" in r["resources"] or "pods" in r["resources"] for r in RUNNER_ROLE_RULES)
+    binding = objects["RoleBinding"]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "helmhive-runner-claude",
+    }
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "helmhive-runner-claude", "namespace": "team-a"}]
+
+
+def test_the_operator_holds_every_permission_it_grants_runners() -> None:
+    # RBAC lets a subject grant only what it holds itself.
+    rules = build_operator_rbac(OperatorIdentity())[1]["rules"]
+
+    def held(group: str, resource: str, verb: str) -> bool:
+        return any(
+            group in r["apiGroups"]
+            and (
+                resource in r["resources"]
+                or "*" in r["resources"]
+                or ("*/status" in r["resources"] and "/" in resource)
+            )
+            and verb in r["verbs"]
+            for r in rules
+        )
+
+    for rule in RUNNER_ROLE_RULES:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    assert held(group, resource, verb), (group, resource, verb)
+
+
+ALLOWED_VOLUME_TYPES = {"configMap", "emptyDir", "secret", "persistentVolumeClaim", "projected", "downwardAPI"}
+
+
+@pytest.mark.parametrize("wire", [SECRET_SPEC, VOLUME_SPEC], ids=["secret", "volume"])
+def test_pod_template_meets_pod_security_restricted(wire: dict[str, Any]) -> None:
+    pod = build_stateful_set(POOL, spec(wire), credential_generation=4)["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        assert not pod.get(key)
+    for volume in pod["volumes"]:
+        kinds = set(volume) - {"name"}
+        assert kinds <= ALLOWED_VOLUME_TYPES, volume
+    for container in pod["containers"]:
+        sc = container["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert not sc.get("privileged")
+        assert not any(p.get("hostPort") for p in container.get("ports", []))
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        # Scratch space on emptyDirs, since the root filesystem is read-only.
+        empty = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
+        assert {mounts["/tmp"], mounts["/var/lib/helmhive"], mounts["/home/runner"]} <= empty
+
+
+def _env(obj: dict[str, Any]) -> dict[str, Any]:
+    container = obj["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_runner_environment_and_credential_mounts() -> None:
+    sts = build_stateful_set(POOL, spec(), credential_generation=4)
+    env = _env(sts)
+    assert env["HELMHIVE_RUNNER_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["HELMHIVE_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["HELMHIVE_POOL"] == "claude"
+    assert env["HELMHIVE_RUNNER_CONFIG"] == "/etc/helmhive/runner.json"
+    assert env["HELMHIVE_CREDENTIAL_GENERATION"] == {
+        "fieldRef": {"fieldPath": "metadata.annotations['helmhive.dev/credential-generation']"}
+    }
+    assert env["HELMHIVE_CREDENTIAL_FILE"] == "/var/run/helmhive/credential/api-key"
+    assert "HELMHIVE_CREDENTIAL_DIR" not in env
+    template = sts["spec"]["template"]
+    assert template["metadata"]["annotations"][GENERATION_ANNOTATION] == "4"
+    secret = next(v["secret"] for v in template["spec"]["volumes"] if v["name"] == "credential")
+    assert secret == {
+        "secretName": "anthropic-key",
+        "defaultMode": 0o440,
+        "items": [{"key": "api-key", "path": "api-key"}],
+    }
+    # Nothing about the credential's value is in the pod template, only where to find it.
+    assert "ANTHROPIC_API_KEY" not in env
+    volume_env = _env(build_stateful_set(POOL, spec(VOLUME_SPEC), credential_generation=0))
+    assert volume_env["HELMHIVE_CREDENTIAL_DIR"] == "/home/runner/.claude"
+    assert "HELMHIVE_CREDENTIAL_FILE" not in volume_env
+
+
+def test_stable_identities_and_parallel_pods() -> None:
+    sts = build_stateful_set(POOL, spec(), credential_generation=1)["spec"]
+    assert sts["replicas"] == 3
+    assert sts["podManagementPolicy"] == "Parallel"
+    assert sts["selector"]["matchLabels"].items() <= sts["template"]["metadata"]["labels"].items()
+    assert sts["template"]["spec"]["serviceAccountName"] == "helmhive-runner-claude"
+
+
+def test_template_changes_with_the_credential_generation_and_the_config() -> None:
+    base = build_stateful_set(POOL, spec(), credential_generation=1)["spec"]["template"]
+    rotated = build_stateful_set(POOL, spec(), credential_generation=2)["spec"]["template"]
+    reconfigured = build_stateful_set(POOL, spec(concurrency=4), credential_generation=1)["spec"]["template"]
+    assert base != rotated
+    assert base["metadata"]["annotations"] != reconfigured["metadata"]["annotations"]
+    assert build_stateful_set(POOL, spec(), credential_generation=1)["spec"]["template"] == base
+
+
+def test_runner_json_holds_the_pool_settings_in_camel_case() -> None:
+    config = json.loads(build_config_map(POOL, spec())["data"]["runner.json"])
+    assert config == build_runner_config(spec())
+    assert config == {
+        "provider": "anthropic",
+        "adapter": {"type": "claude-cli", "claudeCli": {"path": "claude", "extraArgs": []}},
+        "placementLabels": {"domain": "code"},
+        "capabilities": ["structured-output", "diff-review"],
+        "concurrency": 2,
+        "heartbeat": {"leaseDurationSeconds": 20, "renewIntervalSeconds": 5, "reportRefreshSeconds": 300},
+        "credentialEnvName": "ANTHROPIC_API_KEY",
+    }
+    assert build_runner_config(spec(VOLUME_SPEC))["credentialDirEnvName"] == "CLAUDE_CONFIG_DIR"
+
+
+def test_network_policy_denies_ingress_and_allows_only_dns_and_https_egress() -> None:
+    policy = by_kind(build_pool_objects(POOL, spec(), credential_generation=1))["NetworkPolicy"]["spec"]
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["ingress"] == []
+    ports = sorted((p["protocol"], p["port"]) for rule in policy["egress"] for p in rule["ports"])
+    assert ports == [("TCP", 53), ("TCP", 443), ("TCP", 6443), ("UDP", 53)]
+    assert policy["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "helmhive-runner",
+        "helmhive.dev/pool": "claude",
+    }
+
+
+@pytest.mark.parametrize(("replicas", "has_pdb"), [(0, False), (1, False), (2, True), (5, True)])
+def test_pod_disruption_budget_only_for_more_than_one_replica(replicas: int, has_pdb: bool) -> None:
+    objects = by_kind(build_pool_objects(POOL, spec(replicas=replicas), credential_generation=1))
+    assert ("PodDisruptionBudget" in objects) is has_pdb
+    pruned = decide_pruned_objects(POOL, spec(replicas=replicas))
+    assert (pruned == [("policy/v1", "PodDisruptionBudget", "claude")]) is not has_pdb
+    if has_pdb:
+        assert objects["PodDisruptionBudget"]["spec"]["maxUnavailable"] == 1
+
+
+def test_pool_names_too_long_for_a_stateful_set_are_refused() -> None:
+    assert decide_pool_name_problem("a" * MAX_POOL_NAME) is None
+    problem = decide_pool_name_problem("a" * (MAX_POOL_NAME + 1))
+    assert problem is not None and "at most 52 characters" in problem
+
+
+# --- Credential hash and generation --------------------------------------------------------------
+
+CANARY = "c2stY2FuYXJ5LTEyMzQ="  # base64, as a Secret's data holds it
+
+
+def test_credential_hash_covers_the_referenced_key_only_and_never_contains_it() -> None:
+    digest = build_credential_hash(data={"api-key": CANARY, "note": "eA=="}, key="api-key")
+    assert digest is not None and digest.startswith("sha256:") and len(digest) == 71
+    assert CANARY not in digest
+    assert digest == build_credential_hash(data={"api-key": CANARY, "note": "changed"}, key="api-key")
+    assert digest != build_credential_hash(data={"api-key": "b3RoZXI="}, key="api-key")
+    assert build_credential_hash(data={"other": CANARY}, key="api-key") is None
+    whole = build_credential_hash(data={"a": "1", "b": "2"}, key=None)
+    assert whole != build_credential_hash(data={"a": "1", "b": "3"}, key=None)
+
+
+def test_credential_generation_bumps_only_when_the_hash_changes() -> None:
+    first = decide_credential(uses_secret=True, observed_hash=None, observed_generation=0, digest="sha256:a")
+    assert (first.generation, first.changed, first.available, first.previous_hash) == (1, True, True, None)
+    same = decide_credential(uses_secret=True, observed_hash="sha256:a", observed_generation=1, digest="sha256:a")
+    assert (same.generation, same.changed) == (1, False)
+    rotated = decide_credential(uses_secret=True, observed_hash="sha256:a", observed_generation=1, digest="sha256:b")
+    assert (rotated.generation, rotated.changed, rotated.previous_hash, rotated.hash) == (
+        2,
+        True,
+        "sha256:a",
+        "sha256:b",
+    )
+    missing = decide_credential(uses_secret=True, observed_hash="sha256:b", observed_generation=2, digest=None)
+    assert (missing.generation, missing.available, missing.hash, missing.changed) == (2, False, "sha256:b", False)
+    volume = decide_credential(uses_secret=False, observed_hash=None, observed_generation=0, digest=None)
+    assert (volume.generation, volume.available, volume.hash) == (0, True, None)
+
+
+# --- The runner identity admission policy --------------------------------------------------------
+
+
+def test_runner_identity_policy_is_installed_and_checks_the_bound_pod_name() -> None:
+    docs = build_install_manifests(OperatorIdentity())
+    names = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    assert ("ValidatingAdmissionPolicy", RUNNER_POLICY_NAME) in names
+    assert ("ValidatingAdmissionPolicyBinding", RUNNER_POLICY_NAME) in names
+    policy, binding = build_runner_identity_policy()
+    assert binding["spec"] == {"policyName": RUNNER_POLICY_NAME, "validationActions": ["Deny"]}
+    spec_ = policy["spec"]
+    assert spec_["failurePolicy"] == "Fail"
+    resources = {r for rule in spec_["matchConstraints"]["resourceRules"] for r in rule["resources"]}
+    assert resources == {"runners", "runners/status", "leases"}
+    assert "helmhive-runner-" in spec_["matchConditions"][0]["expression"]
+    text = json.dumps(spec_)
+    assert "authentication.kubernetes.io/pod-name" in text
+    assert "variables.podName == request.name" in text
+    # The runner may not rewrite what the operator derives.
+    for field in ("conditions", "reportedStatus", "effectiveControlState", "registeredAt"):
+        assert f"object.?status.?{field} == oldObject.?status.?{field}" in text
