@@ -15,7 +15,7 @@ from typing import Any
 
 import kopf
 
-from helmhive.controller import envelopes, jobs, memory, profiles
+from helmhive.controller import envelopes, jobs, memory, profiles, runnerpools, runners
 from helmhive.controller.audit import patch_audit_retention
 from helmhive.controller.kube import Kube, load_api_client
 from helmhive.controller.runtime import OperatorConfig, Runtime
@@ -72,6 +72,8 @@ def register_handlers(runtime: Runtime) -> None:
         return len(ENVELOPES)
 
     envelopes.register(runtime)
+    runners.register(runtime)
+    runnerpools.register(runtime)
     profiles.register(runtime, operator_username=runtime.config.username)
     memory.register(runtime)
     jobs.register(runtime)

@@ -28,7 +28,30 @@ from kubernetes.client.exceptions import ApiException
 
 from helmhive.api.kinds import GROUP, VERSION, KindDef
 
-__all__ = ["Conflict", "Forbidden", "Invalid", "Kube", "KubeError", "NotFound", "load_api_client"]
+__all__ = [
+    "FIELD_MANAGER",
+    "Conflict",
+    "Forbidden",
+    "Invalid",
+    "Kube",
+    "KubeError",
+    "NotFound",
+    "load_api_client",
+]
+
+
+FIELD_MANAGER = "helmhive-operator"
+_APPLY = "application/apply-patch+yaml"
+# (apiVersion, kind) -> (Kube attribute holding the typed API, the kind in the method names)
+_BUILTIN_KINDS: dict[tuple[str, str], tuple[str, str]] = {
+    ("v1", "ServiceAccount"): ("core", "service_account"),
+    ("v1", "ConfigMap"): ("core", "config_map"),
+    ("rbac.authorization.k8s.io/v1", "Role"): ("rbac", "role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): ("rbac", "role_binding"),
+    ("apps/v1", "StatefulSet"): ("apps", "stateful_set"),
+    ("networking.k8s.io/v1", "NetworkPolicy"): ("networking", "network_policy"),
+    ("policy/v1", "PodDisruptionBudget"): ("policy", "pod_disruption_budget"),
+}
 
 
 class KubeError(RuntimeError):
@@ -84,6 +107,9 @@ class Kube:
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
+        self.rbac = client.RbacAuthorizationV1Api(api_client)
+        self.networking = client.NetworkingV1Api(api_client)
+        self.policy = client.PolicyV1Api(api_client)
 
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Run one client call in a thread; custom-object calls answer plain dicts."""
@@ -176,6 +202,63 @@ class Kube:
             await self._call(self.apps.delete_namespaced_controller_revision, name, namespace)
         except NotFound:
             return
+
+    # Server-side apply (runner pools and runners) -----------------------------------
+    def _builtin(self, api_version: str, kind: str, verb: str) -> Callable[..., Any]:
+        """The typed client method ``<verb>_namespaced_<kind>`` for one of the kinds pools own."""
+        api_attr, snake = _BUILTIN_KINDS[(api_version, kind)]
+        fn: Callable[..., Any] = getattr(getattr(self, api_attr), f"{verb}_namespaced_{snake}")
+        return fn
+
+    async def apply(self, body: dict[str, Any], *, field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
+        """Server-side apply a namespaced built-in object (forcing ownership of the fields in ``body``).
+
+        An apply that changes nothing leaves the object, and its resourceVersion, as they were.
+        """
+        meta = body["metadata"]
+        fn = self._builtin(body["apiVersion"], body["kind"], "patch")
+        result = await self._call(
+            fn, meta["name"], meta["namespace"], body, field_manager=field_manager, force=True, _content_type=_APPLY
+        )
+        return dict(self.api_client.sanitize_for_serialization(result))
+
+    async def delete_object(self, api_version: str, kind: str, name: str, namespace: str) -> None:
+        """Delete a namespaced built-in object; already gone counts as done."""
+        try:
+            await self._call(self._builtin(api_version, kind, "delete"), name, namespace)
+        except NotFound:
+            return
+
+    async def apply_custom(
+        self,
+        kind: KindDef,
+        body: dict[str, Any],
+        namespace: str,
+        *,
+        status: bool = False,
+        field_manager: str = FIELD_MANAGER,
+    ) -> dict[str, Any]:
+        """Server-side apply a custom object, or (``status=True``) its status subresource."""
+        fn = self.custom.patch_namespaced_custom_object_status if status else self.custom.patch_namespaced_custom_object
+        name = body["metadata"]["name"]
+        return await self._call(
+            fn,
+            GROUP,
+            VERSION,
+            namespace,
+            kind.plural,
+            name,
+            body,
+            field_manager=field_manager,
+            force=True,
+            _content_type=_APPLY,
+        )
+
+    async def read_secret_data(self, name: str, namespace: str) -> dict[str, str]:
+        """The Secret's ``data`` (base64 values). Callers hash it and drop it; never log or store it."""
+        secret = await self._call(self.core.read_namespaced_secret, name, namespace)
+        data = self.api_client.sanitize_for_serialization(secret).get("data") or {}
+        return {str(k): str(v) for k, v in data.items()}
 
     # Events -------------------------------------------------------------------------
     async def post_event(

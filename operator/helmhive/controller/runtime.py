@@ -31,6 +31,13 @@ class OperatorConfig:
     liveness_port: int = 8080
     audit_max_age_days: int = 90
     audit_max_records: int = 10000
+    # Runner pools: a Lease older than its duration plus this grace means Offline.
+    runner_grace_seconds: float = 2.0
+    # How often each pool's loop re-derives its runners (and notices stale Leases).
+    runner_tick_seconds: float = 1.0
+    # How often each pool re-reads its credential Secret, and re-applies its objects to undo drift.
+    credential_check_seconds: float = 5.0
+    objects_resync_seconds: float = 60.0
     revision_history_limit: int = 10
     webhook_addr: str = "0.0.0.0"
     webhook_port: int = 9443

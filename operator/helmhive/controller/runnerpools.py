@@ -1,0 +1,315 @@
+"""Reconciles each RunnerPool: its owned objects, its credential generation, its runners and its status.
+
+One Kopf daemon per pool runs a level-triggered loop, every ``runner_tick_seconds``:
+
+1. parse the spec (an unusable one sets ``Ready=False, InvalidSpec`` and goes no further);
+2. every ``credential_check_seconds``, hash the credential Secret; a new hash bumps
+   ``status.credentialGeneration``, is audited, and is stamped into the pod template so the
+   StatefulSet rolls (the hash is stored, the Secret's content never is);
+3. server-side apply the owned objects when the desired set changed, and every
+   ``objects_resync_seconds`` to undo drift; delete the PodDisruptionBudget below two replicas;
+4. derive every runner of the pool from the Kopf indexes (:mod:`helmhive.controller.runners`);
+5. patch the pool's status when it changed.
+
+The loop is the only writer of the pool's status, so its merge patches never race. The
+garbage collector removes the owned objects when the pool is deleted (ownerReferences);
+Kopf's finalizer only lets the loop stop first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from helmhive.api.audit import AuditAction, AuditState
+from helmhive.api.kinds import GROUP, VERSION, kind_by_name
+from helmhive.api.reasons import ConditionType, Reason
+from helmhive.api.runner import CredentialSpec, RunnerPoolSpec
+from helmhive.controller.audit import ensure_audit
+from helmhive.controller.kube import KubeError, NotFound
+from helmhive.controller.runners import RunnerView, WriteMemo, patch_runners
+from helmhive.controller.runtime import Runtime
+from helmhive.policy.audit import build_audit_record
+from helmhive.policy.conditions import find_condition, set_condition
+from helmhive.policy.runnerpool import (
+    CredentialDecision,
+    PoolRef,
+    build_credential_hash,
+    build_pool_objects,
+    decide_credential,
+    decide_pool_name_problem,
+    decide_pruned_objects,
+)
+from helmhive.policy.runners import LeaseView, PoolCounts, PoolFacts, Verdict, decide_pool_counts
+
+__all__ = ["POOL", "PoolLoop", "register"]
+
+POOL = kind_by_name("RunnerPool")
+
+
+def _credential_verdict(credential: CredentialSpec, decision: CredentialDecision) -> Verdict:
+    if credential.secret_ref is None:
+        claim = credential.volume.claim_name if credential.volume else "none"
+        return Verdict(status=True, reason=Reason.CREDENTIAL_NOT_REQUIRED, message=f"a login on volume claim {claim}")
+    name = credential.secret_ref.name
+    if not decision.available:
+        key = f" (key {credential.secret_ref.key})" if credential.secret_ref.key else ""
+        return Verdict(status=False, reason=Reason.CREDENTIAL_MISSING, message=f"Secret {name}{key} is missing")
+    return Verdict(
+        status=True, reason=Reason.CREDENTIAL_FOUND, message=f"Secret {name}, generation {decision.generation}"
+    )
+
+
+@dataclass
+class PoolLoop:
+    """The state one pool's loop keeps between ticks. Everything in it can be rebuilt after a restart."""
+
+    runtime: Runtime
+    ref: PoolRef
+    credential: CredentialDecision
+    ready: Verdict = field(default_factory=lambda: Verdict(status=None, reason=Reason.PENDING))
+    applied_digest: str | None = None
+    next_apply: float = 0.0
+    next_credential_check: float = 0.0
+    runner_memo: WriteMemo = field(default_factory=WriteMemo)
+    status_memo: WriteMemo = field(default_factory=WriteMemo)
+
+    @classmethod
+    def resume(cls, *, runtime: Runtime, ref: PoolRef, status: dict[str, Any]) -> PoolLoop:
+        """Start from what the pool's status already says (after a restart, nothing is lost)."""
+        available = find_condition(status.get("conditions"), ConditionType.CREDENTIAL_AVAILABLE)
+        credential = CredentialDecision(
+            hash=status.get("credentialHash"),
+            generation=int(status.get("credentialGeneration") or 0),
+            available=(available or {}).get("status") != "False",
+            changed=False,
+            previous_hash=None,
+        )
+        return cls(runtime=runtime, ref=ref, credential=credential)
+
+    async def tick(
+        self,
+        *,
+        body: kopf.Body,
+        runners: kopf.Index[tuple[str, str], RunnerView],
+        leases: kopf.Index[tuple[str, str], LeaseView],
+        logger: kopf.Logger,
+    ) -> None:
+        status = dict(body.get("status") or {})
+        meta = body.get("metadata") or {}
+        clock = time.monotonic()
+        counts: PoolCounts | None = None
+        spec = self._parse(dict(body.get("spec") or {}))
+        if spec is not None:
+            if clock >= self.next_credential_check:
+                await self._check_credential(spec, logger=logger)
+                self.next_credential_check = clock + self.runtime.config.credential_check_seconds
+            await self._apply_objects(spec, clock=clock, logger=logger)
+            facts = PoolFacts(
+                control_state=spec.control_state,
+                credential_generation=self.credential.generation,
+                credential_available=self.credential.available,
+            )
+            derived = await patch_runners(
+                runtime=self.runtime,
+                pool=self.ref,
+                facts=facts,
+                runners=list(runners.get((self.ref.namespace, self.ref.name), ())),
+                leases=leases,
+                memo=self.runner_memo,
+                logger=logger,
+            )
+            counts = decide_pool_counts(replicas=spec.replicas, runners=derived)
+        await self._patch_status(
+            status,
+            spec=spec,
+            counts=counts,
+            generation=meta.get("generation"),
+            resource_version=str(meta.get("resourceVersion", "")),
+            clock=clock,
+        )
+
+    def _parse(self, raw: dict[str, Any]) -> RunnerPoolSpec | None:
+        problem = decide_pool_name_problem(self.ref.name)
+        if problem is None:
+            try:
+                return RunnerPoolSpec.model_validate(raw)
+            except ValidationError as err:
+                first = err.errors()[0]
+                where = ".".join(str(p) for p in first["loc"])
+                problem = f"spec.{where}: {first['msg']} ({err.error_count()} problem(s))"
+        self.ready = Verdict(status=False, reason=Reason.INVALID_SPEC, message=problem)
+        return None
+
+    async def _check_credential(self, spec: RunnerPoolSpec, *, logger: kopf.Logger) -> None:
+        """Hash the credential Secret; on a new hash, audit it and store the new generation."""
+        ref = spec.credential.secret_ref
+        digest: str | None = None
+        if ref is not None:
+            try:
+                digest = build_credential_hash(
+                    data=await self.runtime.kube.read_secret_data(ref.name, self.ref.namespace), key=ref.key
+                )
+            except NotFound:
+                digest = None
+            except KubeError as err:
+                logger.warning("credential Secret %s not read (will retry): %s", ref.name, err.message)
+                return
+        decision = decide_credential(
+            uses_secret=ref is not None,
+            observed_hash=self.credential.hash,
+            observed_generation=self.credential.generation,
+            digest=digest,
+        )
+        if decision.available != self.credential.available:
+            logger.warning(
+                "credential Secret of pool %s is %s", self.ref.name, "back" if decision.available else "missing"
+            )
+        if decision.changed and ref is not None:
+            await self._audit_rotation(ref.name, decision)
+            patch = {"status": {"credentialHash": decision.hash, "credentialGeneration": decision.generation}}
+            await self.runtime.kube.patch_status(POOL, self.ref.name, patch, namespace=self.ref.namespace)
+        self.credential = decision
+
+    async def _audit_rotation(self, secret: str, decision: CredentialDecision) -> None:
+        now = self.runtime.clock()
+        before = decision.generation - 1
+        message = (
+            f"credential Secret {secret} recorded as generation {decision.generation}"
+            if decision.previous_hash is None
+            else f"credential Secret {secret} changed: generation {before} -> {decision.generation}; "
+            "runners re-authenticate before they are schedulable again"
+        )
+        pool_obj = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "RunnerPool",
+            "metadata": {"name": self.ref.name, "namespace": self.ref.namespace, "uid": self.ref.uid},
+        }
+        record = build_audit_record(
+            action=AuditAction.RUNNER_CREDENTIAL_ROTATED,
+            obj=pool_obj,
+            before=AuditState(revision=str(before), hash=decision.previous_hash) if decision.previous_hash else None,
+            after=AuditState(revision=str(decision.generation), hash=decision.hash),
+            message=message,
+            details={"secretRef": secret, "credentialGeneration": str(decision.generation)},
+            now=now,
+        )
+        await ensure_audit(
+            self.runtime.kube,
+            record,
+            involved=pool_obj,
+            event_reason=AuditAction.RUNNER_CREDENTIAL_ROTATED.value,
+            now=now,
+        )
+
+    async def _apply_objects(self, spec: RunnerPoolSpec, *, clock: float, logger: kopf.Logger) -> None:
+        objects = build_pool_objects(self.ref, spec, credential_generation=self.credential.generation)
+        digest = hashlib.sha256(json.dumps(objects, sort_keys=True).encode()).hexdigest()
+        if digest == self.applied_digest and clock < self.next_apply:
+            return
+        current = ""
+        try:
+            for obj in objects:
+                current = f"{obj['kind']} {obj['metadata']['name']}"
+                await self.runtime.kube.apply(obj)
+            for api_version, kind, name in decide_pruned_objects(self.ref, spec):
+                current = f"{kind} {name}"
+                await self.runtime.kube.delete_object(api_version, kind, name, self.ref.namespace)
+        except KubeError as err:
+            self.ready = Verdict(status=False, reason=Reason.APPLY_FAILED, message=f"{current}: {err.message}")
+            logger.warning("pool %s: %s not applied: %s", self.ref.name, current, err.message)
+            return
+        if digest != self.applied_digest:
+            logger.info(
+                "pool %s: applied %d objects (credential generation %d)",
+                self.ref.name,
+                len(objects),
+                self.credential.generation,
+            )
+        self.applied_digest = digest
+        self.next_apply = clock + self.runtime.config.objects_resync_seconds
+        self.ready = Verdict(status=True, reason=Reason.RECONCILED, message=f"{len(objects)} objects applied")
+
+    async def _patch_status(
+        self,
+        status: dict[str, Any],
+        *,
+        spec: RunnerPoolSpec | None,
+        counts: PoolCounts | None,
+        generation: int | None,
+        resource_version: str,
+        clock: float,
+    ) -> None:
+        now = self.runtime.clock()
+        ready = set_condition(
+            status.get("conditions"),
+            type=ConditionType.READY,
+            status=self.ready.status,
+            reason=self.ready.reason,
+            message=self.ready.message,
+            generation=generation,
+            now=now,
+        )
+        conditions, changed = ready.conditions, ready.changed
+        desired: dict[str, Any] = {"observedGeneration": generation}
+        if spec is not None:
+            verdict = _credential_verdict(spec.credential, self.credential)
+            available = set_condition(
+                conditions,
+                type=ConditionType.CREDENTIAL_AVAILABLE,
+                status=verdict.status,
+                reason=verdict.reason,
+                message=verdict.message,
+                generation=generation,
+                now=now,
+            )
+            conditions, changed = available.conditions, changed or available.changed
+            desired |= {"credentialHash": self.credential.hash, "credentialGeneration": self.credential.generation}
+        if counts is not None:
+            desired |= counts.to_wire()
+        changed = changed or any(status.get(key) != value for key, value in desired.items())
+        if not changed or self.status_memo.pending("status", resource_version, now=clock):
+            return
+        patch = {"status": {**desired, "conditions": conditions}}
+        await self.runtime.kube.patch_status(POOL, self.ref.name, patch, namespace=self.ref.namespace)
+        self.status_memo.record("status", resource_version, now=clock)
+
+
+def register(runtime: Runtime) -> None:
+    """Register one long-running loop per RunnerPool."""
+
+    @kopf.daemon(GROUP, VERSION, "runnerpools", cancellation_timeout=10.0)
+    async def run_pool(
+        *,
+        stopped: kopf.DaemonStopped,
+        name: str,
+        namespace: str | None,
+        uid: str,
+        body: kopf.Body,
+        logger: kopf.Logger,
+        **kwargs: Any,
+    ) -> None:
+        # Kopf passes each index by its handler's name; they are live views of the watch streams.
+        runners_by_pool: kopf.Index[tuple[str, str], RunnerView] = kwargs["runners_by_pool"]
+        runner_leases: kopf.Index[tuple[str, str], LeaseView] = kwargs["runner_leases"]
+        loop = PoolLoop.resume(
+            runtime=runtime,
+            ref=PoolRef(name=name, namespace=namespace or "", uid=uid),
+            status=dict(body.get("status") or {}),
+        )
+        logger.info("runner pool %s/%s: loop started", namespace, name)
+        while not stopped:
+            try:
+                await loop.tick(body=body, runners=runners_by_pool, leases=runner_leases, logger=logger)
+            except KubeError as err:
+                logger.warning("runner pool %s/%s: tick failed (will retry): %s", namespace, name, err)
+            except Exception:
+                # The loop must outlive any one bad tick; Kopf's own retry would wait a minute.
+                logger.exception("runner pool %s/%s: tick failed (will retry)", namespace, name)
+            await stopped.wait(runtime.config.runner_tick_seconds)

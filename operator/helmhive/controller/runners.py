@@ -1,0 +1,279 @@
+"""Keeps each Runner's derived status current: the operator's share of ``status``, never ``report``.
+
+Two Kopf indexes hold what the derivation needs without any API reads: every Runner by
+``(namespace, pool)``, parsed once per watch event, and every runner Lease (label
+``helmhive.dev/runner``, filtered on the server) by ``(namespace, name)``. The pool's loop
+(:mod:`helmhive.controller.runnerpools`) calls :func:`patch_runners` every tick, so a Lease
+that simply stops being renewed is noticed without any event.
+
+A Runner is written only when the derived status differs from the stored one. Every
+transition is audited before the status that shows it is written (at least once). Writes
+are server-side apply of the status subresource with field manager ``helmhive-operator``;
+the runner owns ``status.report`` under ``helmhive-runner``, so neither overwrites the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from helmhive.api.audit import AuditAction, AuditActor, AuditState
+from helmhive.api.kinds import API_VERSION, GROUP, VERSION, kind_by_name
+from helmhive.api.runner import RunnerSpec, RunnerStatus
+from helmhive.controller.audit import ensure_audit
+from helmhive.controller.kube import Kube, KubeError
+from helmhive.controller.runtime import Runtime
+from helmhive.policy.audit import build_audit_record
+from helmhive.policy.runnerpool import PoolRef, build_owner_reference, runner_resource_name
+from helmhive.policy.runners import (
+    LeaseView,
+    PoolFacts,
+    RunnerDerived,
+    RunnerTransition,
+    build_runner_status,
+    decide_runner_status,
+    decide_runner_transitions,
+)
+
+__all__ = ["RUNNER", "RUNNER_LABEL", "RunnerView", "WriteMemo", "build_lease_view", "build_runner_view", "register"]
+
+RUNNER = kind_by_name("Runner")
+RUNNER_LABEL = "helmhive.dev/runner"
+_WRITERS = 4  # concurrent runner writes per pool tick
+_WARNING_ACTIONS = {AuditAction.RUNNER_REVOKED}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunnerView:
+    """A Runner as the derivation needs it, parsed once when its watch event arrives."""
+
+    name: str
+    namespace: str
+    uid: str
+    resource_version: str
+    generation: int | None
+    spec: RunnerSpec
+    status: RunnerStatus
+    owner_uids: frozenset[str]
+    control_state_set_by: str | None
+
+    @property
+    def ref(self) -> dict[str, Any]:
+        """Enough of the object for audit records and Events."""
+        return {
+            "apiVersion": API_VERSION,
+            "kind": "Runner",
+            "metadata": {"name": self.name, "namespace": self.namespace, "uid": self.uid},
+        }
+
+
+def _control_state_manager(managed_fields: Iterable[Mapping[str, Any]]) -> str | None:
+    """The field manager that last set ``spec.controlState`` (the administrator's tool), if any."""
+    best: tuple[str, str] | None = None
+    for entry in managed_fields:
+        spec = (entry.get("fieldsV1") or {}).get("f:spec") or {}
+        if "f:controlState" in spec:
+            candidate = (str(entry.get("time") or ""), str(entry.get("manager") or "unknown"))
+            best = candidate if best is None or candidate[0] >= best[0] else best
+    return best[1] if best else None
+
+
+def build_runner_view(body: Mapping[str, Any]) -> RunnerView | None:
+    """Parse a Runner body; None if its spec is unusable. An unparsable report counts as no report."""
+    meta = body.get("metadata") or {}
+    try:
+        spec = RunnerSpec.model_validate(body.get("spec") or {})
+    except ValidationError:
+        return None
+    raw_status = dict(body.get("status") or {})
+    try:
+        status = RunnerStatus.model_validate(raw_status)
+    except ValidationError:
+        raw_status.pop("report", None)
+        status = RunnerStatus.model_validate(raw_status)
+    return RunnerView(
+        name=str(meta.get("name", "")),
+        namespace=str(meta.get("namespace", "")),
+        uid=str(meta.get("uid", "")),
+        resource_version=str(meta.get("resourceVersion", "")),
+        generation=meta.get("generation"),
+        spec=spec,
+        status=status,
+        owner_uids=frozenset(str(o.get("uid")) for o in meta.get("ownerReferences") or ()),
+        control_state_set_by=_control_state_manager(meta.get("managedFields") or ()),
+    )
+
+
+def _parse_time(raw: Any) -> dt.datetime | None:
+    if not raw:
+        return None
+    try:
+        return dt.datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def build_lease_view(spec: Mapping[str, Any]) -> LeaseView:
+    """The Lease's holder, renew time (or acquire time) and duration."""
+    return LeaseView(
+        holder=spec.get("holderIdentity"),
+        renew_time=_parse_time(spec.get("renewTime") or spec.get("acquireTime")),
+        duration_seconds=int(spec.get("leaseDurationSeconds") or 0),
+    )
+
+
+@dataclass
+class WriteMemo:
+    """What this process last wrote per object, so a watch that lags behind does not cause a rewrite.
+
+    An entry says: "when the stored object had resourceVersion R, we wrote W". While the
+    index still shows R, the write is in flight through the watch and is not repeated.
+    Entries expire, so a write that changed nothing cannot block the next one for long.
+    """
+
+    ttl: float = 10.0
+    entries: dict[str, tuple[str, float]] = field(default_factory=dict)
+
+    def pending(self, key: str, resource_version: str, *, now: float) -> bool:
+        entry = self.entries.get(key)
+        return entry is not None and entry[0] == resource_version and now - entry[1] < self.ttl
+
+    def record(self, key: str, resource_version: str, *, now: float) -> None:
+        self.entries[key] = (resource_version, now)
+
+    def forget_except(self, keys: Iterable[str]) -> None:
+        keep = set(keys)
+        for key in [k for k in self.entries if k not in keep]:
+            del self.entries[key]
+
+
+def _audit_record(view: RunnerView, transition: RunnerTransition, pool: str, now: dt.datetime) -> dict[str, Any]:
+    details: dict[str, str] = {"pool": pool}
+    actor = None
+    report = view.status.report
+    if transition.action is AuditAction.RUNNER_REGISTERED and report is not None:
+        actor = AuditActor(username=f"system:serviceaccount:{view.namespace}:{runner_resource_name(pool)}")
+        details |= {
+            "pod": report.pod_name,
+            "provider": report.provider,
+            "adapterVersion": report.adapter.version[:64],
+            "credentialGeneration": str(report.credential_generation),
+        }
+    elif view.control_state_set_by and transition.action is not AuditAction.RUNNER_STATUS_CHANGED:
+        details["setBy"] = view.control_state_set_by[:128]
+    kwargs: dict[str, Any] = {"actor": actor} if actor is not None else {}
+    return build_audit_record(
+        action=transition.action,
+        obj=view.ref,
+        before=AuditState(value=transition.before) if transition.before else None,
+        after=AuditState(value=transition.after) if transition.after else None,
+        message=transition.message,
+        details=details,
+        now=now,
+        **kwargs,
+    )
+
+
+async def _write_runner(
+    kube: Kube,
+    view: RunnerView,
+    *,
+    pool: PoolRef,
+    derived: RunnerDerived,
+    status: dict[str, Any],
+    now: dt.datetime,
+    logger: kopf.Logger,
+) -> None:
+    """Audit the transitions, then apply the operator's status fields (and adopt the Runner)."""
+    for transition in decide_runner_transitions(name=view.name, observed=view.status, derived=derived):
+        record = _audit_record(view, transition, pool.name, now)
+        event_type = "Warning" if transition.action in _WARNING_ACTIONS else "Normal"
+        await ensure_audit(
+            kube, record, involved=view.ref, event_reason=transition.action.value, event_type=event_type, now=now
+        )
+        logger.info("%s", transition.message)
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Runner", "metadata": {"name": view.name}, "status": status}
+    await kube.apply_custom(RUNNER, body, view.namespace, status=True)
+    if pool.uid not in view.owner_uids:
+        adopt = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Runner",
+            "metadata": {"name": view.name, "ownerReferences": [build_owner_reference(pool)]},
+        }
+        await kube.apply_custom(RUNNER, adopt, view.namespace)
+
+
+async def patch_runners(
+    *,
+    runtime: Runtime,
+    pool: PoolRef,
+    facts: PoolFacts,
+    runners: Iterable[RunnerView],
+    leases: Mapping[tuple[str, str], Iterable[LeaseView]],
+    memo: WriteMemo,
+    logger: kopf.Logger,
+) -> list[RunnerDerived]:
+    """Derive every runner of ``pool``; write those whose derived status changed. Returns all derivations."""
+    now = runtime.clock()
+    grace = dt.timedelta(seconds=runtime.config.runner_grace_seconds)
+    clock = time.monotonic()
+    results: list[RunnerDerived] = []
+    writes: list[tuple[RunnerView, RunnerDerived, dict[str, Any]]] = []
+    seen: list[str] = []
+    for view in runners:
+        seen.append(view.name)
+        lease = next(iter(leases.get((view.namespace, view.name), ())), None)
+        derived = decide_runner_status(
+            name=view.name, spec=view.spec, report=view.status.report, pool=facts, lease=lease, now=now, grace=grace
+        )
+        results.append(derived)
+        update = build_runner_status(observed=view.status, derived=derived, generation=view.generation, now=now)
+        adopted = pool.uid in view.owner_uids
+        if (update.changed or not adopted) and not memo.pending(view.name, view.resource_version, now=clock):
+            writes.append((view, derived, update.status))
+    memo.forget_except(seen)
+    gate = asyncio.Semaphore(_WRITERS)
+
+    async def write(view: RunnerView, derived: RunnerDerived, status: dict[str, Any]) -> None:
+        async with gate:
+            try:
+                await _write_runner(
+                    runtime.kube, view, pool=pool, derived=derived, status=status, now=now, logger=logger
+                )
+            except KubeError as err:
+                logger.warning("runner %s/%s: status not written (will retry): %s", view.namespace, view.name, err)
+                return
+            memo.record(view.name, view.resource_version, now=clock)
+
+    await asyncio.gather(*(write(*item) for item in writes))
+    return results
+
+
+def register(runtime: Runtime) -> None:
+    """Register the runner and runner-Lease indexes (the pool loop does the writing)."""
+
+    @kopf.on.startup()
+    async def watch_only_runner_leases(settings: kopf.OperatorSettings, **_: Any) -> None:
+        # Filter on the server: the operator never receives node or leader-election Leases.
+        settings.watching.label_selectors["coordination.k8s.io", "leases"] = RUNNER_LABEL
+
+    # Kopf hands each index to handlers as a keyword argument named by its id.
+    @kopf.index(GROUP, VERSION, "runners", id="runners_by_pool")
+    def runners_by_pool(*, body: kopf.Body, **_: Any) -> dict[tuple[str, str], RunnerView] | None:
+        view = build_runner_view(body)
+        if view is None:
+            return None
+        return {(view.namespace, view.spec.pool_ref.name): view}
+
+    @kopf.index("coordination.k8s.io", "v1", "leases", id="runner_leases", labels={RUNNER_LABEL: kopf.PRESENT})
+    def runner_leases(
+        *, name: str, namespace: str | None, spec: kopf.Spec, **_: Any
+    ) -> dict[tuple[str, str], LeaseView]:
+        return {(namespace or "", name): build_lease_view(spec)}

@@ -1,0 +1,168 @@
+"""A runner's API writes, exactly as the contract in ``docs/runners.md`` specifies, for cluster tests.
+
+This is not a mock: it talks to the real API server with a runner pod's own ServiceAccount
+token (bound to that pod), so RBAC and the runner identity admission policy see exactly
+what a real runner would send. It only leaves out the agent: the report is what a test says.
+
+* registration: GET the Runner, CREATE it (``spec.poolRef``) if absent, then write the report;
+* the report: server-side apply of ``status.report`` on ``runners/status``, field manager
+  ``helmhive-runner``, forced;
+* the heartbeat: a ``coordination.k8s.io/v1`` Lease named after the runner, label
+  ``helmhive.dev/runner``, renewed by server-side apply (a background thread, on demand).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from harness.identity import Identity
+
+__all__ = ["GROUP", "VERSION", "SimulatedRunner", "micro_time"]
+
+GROUP, VERSION = "helmhive.dev", "v1alpha1"
+APPLY = "application/apply-patch+yaml"
+MANAGER = "helmhive-runner"
+
+
+def micro_time(when: dt.datetime | None = None) -> str:
+    """A Kubernetes MicroTime (RFC 3339 with microseconds)."""
+    return (when or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class SimulatedRunner:
+    """One runner pod's writes, as that pod."""
+
+    def __init__(self, *, identity: Identity, namespace: str, pool: str, name: str, lease_seconds: int = 5) -> None:
+        self.namespace = namespace
+        self.pool = pool
+        self.name = name
+        self.lease_seconds = lease_seconds
+        api = identity.api_client()
+        self.custom = client.CustomObjectsApi(api)
+        self.coordination = client.CoordinationV1Api(api)
+        self.core = client.CoreV1Api(api)
+        self.registered_at = micro_time()
+        self.renewals = 0
+        self.last_renewal: dt.datetime | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # Registration and report ------------------------------------------------------------
+    def register(self, **report: Any) -> dict[str, Any]:
+        try:
+            self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, "runners", self.name)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            body = {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "Runner",
+                "metadata": {"name": self.name},
+                "spec": {"poolRef": {"name": self.pool}},
+            }
+            self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, "runners", body)
+        return self.report(**report)
+
+    def build_report(
+        self,
+        *,
+        auth: str = "Authenticated",
+        auth_reason: str = "SessionCreated",
+        generation: int = 1,
+        provider: str = "anthropic",
+        models: tuple[str, ...] = ("claude-sonnet-4-5",),
+    ) -> dict[str, Any]:
+        return {
+            "provider": provider,
+            "adapter": {"type": "acp", "name": "helmhive-reference-agent", "version": "0.1.0"},
+            "authentication": {"state": auth, "reason": auth_reason},
+            "placementLabels": {"domain": "code"},
+            "capabilities": ["structured-output"],
+            "concurrency": 1,
+            "activeJobs": 0,
+            "environmentFingerprint": "sha256:" + "0" * 64,
+            "catalogue": {"models": [{"id": m} for m in models], "default": models[0]},
+            "credentialGeneration": generation,
+            "podName": self.name,
+            "reportedAt": micro_time(),
+            "registeredAt": self.registered_at,
+        }
+
+    def report(self, **report: Any) -> dict[str, Any]:
+        return self.apply_status({"report": self.build_report(**report)})
+
+    def apply_status(self, status: dict[str, Any], *, name: str | None = None) -> dict[str, Any]:
+        """Server-side apply ``status`` onto runner ``name`` (default: this runner) as this pod."""
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Runner",
+            "metadata": {"name": name or self.name},
+            "status": status,
+        }
+        result: dict[str, Any] = self.custom.patch_namespaced_custom_object_status(
+            GROUP,
+            VERSION,
+            self.namespace,
+            "runners",
+            name or self.name,
+            body,
+            field_manager=MANAGER,
+            force=True,
+            _content_type=APPLY,
+        )
+        return result
+
+    # Heartbeat ----------------------------------------------------------------------------
+    def renew(self, *, name: str | None = None) -> None:
+        """Create or renew the Lease ``name`` (default: this runner's) by server-side apply."""
+        lease_name = name or self.name
+        now = dt.datetime.now(dt.UTC)
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": lease_name, "labels": {"helmhive.dev/runner": lease_name}},
+            "spec": {
+                "holderIdentity": lease_name,
+                "leaseDurationSeconds": self.lease_seconds,
+                "renewTime": micro_time(now),
+            },
+        }
+        self.coordination.patch_namespaced_lease(
+            lease_name, self.namespace, body, field_manager=MANAGER, force=True, _content_type=APPLY
+        )
+        self.renewals += 1
+        self.last_renewal = now
+
+    def start_heartbeat(self, interval: float = 1.0) -> None:
+        self.renew()
+        self._stop.clear()
+
+        def loop() -> None:
+            while not self._stop.wait(interval):
+                try:
+                    self.renew()
+                except ApiException:
+                    continue
+
+        self._thread = threading.Thread(target=loop, name=f"heartbeat-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop_heartbeat(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def release(self) -> None:
+        """Delete the Lease, as a runner does on SIGTERM."""
+        self.stop_heartbeat()
+        try:
+            self.coordination.delete_namespaced_lease(self.name, self.namespace)
+        except ApiException as err:
+            if err.status != 404:
+                raise
