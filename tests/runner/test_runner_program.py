@@ -194,3 +194,52 @@ def test_the_canary_credential_appears_nowhere(rig: RunnerRig) -> None:
     for where, text in {"runner": runner_text, "events": events_text, "log": log_text}.items():
         assert CANARY not in text, f"the credential leaked into the {where}"
         assert CANARY[:12] not in text, f"part of the credential leaked into the {where}"
+
+
+def _operator_apply(rig: RunnerRig, status: dict[str, object]) -> None:
+    """Write status fields as the operator does: server-side apply, field manager helmhive-operator."""
+    body = {"apiVersion": "helmhive.dev/v1alpha1", "kind": "Runner", "metadata": {"name": rig.name}, "status": status}
+    rig.kube.custom.patch_namespaced_custom_object_status(
+        "helmhive.dev",
+        "v1alpha1",
+        rig.namespace,
+        "runners",
+        rig.name,
+        body,
+        field_manager="helmhive-operator",
+        force=True,
+        _content_type="application/apply-patch+yaml",
+    )
+
+
+def test_runner_and_operator_field_managers_never_overwrite_each_other(rig: RunnerRig) -> None:
+    proc = rig.start(reference_runner_json(agent_state=rig.agent_state))
+    first = rig.wait_registered(proc)
+    _operator_apply(rig, {"reportedStatus": "Online", "effectiveControlState": "Draining"})
+    assert rig.report() == first, "the operator's apply must leave the runner's report alone"
+    # The runner obeys the operator's effective state even though spec.controlState is unset.
+    wait_for(
+        lambda: any(m.get("state") == "Draining" for m in proc.messages("control state changed")),
+        timeout=30,
+        describe="the runner to follow status.effectiveControlState",
+    )
+    proc.terminate()
+    assert proc.wait(timeout=30) == 0
+
+    _operator_apply(rig, {"reportedStatus": "Online", "effectiveControlState": "Active"})
+    again = rig.start(reference_runner_json(agent_state=rig.agent_state))
+    wait_for(
+        lambda: rig.report().get("registeredAt") != first["registeredAt"],
+        timeout=60,
+        describe="a new registration",
+    )
+    status = rig.runner()["status"]
+    assert status["reportedStatus"] == "Online" and status["effectiveControlState"] == "Active"
+    owners = {
+        m["manager"]: json.dumps(m.get("fieldsV1", {}))
+        for m in rig.runner()["metadata"]["managedFields"]
+        if m.get("subresource") == "status"
+    }
+    assert '"f:report"' in owners["helmhive-runner"] and '"f:reportedStatus"' not in owners["helmhive-runner"]
+    assert '"f:reportedStatus"' in owners["helmhive-operator"] and '"f:report"' not in owners["helmhive-operator"]
+    assert again.popen.poll() is None
