@@ -184,6 +184,8 @@ def test_the_canary_credential_appears_nowhere(rig: RunnerRig) -> None:
     assert any("HELMHIVE_REFERENCE_AGENT_TOKEN" in entry.get("envKeys", []) for entry in init)
     rig.set_control_state("Draining")
     wait_for(lambda: proc.messages("control state changed"), timeout=30, describe="the Draining transition")
+    lease_text = json.dumps(rig.lease().to_dict(), default=str)
+    assert CANARY not in lease_text and "pool-a-0" in lease_text
     proc.terminate()
     assert proc.wait(timeout=30) == 0
 

@@ -83,8 +83,9 @@ class RunnerEnvironment(BaseModel):
     image: Annotated[str, Field(max_length=512)] = ""
     shutdown_grace_seconds: Annotated[float, Field(gt=0, le=600)] = 30.0
     """SIGTERM: how long running jobs may take to finish before they are cancelled."""
-    probe_interval_seconds: Annotated[float, Field(ge=1, le=3600)] = 60.0
-    """How often the adapter is probed again (authentication, catalogue)."""
+    probe_interval_seconds: Annotated[float, Field(ge=1, le=3600)] = 300.0
+    """How often the adapter is probed again (authentication, catalogue). An ACP probe opens a
+    session (ACP has no other way to ask about the login), so this is not a heartbeat."""
     probe_timeout_seconds: Annotated[float, Field(gt=0, le=600)] = 60.0
 
 
