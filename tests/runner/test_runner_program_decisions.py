@@ -411,3 +411,23 @@ def test_pure_runner_modules_import_no_io() -> None:
             n for n in imported if n.split(".")[0] in {"kubernetes", "httpx", "asyncio", "subprocess", "time"}
         } | {n for n in imported if n in {"helmhive.runner.kube", "helmhive.runner.main"}}
         assert offenders == set(), name
+
+
+def test_the_program_exits_2_naming_every_missing_setting(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "helmhive", "runner", "run"],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HELMHIVE_RUNNER_NAME": "pool-a-0"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    line = json.loads(done.stderr.strip().splitlines()[-1])
+    assert line["message"] == "invalid configuration" and line["severity"] == "ERROR"
+    problems = "\n".join(line["problems"])
+    for name in ("HELMHIVE_NAMESPACE", "HELMHIVE_POOL", "HELMHIVE_RUNNER_CONFIG"):
+        assert name in problems
