@@ -245,3 +245,55 @@ def test_runner_and_operator_field_managers_never_overwrite_each_other(rig: Runn
     assert '"f:report"' in owners["helmhive-runner"] and '"f:reportedStatus"' not in owners["helmhive-runner"]
     assert '"f:reportedStatus"' in owners["helmhive-operator"] and '"f:report"' not in owners["helmhive-operator"]
     assert again.popen.poll() is None
+
+
+def test_runner_passes_the_runner_identity_admission_policy(rig: RunnerRig) -> None:
+    """With the operator's ValidatingAdmissionPolicy in force, the runner registers, reports and renews."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    from helmhive.deploy.manifests import build_runner_identity_policy
+
+    admission = client.AdmissionregistrationV1Api(rig.kube.api_client)
+    policy, binding = build_runner_identity_policy()
+    created: list[str] = []
+    for body, create in (
+        (policy, admission.create_validating_admission_policy),
+        (binding, admission.create_validating_admission_policy_binding),
+    ):
+        try:
+            create(body)
+            created.append(body["kind"])
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    try:
+        rig.ensure_rbac()
+        unbound = rig.identities(rig.namespace, rig.service_account, create=False)
+        leases = client.CoordinationV1Api(unbound.api_client())
+        intruder = client.V1Lease(metadata=client.V1ObjectMeta(name="pool-a-0"), spec=client.V1LeaseSpec())
+
+        def policy_in_force() -> bool:
+            try:
+                leases.create_namespaced_lease(rig.namespace, intruder)
+            except ApiException as exc:
+                assert exc.status == 403 and "not bound to a pod" in (exc.body or "")
+                return True
+            leases.delete_namespaced_lease("pool-a-0", rig.namespace)
+            return False
+
+        wait_for(policy_in_force, timeout=30, describe="the runner identity policy to refuse an unbound token")
+        proc = rig.start(reference_runner_json(agent_state=rig.agent_state))
+        report = rig.wait_registered(proc)
+        assert report["authentication"]["state"] == "Authenticated"
+        renewed = rig.lease().spec.renew_time
+        wait_for(lambda: rig.lease().spec.renew_time > renewed, timeout=20, describe="a renewal under the policy")
+        assert not [line for line in proc.lines() if line.get("severity") in ("WARNING", "ERROR")]
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+        assert not rig.lease_exists()
+    finally:
+        if "ValidatingAdmissionPolicyBinding" in created:
+            admission.delete_validating_admission_policy_binding(binding["metadata"]["name"])
+        if "ValidatingAdmissionPolicy" in created:
+            admission.delete_validating_admission_policy(policy["metadata"]["name"])
