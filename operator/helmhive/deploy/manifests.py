@@ -203,10 +203,12 @@ def build_runner_identity_policy() -> list[dict[str, Any]]:
                         f"request.userInfo.extra['{pod_key}'][0] : ''"
                     ),
                 },
+                # request.subResource is absent (not empty) for a main resource such as a Lease.
+                {"name": "subresource", "expression": "has(request.subResource) ? request.subResource : ''"},
                 {
                     "name": "target",
                     "expression": (
-                        "request.resource.resource + (request.subResource != '' ? '/' + request.subResource : '')"
+                        "request.resource.resource + (variables.subresource != '' ? '/' + variables.subresource : '')"
                         " + ' ' + request.name"
                     ),
                 },
@@ -243,7 +245,7 @@ def build_runner_identity_policy() -> list[dict[str, Any]]:
                 },
                 {
                     "expression": (
-                        "request.resource.resource != 'runners' || request.subResource != 'status' || "
+                        "request.resource.resource != 'runners' || variables.subresource != 'status' || "
                         "request.operation != 'UPDATE' || (" + unchanged + ")"
                     ),
                     "messageExpression": (
