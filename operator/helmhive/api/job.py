@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field, StringConstraints
 
 from helmhive.api.common import (
+    DNS_LABEL_PATTERN,
     ApiModel,
     JobKind,
     LongText,
@@ -53,6 +54,7 @@ __all__ = [
 
 COMMIT_PATTERN = r"^[0-9a-f]{40}([0-9a-f]{24})?$"
 ReasonText = Annotated[str, StringConstraints(max_length=160)]
+NamespaceName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)]
 
 
 def immutable_fields(*names: str, kind: str) -> dict[str, Any]:
@@ -141,9 +143,16 @@ class ModelSource(enum.StrEnum):
 
 
 class Candidate(ApiModel):
-    """One runner considered for one mapping, and why it was not chosen."""
+    """One runner considered: the mapping and model it came closest to, and the outcome.
+
+    ``reason`` is ``Selected``, ``NotPreferred:<tie-break>`` or why it was rejected
+    (``NotSchedulable/<reason>``, ``ModelNotAdvertised:<model>``, ``MissingLabel:<k=v>``…);
+    see ``docs/routing.md``.
+    """
 
     runner: Name
+    namespace: NamespaceName | None = None
+    """The runner's namespace (a pool may serve other namespaces than its own)."""
     provider: ProviderName | None = None
     mapping_index: Annotated[int, Field(ge=0, le=7)] | None = None
     model: ModelId | None = None
@@ -156,6 +165,10 @@ class RoutingStatus(ApiModel):
     attempts: Annotated[int, Field(ge=0)] = 0
     decided_at: dt.datetime | None = None
     next_attempt_at: dt.datetime | None = None
+    capacity_deadline: dt.datetime | None = None
+    """While waiting for capacity: when the job stops waiting and fails ``CapacityDeadlineExceeded``."""
+    avoided_provider: ProviderName | None = None
+    """For a change review: the implementation's provider, which routing preferred not to use."""
 
 
 class Assignment(ApiModel):
@@ -163,6 +176,8 @@ class Assignment(ApiModel):
 
     runner: Name
     pool: Name
+    runner_namespace: NamespaceName | None = None
+    """The namespace of the runner and its pool (a pool may serve other namespaces than its own)."""
     provider: ProviderName
     model: ModelId
     model_source: ModelSource

@@ -140,6 +140,11 @@ class Reason(enum.StrEnum):
     CREDENTIAL_FOUND = "CredentialFound"
     CREDENTIAL_NOT_REQUIRED = "CredentialNotRequired"
     APPLY_FAILED = "ApplyFailed"
+    # Routing candidates (added with the router)
+    SELECTED = "Selected"
+    NOT_PREFERRED = "NotPreferred"
+    NO_DEFAULT_MODEL = "NoDefaultModel"
+    POOL_NOT_FOUND = "PoolNotFound"
 
 
 _DETAIL_RE = re.compile(r"[^A-Za-z0-9_,:]+")
