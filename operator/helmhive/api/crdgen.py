@@ -182,6 +182,8 @@ def build_crd(kind: KindDef) -> dict[str, Any]:
     }
     if kind.status is not None:
         version["subresources"] = {"status": {}}
+    if kind.selectable_fields:
+        version["selectableFields"] = [{"jsonPath": path} for path in kind.selectable_fields]
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

@@ -71,6 +71,7 @@ class KindDef:
     columns: tuple[PrinterColumn, ...]
     description: str
     root_validations: tuple[dict[str, Any], ...] = field(default=())
+    selectable_fields: tuple[str, ...] = field(default=())
     spec_required: bool = True
 
     @property
@@ -202,6 +203,8 @@ KINDS: tuple[KindDef, ...] = (
         spec=AgentJobSpec,
         status=AgentJobStatus,
         description="One agent job of one kind, routed at queue time or failed closed with a reason.",
+        # A runner watches only its own assignments: --field-selector status.assignment.runner=<name>.
+        selectable_fields=(".status.assignment.runner", ".spec.jobKind", ".spec.workspace"),
         columns=(
             PrinterColumn(name="Kind", json_path=".spec.jobKind"),
             PrinterColumn(name="Runner", json_path=".status.assignment.runner"),
