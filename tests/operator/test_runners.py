@@ -10,6 +10,11 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -320,3 +325,79 @@ def test_the_credential_never_appears_outside_its_secret(pool: Pool, kube: Kube,
     for needle in needles:
         assert needle not in text
         assert needle not in log
+
+
+# --- The real runner program against the real operator --------------------------------------------
+
+
+def _pod_environment(kube: Kube, namespace: str, pod_name: str) -> dict[str, str]:
+    """The runner container's environment as the kubelet would resolve it (fieldRefs included)."""
+    pod = kube.core.read_namespaced_pod(pod_name, namespace)
+    fields = {
+        "metadata.name": pod.metadata.name,
+        "metadata.namespace": pod.metadata.namespace,
+        **{f"metadata.annotations['{k}']": v for k, v in (pod.metadata.annotations or {}).items()},
+    }
+    env = {}
+    for var in pod.spec.containers[0].env:
+        env[var.name] = var.value if var.value_from is None else fields[var.value_from.field_ref.field_path]
+    return env
+
+
+def test_the_runner_program_in_a_pool_of_the_operator(
+    operator: OperatorProcess,
+    kube: Kube,
+    namespace: str,
+    service_account_identity: IdentityFactory,
+    tmp_path: Path,
+) -> None:
+    reference_agent = Path(sys.executable).with_name("helmhive-reference-agent")
+    pool = make_pool(
+        kube,
+        service_account_identity,
+        namespace,
+        provider="reference",
+        adapter={"type": "acp", "acp": {"command": str(reference_agent)}},
+        credential={
+            "secretRef": {"name": "claude-credential", "key": "api-key"},
+            "envName": "HELMHIVE_REFERENCE_AGENT_TOKEN",
+        },
+    )
+    pool.wait_pods(1)
+    # What the pod would see: the operator's runner.json, its environment, the mounted credential.
+    config_map = wait_for(lambda: kube.core.read_namespaced_config_map("helmhive-runner-claude", namespace), timeout=30)
+    env = _pod_environment(kube, namespace, "claude-0")
+    assert env["HELMHIVE_CREDENTIAL_GENERATION"] == "1"
+    files = {
+        "HELMHIVE_RUNNER_CONFIG": config_map.data["runner.json"],
+        "HELMHIVE_CREDENTIAL_FILE": CANARY,
+    }
+    for var, content in files.items():
+        path = tmp_path / Path(env[var]).name
+        path.write_text(content, encoding="utf-8")
+        env[var] = str(path)
+    for var in ("HELMHIVE_STATE_DIR", "HOME", "TMPDIR"):
+        (tmp_path / var).mkdir()
+        env[var] = str(tmp_path / var)
+    identity = service_account_identity(namespace, "helmhive-runner-claude", bound_pod="claude-0", create=False)
+    env |= {"KUBECONFIG": str(identity.kubeconfig), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    log_path = tmp_path / "runner.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "helmhive", "runner", "run"], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+    try:
+        obj = pool.wait_runner("claude-0", "the runner program Online and schedulable", timeout=60,
+                               status="Online", schedulable="Schedulable")  # fmt: skip
+        report = obj["status"]["report"]
+        assert (report["provider"], report["credentialGeneration"], report["podName"]) == ("reference", 1, "claude-0")
+        wait_audit(kube, namespace, "RunnerRegistered")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log_path.read_text()
+        obj = pool.wait_runner("claude-0", "Offline once the runner released its Lease", timeout=15, status="Offline")
+        assert condition(obj, "Online")["reason"] == "LeaseMissing"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert CANARY not in operator.log_text()
