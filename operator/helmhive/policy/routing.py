@@ -1,0 +1,733 @@
+"""Routing: which runner runs a queued job, with which model, or the named reason why none can. Pure.
+
+:func:`decide_route` is a function of (job, profile binding, runners, active jobs per runner,
+session bindings, now) that returns a :class:`RoutingDecision`. It reads no clock, does no
+I/O and never sees a credential. The operator's router and ``helmhive explain-routing`` both
+call it, so a dry run and the real decision are the same computation.
+
+The algorithm (``docs/routing.md`` explains each choice):
+
+1. A model override (``spec.model``) the profile does not allow fails closed,
+   ``ModelOverrideForbidden``.
+2. The profile's mappings become an ordered list of *options* (provider, model, source,
+   effort): mappings in the profile's order; within a mapping the primary model, then its
+   fallbacks; a mapping without a model uses each runner's reported default. An allowed
+   override narrows the mappings to its provider and replaces their models with its one
+   model (never a fallback: an explicit model is honoured or refused, not swapped). For a
+   change review (``avoid_provider``) the options of other providers come first.
+3. Every runner is checked, in this order, and the first failure is its rejection:
+   ``NotSchedulable/<reason>``, ``NamespaceNotServed``, ``ProviderNotInMappings``,
+   ``MissingCapability:<name>``, ``MissingLabel:<k=v>``; then per option of its provider
+   ``ModelNotAdvertised:<model>`` or ``NoDefaultModel``; then ``NoFreeConcurrency``.
+4. The first option with at least one eligible runner wins. Among its eligible runners:
+   the one holding the job's session binding (resume/fork only), then the least loaded
+   (active / concurrency), then by namespace and name.
+5. No option eligible: if some runner failed *only* on concurrency the job waits
+   (``WaitingForCapacity``, retried with exponential backoff) until its capacity deadline,
+   then fails ``CapacityDeadlineExceeded``; otherwise it fails closed with
+   ``ModelNotAdvertised``, ``NoDefaultModel`` or ``NoEligibleRunner``.
+
+The candidate table has one row per runner, closest first, bounded to 20.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from helmhive.api.common import ReasoningEffort, SessionPolicy
+from helmhive.api.job import AgentJobSpec, Candidate, ModelOverride, ModelSource, ProfileBinding
+from helmhive.api.profile import ProviderMapping, SessionScope
+from helmhive.api.reasons import ConditionType, Reason
+from helmhive.policy.conditions import set_condition
+from helmhive.policy.envelopes import is_governed
+
+__all__ = [
+    "MAX_CANDIDATES",
+    "RouteChoice",
+    "RouteOption",
+    "RouteOutcome",
+    "RoutingDecision",
+    "RoutingJob",
+    "RoutingPolicy",
+    "RunnerKey",
+    "RunnerView",
+    "SessionBindingView",
+    "build_assignment",
+    "build_options",
+    "build_routing_status",
+    "build_status_patch",
+    "decide_backoff",
+    "decide_route",
+    "decide_session_scope",
+]
+
+MAX_CANDIDATES = 20
+"""The candidate table in status is bounded; ``consideredRunners`` says how many there were."""
+
+RunnerKey = tuple[str, str]
+"""A runner's identity: (namespace, name)."""
+
+
+class RouteOutcome(enum.StrEnum):
+    ASSIGNED = "Assigned"
+    WAITING = "WaitingForCapacity"
+    FAILED = "Failed"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunnerView:
+    """One runner as routing sees it: its report, its pool's facts and what the operator derived.
+
+    Built by :func:`helmhive.policy.routing_inputs.build_runner_view`; ``serves_namespace``
+    is precomputed for the job's namespace from the pool's selector.
+    """
+
+    namespace: str
+    name: str
+    pool: str
+    provider: str | None
+    schedulable: bool
+    schedulable_reason: str = Reason.SCHEDULABLE.value
+    default_model: str | None = None
+    models: frozenset[str] = frozenset()
+    capabilities: frozenset[str] = frozenset()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    concurrency: int = 1
+    credential_generation: int = 0
+    serves_namespace: bool = True
+
+    @property
+    def key(self) -> RunnerKey:
+        return (self.namespace, self.name)
+
+    def advertises(self, model: str) -> bool:
+        """The runner offers ``model``: it is in the catalogue, or it is the reported default."""
+        return model in self.models or model == self.default_model
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoutingJob:
+    """The job being routed: where it lives and its (immutable) request."""
+
+    namespace: str
+    name: str
+    spec: AgentJobSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionBindingView:
+    """A session binding that exists: continuity for one key on one runner.
+
+    The key is workspace, profile, provider, runner credential (pool and credential
+    generation) and scope (``workspace`` or ``service:<name>``); a different runner starts
+    its own chain, so the runner is part of it too.
+    """
+
+    workspace: str
+    profile: str
+    provider: str
+    runner_namespace: str
+    runner: str
+    pool: str
+    credential_generation: int
+    scope: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoutingPolicy:
+    """Tunables of the capacity wait; the defaults are what the operator uses."""
+
+    capacity_deadline_seconds: float = 900.0
+    backoff_initial_seconds: float = 2.0
+    backoff_max_seconds: float = 60.0
+    max_candidates: int = MAX_CANDIDATES
+
+
+@dataclass(frozen=True, kw_only=True)
+class RouteOption:
+    """One (mapping, model) the job may run with, in preference order.
+
+    ``model`` is None for automatic selection (the runner's reported default).
+    """
+
+    position: int
+    mapping_index: int
+    provider: str
+    model: str | None
+    source: ModelSource
+    effort: ReasoningEffort | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RouteChoice:
+    """Where the job runs and with what: the decision's assignment, before memory is added."""
+
+    runner_namespace: str
+    runner: str
+    pool: str
+    provider: str
+    model: str
+    model_source: ModelSource
+    effort: ReasoningEffort | None
+    mapping_index: int
+    credential_generation: int
+    resumes_session: bool
+
+    @property
+    def runner_key(self) -> RunnerKey:
+        return (self.runner_namespace, self.runner)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoutingDecision:
+    """The outcome of :func:`decide_route`.
+
+    ``capacity_blocked`` lists (unbounded, for the router's wake-ups) the runners that
+    failed only on free concurrency; ``candidates`` is the bounded table for status.
+    """
+
+    outcome: RouteOutcome
+    reason: Reason
+    message: str
+    choice: RouteChoice | None = None
+    candidates: tuple[Candidate, ...] = ()
+    considered_runners: int = 0
+    capacity_blocked: frozenset[RunnerKey] = frozenset()
+    retry_after: float | None = None
+    capacity_deadline: dt.datetime | None = None
+    avoided_provider: str | None = None
+
+    @property
+    def routed(self) -> bool:
+        return self.outcome is RouteOutcome.ASSIGNED
+
+
+# Closeness ranks of a runner's result; lower is closer to running the job.
+_SELECTED, _ELIGIBLE, _CAPACITY, _MODEL, _REQUIREMENT, _PROVIDER, _NAMESPACE, _UNSCHEDULABLE = range(8)
+_NO_POSITION = 1 << 20
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Result:
+    """One runner's closest result: its rank, the option it reached (if any) and the reason."""
+
+    runner: RunnerView
+    rank: int
+    reason: str
+    option: RouteOption | None = None
+
+    @property
+    def sort_key(self) -> tuple[int, int, str, str]:
+        position = self.option.position if self.option else _NO_POSITION
+        return (self.rank, position, self.runner.namespace, self.runner.name)
+
+
+def _override(spec: AgentJobSpec) -> ModelOverride | None:
+    """The job's override, or None when absent or empty."""
+    model = spec.model
+    if model is None or (model.provider is None and model.model is None and model.reasoning_effort is None):
+        return None
+    return model
+
+
+def build_options(
+    *, mappings: Sequence[ProviderMapping], override: ModelOverride | None, avoid_provider: str | None = None
+) -> list[RouteOption]:
+    """The ordered options of a profile's mappings, narrowed by an (allowed) override.
+
+    For a change review the options of providers other than ``avoid_provider`` come first,
+    each group in the profile's order.
+    """
+    raw: list[tuple[int, str, str | None, ModelSource, ReasoningEffort | None]] = []
+    for index, mapping in enumerate(mappings):
+        if override is not None and override.provider is not None and mapping.provider != override.provider:
+            continue
+        effort = (override.reasoning_effort if override else None) or mapping.reasoning_effort
+        if override is not None and override.model is not None:
+            raw.append((index, mapping.provider, override.model, ModelSource.OVERRIDE, effort))
+            continue
+        if mapping.model is not None:
+            raw.append((index, mapping.provider, mapping.model, ModelSource.MAPPING, effort))
+        else:
+            raw.append((index, mapping.provider, None, ModelSource.RUNNER_DEFAULT, effort))
+        raw.extend((index, mapping.provider, fb, ModelSource.FALLBACK, effort) for fb in mapping.fallback_models)
+    if avoid_provider is not None:
+        raw = [r for r in raw if r[1] != avoid_provider] + [r for r in raw if r[1] == avoid_provider]
+    return [
+        RouteOption(position=pos, mapping_index=i, provider=p, model=m, source=s, effort=e)
+        for pos, (i, p, m, s, e) in enumerate(raw)
+    ]
+
+
+def decide_session_scope(*, spec: AgentJobSpec, scope: SessionScope) -> str:
+    """The scope part of a session key: ``service:<name>`` for a service-scoped job, else ``workspace``."""
+    if scope is SessionScope.SERVICE and spec.service:
+        return f"service:{spec.service}"
+    return "workspace"
+
+
+def _runner_check(
+    runner: RunnerView, *, providers: set[str], capabilities: Sequence[str], labels: Mapping[str, str]
+) -> tuple[int, str] | None:
+    """The first runner-level requirement ``runner`` fails, as (rank, reason); None if it passes all."""
+    if not runner.schedulable:
+        return _UNSCHEDULABLE, f"{Reason.NOT_SCHEDULABLE.value}/{runner.schedulable_reason}"
+    if not runner.serves_namespace:
+        return _NAMESPACE, Reason.NAMESPACE_NOT_SERVED.value
+    if runner.provider is None or runner.provider not in providers:
+        return _PROVIDER, Reason.PROVIDER_NOT_IN_MAPPINGS.value
+    for capability in capabilities:
+        if capability not in runner.capabilities:
+            return _REQUIREMENT, f"{Reason.MISSING_CAPABILITY.value}:{capability}"
+    for key in sorted(labels):
+        if runner.labels.get(key) != labels[key]:
+            return _REQUIREMENT, f"{Reason.MISSING_LABEL.value}:{key}={labels[key]}"
+    return None
+
+
+def _option_check(runner: RunnerView, option: RouteOption, *, active: int) -> tuple[int, str, str | None]:
+    """(rank, reason, model) of ``runner`` for one option of its provider."""
+    if option.model is not None:
+        if not runner.advertises(option.model):
+            return _MODEL, f"{Reason.MODEL_NOT_ADVERTISED.value}:{option.model}", option.model
+        model = option.model
+    elif runner.default_model is None:
+        return _MODEL, Reason.NO_DEFAULT_MODEL.value, None
+    else:
+        model = runner.default_model
+    if active >= runner.concurrency:
+        return _CAPACITY, Reason.NO_FREE_CONCURRENCY.value, model
+    return _ELIGIBLE, "", model
+
+
+def _load(runner: RunnerView, active: int) -> Fraction:
+    return Fraction(active, runner.concurrency) if runner.concurrency > 0 else Fraction(1)
+
+
+def _truncate(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def decide_backoff(*, attempts: int, policy: RoutingPolicy) -> float:
+    """Seconds before re-deciding a waiting job after ``attempts`` earlier waits: 2, 4, 8 … capped."""
+    exponent = min(max(attempts, 0), 30)
+    return float(min(policy.backoff_max_seconds, policy.backoff_initial_seconds * (2**exponent)))
+
+
+def decide_route(
+    *,
+    job: RoutingJob,
+    binding: ProfileBinding,
+    runners: Sequence[RunnerView],
+    active_jobs: Mapping[RunnerKey, int],
+    bindings: Sequence[SessionBindingView] = (),
+    now: dt.datetime,
+    avoid_provider: str | None = None,
+    attempts: int = 0,
+    policy: RoutingPolicy = RoutingPolicy(),
+) -> RoutingDecision:
+    """Decide where ``job`` runs, or why it cannot; see the module docstring for the rules.
+
+    ``active_jobs`` counts, per runner, the jobs assigned to it and not finished (counted by
+    the caller from the jobs themselves). ``attempts`` is how many times the job already
+    waited for capacity (for the backoff). ``binding.bound_at`` is the queue time the
+    capacity deadline counts from.
+    """
+    profile = binding.snapshot
+    ordered = sorted(runners, key=lambda r: (r.namespace, r.name))
+    considered = len(ordered)
+    override = _override(job.spec)
+    if override is not None and not profile.allow_model_override:
+        asked = ", ".join(
+            f"{k}={v}"
+            for k, v in (
+                ("provider", override.provider),
+                ("model", override.model),
+                ("reasoningEffort", override.reasoning_effort.value if override.reasoning_effort else None),
+            )
+            if v
+        )
+        return RoutingDecision(
+            outcome=RouteOutcome.FAILED,
+            reason=Reason.MODEL_OVERRIDE_FORBIDDEN,
+            message=f"spec.model ({asked}) is an override, and profile {binding.name} does not allow model "
+            "overrides (allowModelOverride: false)",
+            considered_runners=considered,
+            avoided_provider=avoid_provider,
+        )
+    options = build_options(mappings=profile.provider_mappings, override=override, avoid_provider=avoid_provider)
+    providers = {o.provider for o in options}
+    by_provider: dict[str, list[RouteOption]] = {}
+    for option in options:
+        by_provider.setdefault(option.provider, []).append(option)
+    capabilities = list(profile.required_capabilities)
+    labels = dict(profile.required_labels)
+
+    results: dict[RunnerKey, _Result] = {}
+    eligible: dict[int, list[RunnerView]] = {}
+    blocked: set[RunnerKey] = set()
+    for runner in ordered:
+        failed = _runner_check(runner, providers=providers, capabilities=capabilities, labels=labels)
+        if failed is not None:
+            results[runner.key] = _Result(runner=runner, rank=failed[0], reason=failed[1])
+            continue
+        active = active_jobs.get(runner.key, 0)
+        best: _Result | None = None
+        for option in by_provider[runner.provider or ""]:
+            rank, reason, model = _option_check(runner, option, active=active)
+            if rank == _ELIGIBLE:
+                eligible.setdefault(option.position, []).append(runner)
+            elif rank == _CAPACITY and runner.concurrency > 0:
+                blocked.add(runner.key)
+            shown = RouteOption(
+                position=option.position,
+                mapping_index=option.mapping_index,
+                provider=option.provider,
+                model=model,
+                source=option.source,
+                effort=option.effort,
+            )
+            candidate = _Result(runner=runner, rank=rank, reason=reason, option=shown)
+            if best is None or candidate.sort_key < best.sort_key:
+                best = candidate
+        assert best is not None  # the runner's provider has at least one option
+        results[runner.key] = best
+
+    if eligible:
+        return _assigned(
+            job=job,
+            binding=binding,
+            options=options,
+            eligible=eligible,
+            results=results,
+            active_jobs=active_jobs,
+            bindings=bindings,
+            avoid_provider=avoid_provider,
+            policy=policy,
+            considered=considered,
+        )
+    table = _table(results.values(), policy)
+    if blocked:
+        deadline = binding.bound_at + dt.timedelta(seconds=policy.capacity_deadline_seconds)
+        busy = len(blocked)
+        if now >= deadline:
+            return RoutingDecision(
+                outcome=RouteOutcome.FAILED,
+                reason=Reason.CAPACITY_DEADLINE_EXCEEDED,
+                message=f"waited for a free slot on {busy} eligible runner{'s' if busy != 1 else ''} "
+                f"from {_iso(binding.bound_at)} until the deadline {_iso(deadline)}",
+                candidates=table,
+                considered_runners=considered,
+                capacity_blocked=frozenset(blocked),
+                capacity_deadline=deadline,
+                avoided_provider=avoid_provider,
+            )
+        retry = min(decide_backoff(attempts=attempts, policy=policy), max(0.0, (deadline - now).total_seconds()))
+        return RoutingDecision(
+            outcome=RouteOutcome.WAITING,
+            reason=Reason.WAITING_FOR_CAPACITY,
+            message=f"every eligible runner is busy ({busy} at full concurrency); waiting for a free slot "
+            f"until {_iso(deadline)}",
+            candidates=table,
+            considered_runners=considered,
+            capacity_blocked=frozenset(blocked),
+            retry_after=retry,
+            capacity_deadline=deadline,
+            avoided_provider=avoid_provider,
+        )
+    return _failed(
+        job=job,
+        binding=binding,
+        options=options,
+        results=list(results.values()),
+        table=table,
+        considered_runners=considered,
+        avoided_provider=avoid_provider,
+    )
+
+
+def _assigned(
+    *,
+    job: RoutingJob,
+    binding: ProfileBinding,
+    options: Sequence[RouteOption],
+    eligible: Mapping[int, list[RunnerView]],
+    results: dict[RunnerKey, _Result],
+    active_jobs: Mapping[RunnerKey, int],
+    bindings: Sequence[SessionBindingView],
+    avoid_provider: str | None,
+    policy: RoutingPolicy,
+    considered: int,
+) -> RoutingDecision:
+    position = min(eligible)
+    option = options[position]
+    profile = binding.snapshot
+    resumable = profile.session.policy in (SessionPolicy.RESUME, SessionPolicy.FORK) and not is_governed(
+        job.spec.job_kind
+    )
+    scope = decide_session_scope(spec=job.spec, scope=profile.session.scope)
+
+    def holds_session(runner: RunnerView) -> bool:
+        return resumable and any(
+            b.runner_namespace == runner.namespace
+            and b.runner == runner.name
+            and b.pool == runner.pool
+            and b.provider == runner.provider
+            and b.credential_generation == runner.credential_generation
+            and b.workspace == job.spec.workspace
+            and b.profile == binding.name
+            and b.scope == scope
+            for b in bindings
+        )
+
+    def rank(runner: RunnerView) -> tuple[int, Fraction, str, str]:
+        load = _load(runner, active_jobs.get(runner.key, 0))
+        return (0 if holds_session(runner) else 1, load, runner.namespace, runner.name)
+
+    contenders = sorted(eligible[position], key=rank)
+    winner = contenders[0]
+    win_rank = rank(winner)
+    model = option.model if option.model is not None else winner.default_model
+    assert model is not None  # eligibility checked the runner's default
+    choice = RouteChoice(
+        runner_namespace=winner.namespace,
+        runner=winner.name,
+        pool=winner.pool,
+        provider=option.provider,
+        model=model,
+        model_source=option.source,
+        effort=option.effort,
+        mapping_index=option.mapping_index,
+        credential_generation=winner.credential_generation,
+        resumes_session=win_rank[0] == 0,
+    )
+    rows: list[_Result] = []
+    for key, result in results.items():
+        if key == winner.key:
+            shown = RouteOption(
+                position=option.position,
+                mapping_index=option.mapping_index,
+                provider=option.provider,
+                model=model,
+                source=option.source,
+                effort=option.effort,
+            )
+            rows.append(_Result(runner=winner, rank=_SELECTED, reason=Reason.SELECTED.value, option=shown))
+        elif result.rank == _ELIGIBLE and result.option is not None:
+            why = _why_not_preferred(result, option, rank(result.runner), win_rank, avoid_provider)
+            rows.append(_Result(runner=result.runner, rank=_ELIGIBLE, reason=why, option=result.option))
+        else:
+            rows.append(result)
+    source = {
+        ModelSource.MAPPING: "the mapping's model",
+        ModelSource.FALLBACK: "a fallback model",
+        ModelSource.OVERRIDE: "the job's model override",
+        ModelSource.RUNNER_DEFAULT: "the runner's default model",
+    }[option.source]
+    message = (
+        f"runner {winner.namespace}/{winner.name} (pool {winner.pool}) runs it with {option.provider} model "
+        f"{model} ({source}, mapping {option.mapping_index})"
+    )
+    if avoid_provider is not None:
+        message += (
+            f"; review provider differs from the implementation's ({avoid_provider})"
+            if option.provider != avoid_provider
+            else f"; no other provider was eligible, so the implementation's provider ({avoid_provider}) "
+            "runs it in a fresh context"
+        )
+    if choice.resumes_session:
+        message += "; it holds the job's session binding"
+    return RoutingDecision(
+        outcome=RouteOutcome.ASSIGNED,
+        reason=Reason.ASSIGNED,
+        message=_truncate(message, 1024),
+        choice=choice,
+        candidates=_table(rows, policy),
+        considered_runners=considered,
+        avoided_provider=avoid_provider,
+    )
+
+
+def _why_not_preferred(
+    result: _Result,
+    winning: RouteOption,
+    mine: tuple[int, Fraction, str, str],
+    theirs: tuple[int, Fraction, str, str],
+    avoid_provider: str | None,
+) -> str:
+    option = result.option
+    assert option is not None
+    prefix = Reason.NOT_PREFERRED.value
+    if option.position != winning.position:
+        if avoid_provider is not None and option.provider == avoid_provider != winning.provider:
+            return f"{prefix}:SameProviderAsImplementation"
+        if option.mapping_index != winning.mapping_index:
+            return f"{prefix}:LaterMapping"
+        return f"{prefix}:LaterModel"
+    if mine[0] != theirs[0]:
+        return f"{prefix}:NoSessionBinding"
+    if mine[1] != theirs[1]:
+        return f"{prefix}:MoreLoaded"
+    return f"{prefix}:NameOrder"
+
+
+def _failed(
+    *,
+    job: RoutingJob,
+    binding: ProfileBinding,
+    options: Sequence[RouteOption],
+    results: Sequence[_Result],
+    table: tuple[Candidate, ...],
+    considered_runners: int,
+    avoided_provider: str | None,
+) -> RoutingDecision:
+    common: dict[str, Any] = {
+        "considered_runners": considered_runners,
+        "avoided_provider": avoided_provider,
+        "candidates": table,
+        "outcome": RouteOutcome.FAILED,
+    }
+    if not options:
+        override = _override(job.spec)
+        wanted = override.provider if override is not None and override.provider else None
+        mapped = ", ".join(m.provider for m in binding.snapshot.provider_mappings) or "none"
+        text = (
+            f"the override's provider {wanted} is not one of profile {binding.name}'s mappings ({mapped})"
+            if wanted
+            else f"profile {binding.name} has no provider mappings"
+        )
+        return RoutingDecision(reason=Reason.NO_ELIGIBLE_RUNNER, message=text, **common)
+    if not results:
+        return RoutingDecision(
+            reason=Reason.NO_ELIGIBLE_RUNNER, message="no runner is registered; nothing can run the job", **common
+        )
+    closest = min(r.rank for r in results)
+    nearest = [r for r in results if r.rank == closest]
+    if closest == _MODEL:
+        missing = sorted({r.reason.partition(":")[2] for r in nearest if r.reason.startswith("ModelNotAdvertised")})
+        if missing:
+            return RoutingDecision(
+                reason=Reason.MODEL_NOT_ADVERTISED,
+                message=_truncate(
+                    f"no compatible runner advertises {', '.join(missing)}; an explicit model is refused, "
+                    f"never swapped ({len(nearest)} runner{'s' if len(nearest) != 1 else ''} met every other "
+                    "requirement)",
+                    1024,
+                ),
+                **common,
+            )
+        return RoutingDecision(
+            reason=Reason.NO_DEFAULT_MODEL,
+            message="the mapping asks for the runner's default model and no compatible runner reports one",
+            **common,
+        )
+    summary = ", ".join(sorted({r.reason for r in nearest}))
+    return RoutingDecision(
+        reason=Reason.NO_ELIGIBLE_RUNNER,
+        message=_truncate(
+            f"no mapping of profile {binding.name} is eligible on any of {len(results)} runner"
+            f"{'s' if len(results) != 1 else ''}; closest: {summary}",
+            1024,
+        ),
+        **common,
+    )
+
+
+def _table(rows: Iterable[_Result], policy: RoutingPolicy) -> tuple[Candidate, ...]:
+    ordered = sorted(rows, key=lambda r: r.sort_key)[: policy.max_candidates]
+    return tuple(
+        Candidate(
+            runner=r.runner.name,
+            namespace=r.runner.namespace,
+            provider=r.option.provider if r.option else r.runner.provider,
+            mapping_index=r.option.mapping_index if r.option else None,
+            model=r.option.model if r.option else None,
+            reason=_truncate(r.reason, 160),
+        )
+        for r in ordered
+    )
+
+
+def _iso(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# Status builders ----------------------------------------------------------------------
+
+
+def build_routing_status(*, decision: RoutingDecision, attempts: int, now: dt.datetime) -> dict[str, Any]:
+    """``status.routing`` (wire form) for ``decision``."""
+    status: dict[str, Any] = {
+        "consideredRunners": decision.considered_runners,
+        "candidates": [c.to_wire() for c in decision.candidates],
+        "attempts": attempts,
+        "decidedAt": _iso(now),
+    }
+    if decision.retry_after is not None:
+        status["nextAttemptAt"] = _iso(now + dt.timedelta(seconds=decision.retry_after))
+    if decision.capacity_deadline is not None:
+        status["capacityDeadline"] = _iso(decision.capacity_deadline)
+    if decision.avoided_provider is not None:
+        status["avoidedProvider"] = decision.avoided_provider
+    return status
+
+
+def build_assignment(*, choice: RouteChoice, memory_ids: Sequence[str], now: dt.datetime) -> dict[str, Any]:
+    """``status.assignment`` (wire form): the choice plus the injected memory ids (at most 20)."""
+    assignment: dict[str, Any] = {
+        "runner": choice.runner,
+        "pool": choice.pool,
+        "runnerNamespace": choice.runner_namespace,
+        "provider": choice.provider,
+        "model": choice.model,
+        "modelSource": choice.model_source.value,
+        "mappingIndex": choice.mapping_index,
+        "memoryIds": list(memory_ids)[:20],
+        "credentialGeneration": choice.credential_generation,
+        "assignedAt": _iso(now),
+    }
+    if choice.effort is not None:
+        assignment["reasoningEffort"] = choice.effort.value
+    return assignment
+
+
+def build_status_patch(
+    *,
+    decision: RoutingDecision,
+    conditions: Sequence[dict[str, Any]] | None,
+    generation: int | None,
+    attempts: int,
+    memory_ids: Sequence[str] = (),
+    now: dt.datetime,
+) -> dict[str, Any]:
+    """The job's ``status`` fields for ``decision``: routing, conditions and (when routed) the assignment.
+
+    Routed: ``Routed=True/Assigned`` and ``Ready=Unknown/Assigned`` (the job has not run yet).
+    Waiting: ``Routed=False`` and ``Ready=Unknown``, reason ``WaitingForCapacity``.
+    Failed: ``Routed=False`` and ``Ready=False`` with the decision's reason.
+    """
+    routed = decision.outcome is RouteOutcome.ASSIGNED
+    ready: bool | None = False if decision.outcome is RouteOutcome.FAILED else None
+    current = list(conditions or [])
+    for ctype, status in ((ConditionType.ROUTED, routed), (ConditionType.READY, ready)):
+        current = set_condition(
+            current,
+            type=ctype,
+            status=status,
+            reason=decision.reason.value,
+            message=decision.message,
+            generation=generation,
+            now=now,
+        ).conditions
+    patch: dict[str, Any] = {
+        "routing": build_routing_status(decision=decision, attempts=attempts, now=now),
+        "conditions": current,
+    }
+    if decision.choice is not None:
+        patch["assignment"] = build_assignment(choice=decision.choice, memory_ids=memory_ids, now=now)
+    return patch

@@ -1,0 +1,371 @@
+"""What routing knows about runners, pools, namespaces and jobs, built from Kubernetes objects. Pure.
+
+The operator's router (from Kopf indexes) and ``helmhive explain-routing`` (from lists) both
+build :func:`helmhive.policy.routing.decide_route`'s inputs with these functions, so a dry
+run and the real decision see the same facts:
+
+- :func:`parse_runner`, :func:`parse_pool`: the parts of a Runner and a RunnerPool routing reads;
+- :func:`match_label_selector`, :func:`decide_pool_serves`: which namespaces a pool serves;
+- :func:`build_runner_view`, :func:`build_runner_views`: one :class:`RunnerView` per runner;
+- :func:`decide_job_finished`, :func:`decide_assigned_runner`, :func:`decide_active_jobs`:
+  active jobs per runner, counted from the jobs themselves;
+- :func:`parse_job`, :func:`decide_needs_routing`: a queued job and whether it awaits a decision.
+
+Nothing here does I/O or reads the clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from helmhive.api.common import ControlState, LabelSelector
+from helmhive.api.job import AgentJobSpec, ChangeStage, ProfileBinding
+from helmhive.api.reasons import ConditionType, Reason
+from helmhive.api.runner import AuthState, ReportedStatus, RunnerPoolSpec, RunnerReport, RunnerSpec, RunnerStatus
+from helmhive.policy.conditions import find_condition
+from helmhive.policy.routing import RunnerKey, RunnerView
+
+__all__ = [
+    "PoolServing",
+    "QueuedJob",
+    "RunnerFacts",
+    "build_runner_view",
+    "build_runner_views",
+    "decide_active_jobs",
+    "decide_assigned_runner",
+    "decide_implementation_provider",
+    "decide_job_finished",
+    "decide_needs_routing",
+    "decide_pool_serves",
+    "match_label_selector",
+    "parse_job",
+    "parse_pool",
+    "parse_runner",
+]
+
+PoolKey = tuple[str, str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunnerFacts:
+    """The parts of a Runner routing reads: its pool, its report and what the operator derived."""
+
+    namespace: str
+    name: str
+    pool: str
+    report: RunnerReport | None
+    schedulable: bool | None
+    schedulable_reason: str | None
+    reported_status: ReportedStatus | None
+    control_state: ControlState | None
+
+    @property
+    def key(self) -> RunnerKey:
+        return (self.namespace, self.name)
+
+    @property
+    def pool_key(self) -> PoolKey:
+        return (self.namespace, self.pool)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolServing:
+    """The parts of a RunnerPool routing reads."""
+
+    namespace: str
+    name: str
+    provider: str
+    concurrency: int
+    serves: LabelSelector
+    credential_generation: int
+
+    @property
+    def key(self) -> PoolKey:
+        return (self.namespace, self.name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueuedJob:
+    """An AgentJob with its profile bound, as the router reads it."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    generation: int | None
+    spec: AgentJobSpec
+    binding: ProfileBinding
+    conditions: list[dict[str, Any]] = field(default_factory=list)
+    attempts: int = 0
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+
+def parse_runner(body: Mapping[str, Any]) -> RunnerFacts | None:
+    """Parse a Runner; None when its spec is unusable. An unparsable report counts as none."""
+    meta = body.get("metadata") or {}
+    try:
+        spec = RunnerSpec.model_validate(body.get("spec") or {})
+    except ValidationError:
+        return None
+    raw = dict(body.get("status") or {})
+    try:
+        status = RunnerStatus.model_validate(raw)
+    except ValidationError:
+        raw.pop("report", None)
+        try:
+            status = RunnerStatus.model_validate(raw)
+        except ValidationError:
+            status = RunnerStatus()
+    condition = find_condition([c.to_wire() for c in status.conditions], ConditionType.SCHEDULABLE)
+    schedulable = None if condition is None else {"True": True, "False": False}.get(str(condition.get("status")))
+    return RunnerFacts(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        pool=spec.pool_ref.name,
+        report=status.report,
+        schedulable=schedulable,
+        schedulable_reason=str(condition.get("reason")) if condition else None,
+        reported_status=status.reported_status,
+        control_state=status.effective_control_state,
+    )
+
+
+def parse_pool(body: Mapping[str, Any]) -> PoolServing | None:
+    """Parse a RunnerPool; None when its spec is unusable (its runners then have no pool)."""
+    meta = body.get("metadata") or {}
+    try:
+        spec = RunnerPoolSpec.model_validate(body.get("spec") or {})
+    except ValidationError:
+        return None
+    status = body.get("status") or {}
+    try:
+        generation = int(status.get("credentialGeneration") or 0)
+    except (TypeError, ValueError):
+        generation = 0
+    return PoolServing(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        provider=spec.provider,
+        concurrency=spec.concurrency,
+        serves=spec.serves_namespaces,
+        credential_generation=generation,
+    )
+
+
+def match_label_selector(selector: LabelSelector, labels: Mapping[str, str]) -> bool:
+    """Kubernetes label-selector semantics: every ``matchLabels`` pair and every expression holds.
+
+    ``In``: the key is present with one of the values; ``NotIn``: absent, or present with none
+    of them; ``Exists`` / ``DoesNotExist``: the key's presence. An empty selector matches all.
+    """
+    for key, value in selector.match_labels.items():
+        if labels.get(key) != value:
+            return False
+    for expression in selector.match_expressions:
+        present = expression.key in labels
+        actual = labels.get(expression.key)
+        match expression.operator:
+            case "In":
+                ok = present and actual in expression.values
+            case "NotIn":
+                ok = not present or actual not in expression.values
+            case "Exists":
+                ok = present
+            case "DoesNotExist":
+                ok = not present
+            case _:
+                ok = False
+        if not ok:
+            return False
+    return True
+
+
+def decide_pool_serves(*, pool: PoolServing, namespace: str, labels: Mapping[str, str] | None) -> bool:
+    """Whether ``pool`` serves jobs in ``namespace`` (whose labels are ``labels``; None if unknown).
+
+    A pool always serves its own namespace. Another namespace is served only when the pool's
+    ``servesNamespaces`` is non-empty and matches its labels: an empty selector does not lend
+    a pool's provider login to the whole cluster (fail closed).
+    """
+    if namespace == pool.namespace:
+        return True
+    if not pool.serves.match_labels and not pool.serves.match_expressions:
+        return False
+    if labels is None:
+        return False
+    return match_label_selector(pool.serves, labels)
+
+
+def _not_schedulable(runner: RunnerFacts, pool: PoolServing | None) -> str | None:
+    """The reason ``runner`` may not take work, or None. Re-checks what the Schedulable condition says."""
+    if pool is None:
+        return Reason.POOL_NOT_FOUND.value
+    if runner.schedulable is not True:
+        return runner.schedulable_reason or Reason.PENDING.value
+    control = runner.control_state or ControlState.ACTIVE
+    if control is not ControlState.ACTIVE:
+        return control.value
+    report = runner.report
+    if report is None:
+        return Reason.NEVER_REPORTED.value
+    if runner.reported_status is not ReportedStatus.ONLINE:
+        return (runner.reported_status or ReportedStatus.OFFLINE).value
+    if report.authentication.state is not AuthState.AUTHENTICATED:
+        return report.authentication.state.value
+    if report.credential_generation != pool.credential_generation:
+        return Reason.CREDENTIAL_ROTATED.value
+    return None
+
+
+def build_runner_view(*, runner: RunnerFacts, pool: PoolServing | None, serves_namespace: bool) -> RunnerView:
+    """One runner as :func:`decide_route` sees it.
+
+    Schedulable needs the operator's ``Schedulable=True`` condition *and* agreement of the
+    facts behind it (Active, Online, Authenticated, the pool's current credential
+    generation), so a condition written before a change does not schedule a job. The
+    runner's concurrency is its reported value, capped by its pool's.
+    """
+    report = runner.report
+    why = _not_schedulable(runner, pool)
+    concurrency = report.concurrency if report is not None else 0
+    if pool is not None:
+        concurrency = min(concurrency, pool.concurrency)
+    return RunnerView(
+        namespace=runner.namespace,
+        name=runner.name,
+        pool=runner.pool,
+        provider=report.provider if report is not None else (pool.provider if pool is not None else None),
+        schedulable=why is None,
+        schedulable_reason=why or Reason.SCHEDULABLE.value,
+        default_model=report.catalogue.default if report is not None else None,
+        models=frozenset(m.id for m in report.catalogue.models) if report is not None else frozenset(),
+        capabilities=frozenset(report.capabilities) if report is not None else frozenset(),
+        labels=dict(report.placement_labels) if report is not None else {},
+        concurrency=concurrency,
+        credential_generation=report.credential_generation if report is not None else 0,
+        serves_namespace=serves_namespace,
+    )
+
+
+def build_runner_views(
+    *,
+    runners: Iterable[RunnerFacts],
+    pools: Mapping[PoolKey, PoolServing],
+    job_namespace: str,
+    namespace_labels: Mapping[str, str] | None,
+) -> list[RunnerView]:
+    """Every runner as a :class:`RunnerView` for a job in ``job_namespace``."""
+    views: list[RunnerView] = []
+    serves: dict[PoolKey, bool] = {}
+    for runner in runners:
+        pool = pools.get(runner.pool_key)
+        if pool is not None and pool.key not in serves:
+            serves[pool.key] = decide_pool_serves(pool=pool, namespace=job_namespace, labels=namespace_labels)
+        views.append(
+            build_runner_view(
+                runner=runner,
+                pool=pool,
+                serves_namespace=serves.get(runner.pool_key, runner.namespace == job_namespace),
+            )
+        )
+    return views
+
+
+def decide_job_finished(status: Mapping[str, Any] | None) -> bool:
+    """A job is finished once its ``Succeeded`` condition is True or False."""
+    condition = find_condition((status or {}).get("conditions"), ConditionType.SUCCEEDED)
+    return condition is not None and condition.get("status") in ("True", "False")
+
+
+def decide_assigned_runner(body: Mapping[str, Any]) -> RunnerKey | None:
+    """The runner an assigned, unfinished job holds a slot on; None otherwise."""
+    status = body.get("status") or {}
+    assignment = status.get("assignment")
+    if not assignment or decide_job_finished(status):
+        return None
+    meta = body.get("metadata") or {}
+    namespace = assignment.get("runnerNamespace") or meta.get("namespace") or ""
+    runner = assignment.get("runner")
+    return (str(namespace), str(runner)) if runner else None
+
+
+def decide_active_jobs(
+    jobs: Iterable[Mapping[str, Any]], *, exclude: Iterable[tuple[str, str]] = ()
+) -> dict[RunnerKey, int]:
+    """Active jobs per runner, counted from the jobs (assigned and not finished), minus ``exclude``."""
+    skip = set(exclude)
+    counts: dict[RunnerKey, int] = {}
+    for body in jobs:
+        meta = body.get("metadata") or {}
+        if (meta.get("namespace"), meta.get("name")) in skip:
+            continue
+        runner = decide_assigned_runner(body)
+        if runner is not None:
+            counts[runner] = counts.get(runner, 0) + 1
+    return counts
+
+
+def decide_implementation_provider(body: Mapping[str, Any]) -> tuple[tuple[str, str], str] | None:
+    """For a change's implementation job with an assignment: ((namespace, change), provider)."""
+    spec = body.get("spec") or {}
+    change = spec.get("change") or {}
+    if change.get("stage") != ChangeStage.IMPLEMENTATION.value or not change.get("name"):
+        return None
+    provider = ((body.get("status") or {}).get("assignment") or {}).get("provider")
+    if not provider:
+        return None
+    namespace = (body.get("metadata") or {}).get("namespace") or ""
+    return (str(namespace), str(change["name"])), str(provider)
+
+
+def decide_needs_routing(body: Mapping[str, Any]) -> bool:
+    """A job awaits a routing decision: profile bound, not assigned, not failed closed, not cancelled or deleted.
+
+    ``Routed=False`` with ``WaitingForCapacity`` still awaits one; any other ``Routed=False``
+    reason is final (the job failed closed at queue time).
+    """
+    meta = body.get("metadata") or {}
+    status = body.get("status") or {}
+    spec = body.get("spec") or {}
+    if meta.get("deletionTimestamp") or spec.get("cancel"):
+        return False
+    if not status.get("profile") or status.get("assignment"):
+        return False
+    routed = find_condition(status.get("conditions"), ConditionType.ROUTED)
+    if routed is None:
+        return True
+    return routed.get("status") != "False" or routed.get("reason") == Reason.WAITING_FOR_CAPACITY.value
+
+
+def parse_job(body: Mapping[str, Any]) -> QueuedJob | None:
+    """Parse a job awaiting routing; None when its spec or profile binding is unusable."""
+    meta = body.get("metadata") or {}
+    status = body.get("status") or {}
+    try:
+        spec = AgentJobSpec.model_validate(body.get("spec") or {})
+        binding = ProfileBinding.model_validate(status.get("profile") or {})
+    except ValidationError:
+        return None
+    routing = status.get("routing") or {}
+    try:
+        attempts = int(routing.get("attempts") or 0)
+    except (TypeError, ValueError):
+        attempts = 0
+    return QueuedJob(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        resource_version=str(meta.get("resourceVersion", "")),
+        generation=meta.get("generation"),
+        spec=spec,
+        binding=binding,
+        conditions=[dict(c) for c in status.get("conditions") or []],
+        attempts=attempts,
+    )
