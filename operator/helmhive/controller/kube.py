@@ -260,6 +260,12 @@ class Kube:
         data = self.api_client.sanitize_for_serialization(secret).get("data") or {}
         return {str(k): str(v) for k, v in data.items()}
 
+    # Namespaces -----------------------------------------------------------------------
+    async def read_namespace(self, name: str) -> dict[str, Any]:
+        """The Namespace ``name`` as a plain dict (routing reads its labels)."""
+        result = await self._call(self.core.read_namespace, name)
+        return dict(self.api_client.sanitize_for_serialization(result))
+
     # Events -------------------------------------------------------------------------
     async def post_event(
         self,
