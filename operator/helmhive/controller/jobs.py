@@ -26,14 +26,16 @@ from helmhive.controller.runtime import Runtime
 from helmhive.policy.conditions import set_condition
 from helmhive.policy.revisions import profile_hash, revision_name
 
-__all__ = ["bind_profile", "register"]
+__all__ = ["FailClosed", "bind_profile", "register"]
 
 AGENT_JOB = kind_by_name("AgentJob")
 PROFILE = kind_by_name("Profile")
 WORKSPACE = kind_by_name("Workspace")
 
 
-class _FailClosed(Exception):
+class FailClosed(Exception):
+    """The job cannot be queued: ``reason`` is the fixed name for ``Routed=False``."""
+
     def __init__(self, reason: Reason, message: str) -> None:
         super().__init__(message)
         self.reason = reason
@@ -46,36 +48,36 @@ async def _resolve_profile_name(runtime: Runtime, spec: AgentJobSpec, namespace:
     try:
         workspace = await runtime.kube.get(WORKSPACE, spec.workspace, namespace=namespace)
     except NotFound:
-        raise _FailClosed(Reason.WORKSPACE_NOT_FOUND, f"workspace {spec.workspace} does not exist") from None
+        raise FailClosed(Reason.WORKSPACE_NOT_FOUND, f"workspace {spec.workspace} does not exist") from None
     parsed = WorkspaceSpec.model_validate(workspace.get("spec") or {})
     for binding in parsed.profiles:
         if binding.job_kind == spec.job_kind:
             return binding.profile
-    raise _FailClosed(
+    raise FailClosed(
         Reason.PROFILE_NOT_FOUND, f"workspace {spec.workspace} names no active profile for {spec.job_kind.value}"
     )
 
 
 async def bind_profile(runtime: Runtime, body: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the ``status.profile`` binding for a queued job, or raise _FailClosed."""
+    """Return the ``status.profile`` binding for a queued job, or raise FailClosed."""
     meta = body["metadata"]
     namespace = meta["namespace"]
     try:
         spec = AgentJobSpec.model_validate(dict(body.get("spec") or {}))
     except ValidationError as err:
-        raise _FailClosed(Reason.INVALID_SPEC, str(err.errors()[0]["msg"])) from None
+        raise FailClosed(Reason.INVALID_SPEC, str(err.errors()[0]["msg"])) from None
     name = await _resolve_profile_name(runtime, spec, namespace)
     try:
         profile = await runtime.kube.get(PROFILE, name, namespace=namespace)
     except NotFound:
-        raise _FailClosed(Reason.PROFILE_NOT_FOUND, f"profile {name} does not exist in {namespace}") from None
+        raise FailClosed(Reason.PROFILE_NOT_FOUND, f"profile {name} does not exist in {namespace}") from None
     parsed, verdict = decide_profile_body(profile.get("spec") or {})
     if parsed is None or verdict.effective is None:
-        raise _FailClosed(
+        raise FailClosed(
             Reason.PROFILE_NOT_VALID, f"profile {name} is not valid: {format_violations(verdict.violations)}"
         )
     if parsed.envelope != spec.job_kind:
-        raise _FailClosed(
+        raise FailClosed(
             Reason.PROFILE_NOT_VALID,
             f"profile {name} is for envelope {parsed.envelope.value}, not job kind {spec.job_kind.value}",
         )
@@ -103,7 +105,7 @@ async def queue_job(runtime: Runtime, body: Mapping[str, Any], logger: kopf.Logg
     now = runtime.clock()
     try:
         binding = await bind_profile(runtime, body)
-    except _FailClosed as closed:
+    except FailClosed as closed:
         conditions = status.get("conditions")
         for ctype in (ConditionType.ROUTED, ConditionType.READY):
             conditions = set_condition(
