@@ -286,7 +286,6 @@ def _session(runner_name: str, *, scope: str = "workspace") -> SessionBindingVie
         provider="anthropic",
         runner_namespace="team",
         runner=runner_name,
-        pool="pool",
         credential_generation=0,
         scope=scope,
     )

@@ -21,6 +21,7 @@ from helmhive.policy.routing_inputs import (
     parse_job,
     parse_pool,
     parse_runner,
+    parse_session_binding,
 )
 
 GROUP = "helmhive.dev/v1alpha1"
@@ -253,3 +254,28 @@ def test_a_change_implementation_records_its_provider_for_the_review() -> None:
 
 def test_parse_job_refuses_an_unusable_binding() -> None:
     assert parse_job(job_body("a", profile={"name": "x"})) is None
+
+
+def test_only_a_binding_with_a_stored_session_counts_for_the_session_tie_break() -> None:
+    body: dict[str, Any] = {
+        "metadata": {"name": "sb-1", "namespace": "runners"},
+        "spec": {
+            "workspace": "shop",
+            "profile": "impl",
+            "provider": "anthropic",
+            "runner": "p-0",
+            "credentialGeneration": 2,
+            "scope": "service",
+            "service": "api",
+        },
+        "status": {"stored": True},
+    }
+    view = parse_session_binding(body)
+    assert view is not None
+    assert (view.runner_namespace, view.runner, view.credential_generation, view.scope) == (
+        "runners",
+        "p-0",
+        2,
+        "service:api",
+    )
+    assert parse_session_binding(dict(body, status={"stored": False})) is None

@@ -121,11 +121,11 @@ class RoutingJob:
 
 @dataclass(frozen=True, kw_only=True)
 class SessionBindingView:
-    """A session binding that exists: continuity for one key on one runner.
+    """A session binding with a stored session: continuity for one key on one runner.
 
-    The key is workspace, profile, provider, runner credential (pool and credential
-    generation) and scope (``workspace`` or ``service:<name>``); a different runner starts
-    its own chain, so the runner is part of it too.
+    The key is workspace, profile, provider, runner and its credential generation, and scope
+    (``workspace`` or ``service:<name>``, see :func:`decide_session_scope`); a different
+    runner, or a rotated credential, starts its own chain.
     """
 
     workspace: str
@@ -133,7 +133,6 @@ class SessionBindingView:
     provider: str
     runner_namespace: str
     runner: str
-    pool: str
     credential_generation: int
     scope: str
 
@@ -476,7 +475,6 @@ def _assigned(
         return resumable and any(
             b.runner_namespace == runner.namespace
             and b.runner == runner.name
-            and b.pool == runner.pool
             and b.provider == runner.provider
             and b.credential_generation == runner.credential_generation
             and b.workspace == job.spec.workspace

@@ -9,7 +9,8 @@ run and the real decision see the same facts:
 - :func:`build_runner_view`, :func:`build_runner_views`: one :class:`RunnerView` per runner;
 - :func:`decide_job_finished`, :func:`decide_assigned_runner`, :func:`decide_active_jobs`:
   active jobs per runner, counted from the jobs themselves;
-- :func:`parse_job`, :func:`decide_needs_routing`: a queued job and whether it awaits a decision.
+- :func:`parse_job`, :func:`decide_needs_routing`: a queued job and whether it awaits a decision;
+- :func:`parse_session_binding`: a SessionBinding with a stored session, for the session tie-break.
 
 Nothing here does I/O or reads the clock.
 """
@@ -24,10 +25,12 @@ from pydantic import ValidationError
 
 from helmhive.api.common import ControlState, LabelSelector
 from helmhive.api.job import AgentJobSpec, ChangeStage, ProfileBinding
+from helmhive.api.profile import SessionScope
 from helmhive.api.reasons import ConditionType, Reason
 from helmhive.api.runner import AuthState, ReportedStatus, RunnerPoolSpec, RunnerReport, RunnerSpec, RunnerStatus
+from helmhive.api.session import SessionBindingSpec
 from helmhive.policy.conditions import find_condition
-from helmhive.policy.routing import RunnerKey, RunnerView
+from helmhive.policy.routing import RunnerKey, RunnerView, SessionBindingView
 
 __all__ = [
     "PoolServing",
@@ -45,6 +48,7 @@ __all__ = [
     "parse_job",
     "parse_pool",
     "parse_runner",
+    "parse_session_binding",
 ]
 
 PoolKey = tuple[str, str]
@@ -368,4 +372,28 @@ def parse_job(body: Mapping[str, Any]) -> QueuedJob | None:
         binding=binding,
         conditions=[dict(c) for c in status.get("conditions") or []],
         attempts=attempts,
+    )
+
+
+def parse_session_binding(body: Mapping[str, Any]) -> SessionBindingView | None:
+    """A SessionBinding that holds a stored session (``status.stored``); None otherwise.
+
+    Only a binding with a session to continue makes its runner preferable; an empty one
+    (never used, or reset by an administrator) starts a new chain wherever the job runs.
+    """
+    if not (body.get("status") or {}).get("stored"):
+        return None
+    try:
+        spec = SessionBindingSpec.model_validate(body.get("spec") or {})
+    except ValidationError:
+        return None
+    scope = f"service:{spec.service}" if spec.scope is SessionScope.SERVICE and spec.service else "workspace"
+    return SessionBindingView(
+        workspace=spec.workspace,
+        profile=spec.profile,
+        provider=spec.provider,
+        runner_namespace=str((body.get("metadata") or {}).get("namespace", "")),
+        runner=spec.runner,
+        credential_generation=spec.credential_generation,
+        scope=scope,
     )
