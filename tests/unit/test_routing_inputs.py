@@ -19,6 +19,7 @@ from helmhive.policy.routing_inputs import (
     decide_pool_serves,
     match_label_selector,
     parse_job,
+    parse_memory_record,
     parse_pool,
     parse_runner,
     parse_session_binding,
@@ -279,3 +280,26 @@ def test_only_a_binding_with_a_stored_session_counts_for_the_session_tie_break()
         "service:api",
     )
     assert parse_session_binding(dict(body, status={"stored": False})) is None
+
+
+def test_a_memory_record_is_offered_unless_its_active_condition_is_false() -> None:
+    body: dict[str, Any] = {
+        "metadata": {"name": "cents", "namespace": "team"},
+        "spec": {
+            "workspace": "shop",
+            "scope": {"type": "workspace"},
+            "kind": "constraint",
+            "text": "Amounts are integer cents.",
+            "source": {"type": "adr", "url": "https://example.com/adr/1"},
+            "sensitivity": "internal",
+        },
+    }
+    fresh = parse_memory_record(body)
+    assert fresh is not None and fresh.name == "cents"
+    active = dict(body, status={"conditions": [{"type": "Active", "status": "True", "reason": "InEffect"}]})
+    assert parse_memory_record(active) is not None
+    scoped_out = dict(
+        body, status={"conditions": [{"type": "Active", "status": "False", "reason": "WorkspaceNotFound"}]}
+    )
+    assert parse_memory_record(scoped_out) is None
+    assert parse_memory_record(dict(body, spec={"workspace": "shop"})) is None

@@ -10,7 +10,8 @@ run and the real decision see the same facts:
 - :func:`decide_job_finished`, :func:`decide_assigned_runner`, :func:`decide_active_jobs`:
   active jobs per runner, counted from the jobs themselves;
 - :func:`parse_job`, :func:`decide_needs_routing`: a queued job and whether it awaits a decision;
-- :func:`parse_session_binding`: a SessionBinding with a stored session, for the session tie-break.
+- :func:`parse_session_binding`: a SessionBinding with a stored session, for the session tie-break;
+- :func:`parse_memory_record`: a MemoryRecord that may be injected (its ``Active`` is not False).
 
 Nothing here does I/O or reads the clock.
 """
@@ -25,11 +26,13 @@ from pydantic import ValidationError
 
 from helmhive.api.common import ControlState, LabelSelector
 from helmhive.api.job import AgentJobSpec, ChangeStage, ProfileBinding
+from helmhive.api.memory import MemoryRecordSpec
 from helmhive.api.profile import SessionScope
 from helmhive.api.reasons import ConditionType, Reason
 from helmhive.api.runner import AuthState, ReportedStatus, RunnerPoolSpec, RunnerReport, RunnerSpec, RunnerStatus
 from helmhive.api.session import SessionBindingSpec
 from helmhive.policy.conditions import find_condition
+from helmhive.policy.memory import NamedMemoryRecord
 from helmhive.policy.routing import RunnerKey, RunnerView, SessionBindingView
 
 __all__ = [
@@ -46,6 +49,7 @@ __all__ = [
     "decide_pool_serves",
     "match_label_selector",
     "parse_job",
+    "parse_memory_record",
     "parse_pool",
     "parse_runner",
     "parse_session_binding",
@@ -397,3 +401,20 @@ def parse_session_binding(body: Mapping[str, Any]) -> SessionBindingView | None:
         credential_generation=spec.credential_generation,
         scope=scope,
     )
+
+
+def parse_memory_record(body: Mapping[str, Any]) -> NamedMemoryRecord | None:
+    """A MemoryRecord routing may inject; None when its spec is unusable or its ``Active`` is False.
+
+    ``Active=False`` covers what selection cannot see from the record alone (its service is not
+    in the Workspace, or the Workspace is gone). Expiry is checked again at selection time,
+    so a record that expired since its condition was written is still left out.
+    """
+    try:
+        spec = MemoryRecordSpec.model_validate(body.get("spec") or {})
+    except ValidationError:
+        return None
+    active = find_condition((body.get("status") or {}).get("conditions"), ConditionType.ACTIVE)
+    if active is not None and active.get("status") == "False":
+        return None
+    return NamedMemoryRecord(name=str((body.get("metadata") or {}).get("name", "")), spec=spec)
