@@ -15,7 +15,7 @@ from typing import Any
 
 import kopf
 
-from helmhive.controller import envelopes, jobs, memory, profiles, runnerpools, runners
+from helmhive.controller import envelopes, jobs, memory, profiles, routing, runnerpools, runners
 from helmhive.controller.audit import patch_audit_retention
 from helmhive.controller.kube import Kube, load_api_client
 from helmhive.controller.runtime import OperatorConfig, Runtime
@@ -77,6 +77,7 @@ def register_handlers(runtime: Runtime) -> None:
     profiles.register(runtime, operator_username=runtime.config.username)
     memory.register(runtime)
     jobs.register(runtime)
+    routing.register(runtime)
 
 
 async def _audit_retention_loop(runtime: Runtime, logger: kopf.Logger, interval: float = 600.0) -> None:

@@ -1,0 +1,712 @@
+"""Routes queued AgentJobs to runners: decide with the pure core, write the assignment once, audit it.
+
+Thin Kopf handlers feed one :class:`Router` per operator process:
+
+- **Indexes** (Kopf fills them before any handler runs, also after a restart): runners, runner
+  pools, namespaces' labels, jobs by the runner they hold a slot on (assigned and not finished),
+  memory records by namespace, and each change's implementation provider.
+- **An event handler on AgentJobs** queues every job that awaits a decision (profile bound, no
+  assignment, not failed closed), and notices a job finishing: the job waiting longest on that
+  runner is re-decided at once.
+- **An event handler on Runners** re-decides waiting jobs when a runner becomes schedulable.
+
+Each job is handled by one worker at a time (a work queue with a processing set, like
+client-go's). A worker:
+
+1. under one global asyncio lock (a pool may serve several namespaces, so runners are shared),
+   builds the runner views, counts active jobs per runner from the jobs index *plus* the
+   assignments this process wrote that the index has not shown yet, calls
+   :func:`~helmhive.policy.routing.decide_route`, and reserves the slot in memory;
+2. outside the lock, within a bound on concurrent writes and a token bucket, merge-patches the
+   job's status with ``metadata.resourceVersion`` as a precondition. A 409 means the job changed
+   since it was read: the reservation is released, the job re-read and re-decided. So a decision
+   made on a stale copy is never written, and a retry after a crash never assigns twice;
+3. audits the decision (``JobRouted`` or ``JobRoutingFailed``, and ``MemoryInjected``) under
+   deterministic names, so the audit is written once even if the operator dies in between.
+
+A job that waits for capacity is re-decided on a backoff timer (and early when capacity frees);
+its status is written when it starts waiting and at each backoff attempt, never silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from helmhive.api.audit import AuditAction, AuditState
+from helmhive.api.job import ChangeStage
+from helmhive.api.kinds import GROUP, VERSION, kind_by_name
+from helmhive.api.reasons import ConditionType, Reason
+from helmhive.controller.audit import ensure_audit
+from helmhive.controller.kube import Conflict, KubeError, NotFound
+from helmhive.controller.runtime import Runtime
+from helmhive.policy.audit import build_audit_record
+from helmhive.policy.conditions import find_condition
+from helmhive.policy.memory import NamedMemoryRecord, select_memory
+from helmhive.policy.routing import (
+    RouteOutcome,
+    RoutingDecision,
+    RoutingJob,
+    RoutingPolicy,
+    RunnerKey,
+    RunnerView,
+    SessionBindingView,
+    build_status_patch,
+    decide_route,
+)
+from helmhive.policy.routing_inputs import (
+    PoolServing,
+    QueuedJob,
+    RunnerFacts,
+    build_runner_views,
+    decide_assigned_runner,
+    decide_implementation_provider,
+    decide_needs_routing,
+    parse_job,
+    parse_memory_record,
+    parse_pool,
+    parse_runner,
+    parse_session_binding,
+)
+
+__all__ = ["AGENT_JOB", "Router", "RouterSettings", "TokenBucket", "audit_name", "register"]
+
+AGENT_JOB = kind_by_name("AgentJob")
+AUDIT = kind_by_name("AuditRecord")
+JobKey = tuple[str, str]
+log = logging.getLogger("helmhive.routing")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RouterSettings:
+    """Router tunables; each can be set from the environment (``HELMHIVE_ROUTING_*``)."""
+
+    workers: int = 8
+    """Jobs routed concurrently (each worker has at most one write in flight)."""
+    qps: float = 50.0
+    """Sustained mutating API calls per second (status writes, audit records, events)."""
+    burst: int = 100
+    """Calls allowed at once before the sustained rate applies."""
+    retry_seconds: float = 2.0
+    """Delay before retrying a job whose write failed for a reason other than a conflict."""
+    policy: RoutingPolicy = field(default_factory=RoutingPolicy)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RouterSettings:
+        values = os.environ if env is None else env
+
+        def number(name: str, default: float) -> float:
+            raw = values.get(name)
+            return float(raw) if raw else default
+
+        policy = RoutingPolicy(
+            capacity_deadline_seconds=number("HELMHIVE_ROUTING_CAPACITY_DEADLINE_SECONDS", 900.0),
+            backoff_initial_seconds=number("HELMHIVE_ROUTING_BACKOFF_INITIAL_SECONDS", 2.0),
+            backoff_max_seconds=number("HELMHIVE_ROUTING_BACKOFF_MAX_SECONDS", 60.0),
+        )
+        return cls(
+            workers=max(1, int(number("HELMHIVE_ROUTING_WORKERS", 8))),
+            qps=max(0.1, number("HELMHIVE_ROUTING_QPS", 50.0)),
+            burst=max(1, int(number("HELMHIVE_ROUTING_BURST", 100))),
+            retry_seconds=number("HELMHIVE_ROUTING_RETRY_SECONDS", 2.0),
+            policy=policy,
+        )
+
+
+class TokenBucket:
+    """A client-side rate limit: ``rate`` tokens a second, at most ``burst`` saved up.
+
+    ``take()`` waits for a token; waiters are served in arrival order.
+    """
+
+    def __init__(self, *, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self.burst = float(burst)
+        self.tokens = float(burst)
+        self.clock = clock
+        self.stamp = clock()
+        self.lock = asyncio.Lock()
+
+    def _refill(self) -> None:
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+
+    async def take(self) -> None:
+        async with self.lock:
+            self._refill()
+            while self.tokens < 1.0:
+                await asyncio.sleep((1.0 - self.tokens) / self.rate)
+                self._refill()
+            self.tokens -= 1.0
+
+
+def audit_name(job_name: str, uid: str, suffix: str) -> str:
+    """A deterministic AuditRecord name for one decision about one job (one per job and suffix)."""
+    return f"agentjob-{job_name[:200]}-{uid[:8]}-{suffix}"
+
+
+def _job_ref(job: QueuedJob) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "AgentJob",
+        "metadata": {"name": job.name, "namespace": job.namespace, "uid": job.uid},
+    }
+
+
+@dataclass
+class _Waiting:
+    blocked: frozenset[RunnerKey]
+    since: float
+    timer: asyncio.TimerHandle | None = None
+
+
+@dataclass
+class RouterStats:
+    """Counters for logs, the liveness probe and the benchmark."""
+
+    decisions: int = 0
+    assigned: int = 0
+    waiting: int = 0
+    failed: int = 0
+    conflicts: int = 0
+    writes: int = 0
+
+
+class Router:
+    """The work queue, reservations and waiting jobs of one operator process (see the module docstring)."""
+
+    def __init__(self, runtime: Runtime, settings: RouterSettings | None = None) -> None:
+        self.runtime = runtime
+        self.settings = settings or RouterSettings.from_env()
+        self.lock = asyncio.Lock()
+        self.bucket = TokenBucket(rate=self.settings.qps, burst=self.settings.burst)
+        self.stats = RouterStats()
+        # Indexes, bound once Kopf hands them over.
+        self.runners: Mapping[Any, Iterable[RunnerFacts]] = {}
+        self.pools: Mapping[Any, Iterable[PoolServing]] = {}
+        self.namespaces: Mapping[Any, Iterable[dict[str, str]]] = {}
+        self.jobs_by_runner: Mapping[Any, Iterable[JobKey]] = {}
+        self.memory: Mapping[Any, Iterable[NamedMemoryRecord]] = {}
+        self.implementations: Mapping[Any, Iterable[str]] = {}
+        self.sessions: Mapping[Any, Iterable[SessionBindingView]] = {}
+        # Work queue: queued keys in order, keys being processed, keys to redo after processing.
+        self.queued: OrderedDict[JobKey, str] = OrderedDict()
+        self.processing: set[JobKey] = set()
+        self.dirty: dict[JobKey, str] = {}
+        self.ready = asyncio.Event()
+        self.bodies: dict[JobKey, dict[str, Any]] = {}
+        # Slots this process assigned that the jobs index may not show yet.
+        self.pending: dict[JobKey, RunnerKey] = {}
+        self.pending_by_runner: dict[RunnerKey, set[JobKey]] = {}
+        self.waiting: dict[JobKey, _Waiting] = {}
+        self.holding: dict[JobKey, RunnerKey] = {}
+        self.schedulable: dict[RunnerKey, bool] = {}
+        self.topology = 0  # bumped when runners, pools or namespaces change
+        self._views: dict[str, tuple[int, list[RunnerView]]] = {}
+        self.tasks: list[asyncio.Task[None]] = []
+
+    # Kopf-facing -----------------------------------------------------------------------
+    def bind(self, indexes: Mapping[str, Any]) -> None:
+        """Take the Kopf indexes (the same objects for the operator's lifetime)."""
+        self.runners = indexes["routing_runners"]
+        self.pools = indexes["routing_pools"]
+        self.namespaces = indexes["routing_namespaces"]
+        self.jobs_by_runner = indexes["routing_jobs"]
+        self.memory = indexes["routing_memory"]
+        self.implementations = indexes["routing_implementations"]
+        self.sessions = indexes["routing_sessions"]
+
+    def start(self) -> None:
+        self.tasks = [asyncio.create_task(self._worker(i)) for i in range(self.settings.workers)]
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for waiting in self.waiting.values():
+            if waiting.timer is not None:
+                waiting.timer.cancel()
+
+    def changed_topology(self) -> None:
+        self.topology += 1
+
+    def observe_job(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        """React to one AgentJob watch event: queue it, release a reservation, or free capacity."""
+        meta = body.get("metadata") or {}
+        key: JobKey = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        status = body.get("status") or {}
+        deleted = event_type == "DELETED"
+        if deleted or status.get("assignment"):
+            self._release(key)  # the index now shows it (or it is gone)
+        holder = None if deleted else decide_assigned_runner(body)
+        previous = self.holding.pop(key, None)
+        if holder is not None:
+            self.holding[key] = holder
+        elif previous is not None:
+            self._capacity_freed(previous)
+        if deleted or not decide_needs_routing(body):
+            self.bodies.pop(key, None)
+            self._stop_waiting(key)
+            return
+        self.bodies[key] = _copy(body)
+        if key not in self.waiting or self.waiting[key].timer is None:
+            self.enqueue(key, "event")
+
+    def observe_runner(self, body: Mapping[str, Any]) -> None:
+        """A runner that becomes schedulable may take waiting jobs: re-decide them now."""
+        facts = parse_runner(body)
+        if facts is None:
+            return
+        now_schedulable = facts.schedulable is True
+        before = self.schedulable.get(facts.key)
+        self.schedulable[facts.key] = now_schedulable
+        if now_schedulable and before is not True:
+            for key in list(self.waiting):
+                self.enqueue(key, "wake")
+
+    # Work queue --------------------------------------------------------------------------
+    def enqueue(self, key: JobKey, trigger: str) -> None:
+        if key in self.processing:
+            if self.dirty.get(key) != "backoff":
+                self.dirty[key] = trigger
+            return
+        if key in self.queued:
+            if trigger == "backoff":
+                self.queued[key] = trigger
+            return
+        self.queued[key] = trigger
+        self.ready.set()
+
+    async def _next(self) -> tuple[JobKey, str]:
+        while not self.queued:
+            self.ready.clear()
+            await self.ready.wait()
+        key, trigger = self.queued.popitem(last=False)
+        self.processing.add(key)
+        return key, trigger
+
+    def _done(self, key: JobKey) -> None:
+        self.processing.discard(key)
+        trigger = self.dirty.pop(key, None)
+        if trigger is not None:
+            self.enqueue(key, trigger)
+
+    async def _worker(self, number: int) -> None:
+        while True:
+            key, trigger = await self._next()
+            try:
+                await self.route(key, trigger)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("routing job %s/%s failed; retrying", *key)
+                self._later(key, self.settings.retry_seconds, "retry")
+            finally:
+                self._done(key)
+
+    def _later(self, key: JobKey, delay: float, trigger: str) -> asyncio.TimerHandle:
+        return asyncio.get_running_loop().call_later(max(0.0, delay), self.enqueue, key, trigger)
+
+    # Reservations and waiting -------------------------------------------------------------
+    def _reserve(self, key: JobKey, runner: RunnerKey) -> None:
+        self._release(key)
+        self.pending[key] = runner
+        self.pending_by_runner.setdefault(runner, set()).add(key)
+
+    def _release(self, key: JobKey) -> None:
+        runner = self.pending.pop(key, None)
+        if runner is not None:
+            jobs = self.pending_by_runner.get(runner)
+            if jobs is not None:
+                jobs.discard(key)
+                if not jobs:
+                    del self.pending_by_runner[runner]
+
+    def _stop_waiting(self, key: JobKey) -> None:
+        waiting = self.waiting.pop(key, None)
+        if waiting is not None and waiting.timer is not None:
+            waiting.timer.cancel()
+
+    def _capacity_freed(self, runner: RunnerKey) -> None:
+        """A slot on ``runner`` freed: re-decide the job that has waited longest for it."""
+        blocked = [(w.since, k) for k, w in self.waiting.items() if runner in w.blocked]
+        if blocked:
+            self.enqueue(min(blocked)[1], "wake")
+
+    def active_jobs(self, runners: Iterable[RunnerKey]) -> dict[RunnerKey, int]:
+        """Active jobs per runner: the jobs index (assigned, unfinished) plus this process's in-flight writes."""
+        counts: dict[RunnerKey, int] = {}
+        for runner in runners:
+            indexed = self.jobs_by_runner.get(runner, ())
+            pending = self.pending_by_runner.get(runner)
+            total = len(set(indexed) | pending) if pending else len(set(indexed))
+            if total:
+                counts[runner] = total
+        return counts
+
+    def runner_views(self, namespace: str) -> list[RunnerView]:
+        """Every runner as seen by a job in ``namespace`` (cached until runners, pools or namespaces change)."""
+        cached = self._views.get(namespace)
+        if cached is not None and cached[0] == self.topology:
+            return cached[1]
+        pools = {p.key: p for store in self.pools.values() for p in store}
+        labels = next(iter(self.namespaces.get(namespace, ())), None)
+        facts = [r for store in self.runners.values() for r in store]
+        views = build_runner_views(runners=facts, pools=pools, job_namespace=namespace, namespace_labels=labels)
+        self._views[namespace] = (self.topology, views)
+        return views
+
+    def _avoid_provider(self, job: QueuedJob) -> str | None:
+        change = job.spec.change
+        if change is None or change.stage is not ChangeStage.REVIEW:
+            return None
+        return next(iter(self.implementations.get((job.namespace, change.name), ())), None)
+
+    def decide(self, job: QueuedJob, *, attempts: int) -> RoutingDecision:
+        """The pure decision for ``job`` from the indexes and reservations (call under ``self.lock``)."""
+        views = self.runner_views(job.namespace)
+        return decide_route(
+            job=RoutingJob(namespace=job.namespace, name=job.name, spec=job.spec),
+            binding=job.binding,
+            runners=views,
+            active_jobs=self.active_jobs(v.key for v in views),
+            bindings=self.session_bindings(job),
+            now=self.runtime.clock(),
+            avoid_provider=self._avoid_provider(job),
+            attempts=attempts,
+            policy=self.settings.policy,
+        )
+
+    def session_bindings(self, job: QueuedJob) -> list[SessionBindingView]:
+        """Stored session bindings of ``job``'s workspace and profile (decide_route matches the rest of the key)."""
+        return [
+            view
+            for store in self.sessions.values()
+            for view in store
+            if view.workspace == job.spec.workspace and view.profile == job.binding.name
+        ]
+
+    def memory_ids(self, job: QueuedJob) -> list[str]:
+        records = list(self.memory.get(job.namespace, ()))
+        selection = select_memory(
+            records=sorted(records, key=lambda r: r.name),
+            workspace=job.spec.workspace,
+            service=job.spec.service,
+            policy=job.binding.snapshot.memory,
+            job_kind=job.spec.job_kind,
+            now=self.runtime.clock(),
+        )
+        return selection.ids
+
+    # One job --------------------------------------------------------------------------------
+    async def route(self, key: JobKey, trigger: str) -> None:
+        """Decide and write one job (see the module docstring)."""
+        body = self.bodies.get(key)
+        if body is None or not decide_needs_routing(body):
+            self.bodies.pop(key, None)
+            return
+        job = parse_job(body)
+        if job is None:
+            log.warning("job %s/%s has an unusable spec or profile binding; not routed", *key, extra=_ref(key))
+            self.bodies.pop(key, None)
+            return
+        waiting_already = _waiting_reason(job)
+        backoff = trigger == "backoff"
+        async with self.lock:
+            decision = self.decide(job, attempts=job.attempts)
+            self.stats.decisions += 1
+            if decision.choice is not None:
+                self._reserve(key, decision.choice.runner_key)
+        if decision.outcome is RouteOutcome.WAITING:
+            self._wait(key, decision)
+            if waiting_already and not backoff:
+                return  # already visibly waiting; only backoff attempts are written
+        else:
+            self._stop_waiting(key)
+        memory_ids = self.memory_ids(job) if decision.choice is not None else []
+        now = self.runtime.clock()
+        status = build_status_patch(
+            decision=decision,
+            conditions=job.conditions,
+            generation=job.generation,
+            # ``attempts`` counts the waits written: the first one, then one per backoff attempt.
+            attempts=job.attempts + 1 if decision.outcome is RouteOutcome.WAITING else job.attempts,
+            memory_ids=memory_ids,
+            now=now,
+        )
+        updated = await self._write(job, status)
+        if updated is None:
+            return
+        if decision.choice is not None:
+            self.holding[key] = decision.choice.runner_key
+        stored = self.bodies.get(key)
+        if stored is not None and stored["metadata"].get("resourceVersion") == job.resource_version:
+            # No newer event arrived while writing: our response is the latest copy.
+            if decide_needs_routing(updated):
+                self.bodies[key] = _copy(updated)
+            else:
+                self.bodies.pop(key, None)
+        self._count(decision)
+        await self._audit(job, decision, memory_ids, now)
+
+    async def _write(self, job: QueuedJob, status: dict[str, Any]) -> dict[str, Any] | None:
+        """Merge-patch the job's status, conditional on the resourceVersion the decision was made from.
+
+        Returns the updated job, or None when nothing was written (the reservation is released,
+        and the job re-read and re-queued, or retried later, or forgotten if it is gone).
+        """
+        key = job.key
+        patch = {"metadata": {"resourceVersion": job.resource_version}, "status": status}
+        try:
+            await self.bucket.take()
+            self.stats.writes += 1
+            return await self.runtime.kube.patch_status(AGENT_JOB, job.name, patch, namespace=job.namespace)
+        except Conflict:
+            self.stats.conflicts += 1
+            self._release(key)
+            await self._reread(key)
+        except NotFound:
+            self._release(key)
+            self.bodies.pop(key, None)
+            self._stop_waiting(key)
+        except KubeError as err:
+            self._release(key)
+            log.warning("job %s/%s: routing status not written (%s); retrying", *key, err, extra=_ref(key))
+            self._later(key, self.settings.retry_seconds, "retry")
+        return None
+
+    async def _reread(self, key: JobKey) -> None:
+        try:
+            fresh = await self.runtime.kube.get(AGENT_JOB, key[1], namespace=key[0])
+        except NotFound:
+            self.bodies.pop(key, None)
+            return
+        if decide_needs_routing(fresh):
+            self.bodies[key] = fresh
+            self.enqueue(key, "conflict")
+        else:
+            self.bodies.pop(key, None)
+
+    def _wait(self, key: JobKey, decision: RoutingDecision) -> None:
+        waiting = self.waiting.get(key)
+        if waiting is None:
+            waiting = self.waiting[key] = _Waiting(blocked=decision.capacity_blocked, since=time.monotonic())
+        waiting.blocked = decision.capacity_blocked
+        if waiting.timer is not None:
+            waiting.timer.cancel()
+        waiting.timer = self._later(key, decision.retry_after or 0.0, "backoff")
+
+    def _count(self, decision: RoutingDecision) -> None:
+        match decision.outcome:
+            case RouteOutcome.ASSIGNED:
+                self.stats.assigned += 1
+            case RouteOutcome.WAITING:
+                self.stats.waiting += 1
+            case RouteOutcome.FAILED:
+                self.stats.failed += 1
+
+    async def _audit(self, job: QueuedJob, decision: RoutingDecision, memory_ids: list[str], now: dt.datetime) -> None:
+        """Audit a written decision: JobRouted (+ MemoryInjected) or JobRoutingFailed. Waiting is not audited."""
+        ref = _job_ref(job)
+        choice = decision.choice
+        if choice is not None:
+            details = {
+                "runner": choice.runner,
+                "runnerNamespace": choice.runner_namespace,
+                "pool": choice.pool,
+                "provider": choice.provider,
+                "model": choice.model,
+                "modelSource": choice.model_source.value,
+                "mappingIndex": str(choice.mapping_index),
+                "credentialGeneration": str(choice.credential_generation),
+                "profileRevision": job.binding.revision[:512],
+                "memoryCount": str(len(memory_ids)),
+            }
+            if choice.effort is not None:
+                details["reasoningEffort"] = choice.effort.value
+            if decision.avoided_provider is not None:
+                details["avoidedProvider"] = decision.avoided_provider
+            await self.ensure_audit(
+                job,
+                ref,
+                suffix="routed",
+                action=AuditAction.JOB_ROUTED,
+                after=AuditState(value=f"{choice.provider}/{choice.model}"[:256]),
+                message=decision.message,
+                details=details,
+                now=now,
+            )
+            if memory_ids:
+                await self.ensure_audit(
+                    job,
+                    ref,
+                    suffix="memory",
+                    action=AuditAction.MEMORY_INJECTED,
+                    after=AuditState(value=f"{len(memory_ids)} records"),
+                    message=f"injected memory records: {', '.join(memory_ids)}"[:1024],
+                    details={"memoryIds": ",".join(memory_ids)[:512], "workspace": job.spec.workspace},
+                    now=now,
+                )
+        elif decision.outcome is RouteOutcome.FAILED:
+            await self.ensure_audit(
+                job,
+                ref,
+                suffix="routing-failed",
+                action=AuditAction.JOB_ROUTING_FAILED,
+                after=AuditState(value=decision.reason.value),
+                message=decision.message,
+                details={"reason": decision.reason.value, "consideredRunners": str(decision.considered_runners)},
+                now=now,
+            )
+
+    async def ensure_audit(
+        self,
+        job: QueuedJob,
+        ref: dict[str, Any],
+        *,
+        suffix: str,
+        action: AuditAction,
+        after: AuditState,
+        message: str,
+        details: dict[str, str],
+        now: dt.datetime,
+    ) -> None:
+        """Create the job's audit record named by ``suffix`` once; an existing one counts as done."""
+        record = build_audit_record(action=action, obj=ref, after=after, message=message, details=details, now=now)
+        record["metadata"].pop("generateName", None)
+        record["metadata"]["name"] = audit_name(job.name, job.uid, suffix)
+        try:
+            await self.bucket.take()
+            await ensure_audit(self.runtime.kube, record, involved=ref, event_reason=action.value, now=now)
+        except Conflict:
+            return
+        except KubeError as err:
+            log.warning("job %s/%s: audit %s not written: %s", job.namespace, job.name, action.value, err)
+
+
+def _copy(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A plain copy of the parts of a job the router reads (Kopf's body views are not kept)."""
+    meta = body.get("metadata") or {}
+    return {
+        "metadata": {
+            k: meta[k]
+            for k in ("name", "namespace", "uid", "resourceVersion", "generation", "deletionTimestamp")
+            if k in meta
+        },
+        "spec": _plain(body.get("spec") or {}),
+        "status": _plain(body.get("status") or {}),
+    }
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _waiting_reason(job: QueuedJob) -> bool:
+    routed = find_condition(job.conditions, ConditionType.ROUTED)
+    return routed is not None and routed.get("reason") == Reason.WAITING_FOR_CAPACITY.value
+
+
+def _ref(key: JobKey) -> dict[str, Any]:
+    return {"k8s_ref": {"apiVersion": f"{GROUP}/{VERSION}", "kind": "AgentJob", "namespace": key[0], "name": key[1]}}
+
+
+def register(runtime: Runtime, router: Router | None = None) -> Router:
+    """Register the routing indexes and handlers; return the router (tests and probes read its stats)."""
+    router = router or Router(runtime)
+
+    @kopf.on.startup()
+    async def start_router(**kwargs: Any) -> None:
+        router.bind(kwargs)
+        router.start()
+
+    @kopf.on.cleanup()
+    async def stop_router(**_: Any) -> None:
+        await router.stop()
+
+    @kopf.on.probe(id="routing")
+    async def routing_probe(**_: Any) -> dict[str, int]:
+        stats = router.stats
+        return {
+            "assigned": stats.assigned,
+            "waiting": len(router.waiting),
+            "failed": stats.failed,
+            "conflicts": stats.conflicts,
+            "queued": len(router.queued),
+        }
+
+    # Index functions are async so Kopf runs them in the event loop, not in a thread. They return {}
+    # rather than None when an object no longer belongs in the index: Kopf keeps an object's previous
+    # values when its index function returns None (a finished job would hold its slot forever).
+    @kopf.index(GROUP, VERSION, "runners", id="routing_runners")
+    async def routing_runners(body: kopf.Body, **_: Any) -> dict[str, RunnerFacts]:
+        facts = parse_runner(body)
+        return {facts.namespace: facts} if facts is not None else {}
+
+    @kopf.index(GROUP, VERSION, "runnerpools", id="routing_pools")
+    async def routing_pools(body: kopf.Body, **_: Any) -> dict[str, PoolServing]:
+        pool = parse_pool(body)
+        return {pool.namespace: pool} if pool is not None else {}
+
+    @kopf.index("", "v1", "namespaces", id="routing_namespaces")
+    async def routing_namespaces(name: str, labels: kopf.Labels, **_: Any) -> dict[str, dict[str, str]]:
+        return {name: dict(labels)}
+
+    @kopf.index(GROUP, VERSION, "agentjobs", id="routing_jobs")
+    async def routing_jobs(body: kopf.Body, **_: Any) -> dict[RunnerKey, JobKey]:
+        runner = decide_assigned_runner(body)
+        if runner is None:
+            return {}
+        return {runner: (str(body["metadata"]["namespace"]), str(body["metadata"]["name"]))}
+
+    @kopf.index(GROUP, VERSION, "agentjobs", id="routing_implementations")
+    async def routing_implementations(body: kopf.Body, **_: Any) -> dict[tuple[str, str], str]:
+        found = decide_implementation_provider(body)
+        return {found[0]: found[1]} if found is not None else {}
+
+    @kopf.index(GROUP, VERSION, "memoryrecords", id="routing_memory")
+    async def routing_memory(namespace: str | None, body: kopf.Body, **_: Any) -> dict[str, NamedMemoryRecord]:
+        record = parse_memory_record(body)
+        return {namespace or "": record} if record is not None else {}
+
+    @kopf.index(GROUP, VERSION, "sessionbindings", id="routing_sessions")
+    async def routing_sessions(body: kopf.Body, **_: Any) -> dict[str, SessionBindingView]:
+        view = parse_session_binding(body)
+        return {view.runner_namespace: view} if view is not None else {}
+
+    @kopf.on.event(GROUP, VERSION, "agentjobs")
+    async def route_jobs(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        router.observe_job(event.get("type"), body)
+
+    # Event handlers run after the indexes took the same event in, so cached views are dropped in time.
+    @kopf.on.event(GROUP, VERSION, "runners")
+    async def wake_on_runners(body: kopf.Body, **_: Any) -> None:
+        router.changed_topology()
+        router.observe_runner(body)
+
+    @kopf.on.event(GROUP, VERSION, "runnerpools")
+    async def pools_changed(**_: Any) -> None:
+        router.changed_topology()
+
+    @kopf.on.event("", "v1", "namespaces")
+    async def namespaces_changed(**_: Any) -> None:
+        router.changed_topology()
+
+    return router
