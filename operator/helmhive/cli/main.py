@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from helmhive.cli import crds, demo, dev, operator_cmd, runner_cmd, sessions, validate
+from helmhive.cli import crds, demo, dev, explain, operator_cmd, runner_cmd, sessions, validate
 
 app = typer.Typer(
     name="helmhive",
@@ -24,6 +24,7 @@ app.add_typer(runner_cmd.app, name="runner")
 app.add_typer(sessions.app, name="sessions")
 app.command(name="validate")(validate.run)
 app.command(name="demo")(demo.run)
+app.command(name="explain-routing")(explain.run)
 
 
 def main() -> None:
