@@ -1,0 +1,491 @@
+"""Benchmark: what runner heartbeats cost, and how fast the operator notices a dead runner.
+
+Run by hand (pytest does not collect it)::
+
+    .venv/bin/python benchmarks/bench_runners.py --runners 200 --window 60
+
+It starts its own local control plane (``helmhive.devcluster``) in a temporary directory,
+installs Helmhive, runs the real operator as a subprocess, and creates one RunnerPool of N
+replicas; the StatefulSet controller creates N Pods (Pending: there is no kubelet). N
+simulated runners then write exactly what ``docs/runners.md`` says a runner writes, each
+with a TokenRequest token bound to its own Pod (so RBAC and the identity admission policy
+apply): create the Runner, apply its report, renew its Lease.
+
+Phases, all in one run against the same cluster and operator:
+
+1. registration: time until the pool counts N schedulable runners;
+2. design window: Lease renewed every ``renewIntervalSeconds``, report every ``reportRefreshSeconds``;
+3. baseline window: the same, and the report is also written on every heartbeat, which is
+   what a runner without a separate Lease would have to do;
+4. detection: K runners stop renewing at once; the time from each one's last renewal until
+   its Runner says Offline.
+
+API writes are counted by the API server (``apiserver_request_total``); CPU is read from
+``/proc`` for the operator and kube-apiserver processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from kubernetes import client, config, utils
+
+from helmhive.controller.runtime import OperatorConfig
+from helmhive.deploy.manifests import OperatorIdentity, build_install_manifests
+from helmhive.devcluster import cluster as devcluster
+from helmhive.devcluster.build import ensure_binaries
+from helmhive.devcluster.flags import StateLayout
+from helmhive.devcluster.kubeconfig import build_kubeconfig, dump_kubeconfig
+from helmhive.devcluster.procs import client_tls, free_ports, read_record
+
+REPO = Path(__file__).resolve().parents[1]
+GRACE = OperatorConfig().runner_grace_seconds
+TICK = OperatorConfig().runner_tick_seconds
+NS = "bench"
+POOL_SIZE = 100  # spec.replicas is at most 100, so N runners are spread over ceil(N/100) pools
+RUNNERS_PATH = f"/apis/helmhive.dev/v1alpha1/namespaces/{NS}/runners"
+LEASES_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
+APPLY = {"Content-Type": "application/apply-patch+yaml"}
+APPLY_PARAMS = {"fieldManager": "helmhive-runner", "force": "true"}
+WRITE_VERBS = {"POST", "PUT", "PATCH", "APPLY", "DELETE"}
+
+
+def micro_time(when: dt.datetime) -> str:
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process (all its threads), in seconds."""
+    after_name = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(after_name[11]) + int(after_name[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pool_names(n: int) -> list[str]:
+    return [f"bench-{i}" for i in range((n + POOL_SIZE - 1) // POOL_SIZE)]
+
+
+@dataclass
+class SimRunner:
+    name: str
+    pool: str
+    token: str
+    registered_at: str = field(default_factory=lambda: micro_time(dt.datetime.now(dt.UTC)))
+    last_renewal: float = 0.0  # wall clock
+    last_report: float = 0.0  # monotonic
+
+
+@dataclass
+class Tally:
+    """What the simulated runners sent."""
+
+    lease: int = 0
+    report: int = 0
+    lease_bytes: int = 0
+    report_bytes: int = 0
+    errors: Counter[int] = field(default_factory=Counter)
+
+
+class Fleet:
+    """N simulated runners on one event loop, each writing as its own Pod."""
+
+    def __init__(self, http: httpx.AsyncClient, runners: list[SimRunner], *, renew: float, lease: int, refresh: float):
+        self.http, self.runners, self.renew_s, self.lease_s, self.refresh_s = http, runners, renew, lease, refresh
+        self.tally = Tally()
+        self.baseline = False
+        self.dead: set[str] = set()
+        self.stop = asyncio.Event()
+
+    async def _send(self, method: str, url: str, runner: SimRunner, body: dict[str, Any], **kw: Any) -> int:
+        data = json.dumps(body)
+        headers = {"Authorization": f"Bearer {runner.token}", **kw.pop("headers", {})}
+        response = await self.http.request(method, url, content=data, headers=headers, **kw)
+        if response.status_code >= 300 and response.status_code != 409:
+            self.tally.errors[response.status_code] += 1
+        return len(data)
+
+    async def report(self, runner: SimRunner) -> None:
+        report = {
+            "provider": "anthropic",
+            "adapter": {"type": "claude-cli", "name": "claude", "version": "2.0.14"},
+            "authentication": {"state": "Authenticated", "reason": "SessionCreated"},
+            "placementLabels": {"domain": "code", "region": "eu"},
+            "capabilities": ["structured-output", "diff-review", "workspace-write"],
+            "concurrency": 2,
+            "activeJobs": 0,
+            "environmentFingerprint": "sha256:" + "ab" * 32,
+            "catalogue": {
+                "models": [{"id": m, "efforts": ["low", "medium", "high"]} for m in ("opus-4", "sonnet-4-5", "haiku")],
+                "default": "sonnet-4-5",
+            },
+            "credentialGeneration": 1,
+            "podName": runner.name,
+            "reportedAt": micro_time(dt.datetime.now(dt.UTC)),
+            "registeredAt": runner.registered_at,
+        }
+        body = {"apiVersion": "helmhive.dev/v1alpha1", "kind": "Runner", "metadata": {"name": runner.name},
+                "status": {"report": report}}  # fmt: skip
+        url = f"{RUNNERS_PATH}/{runner.name}/status"
+        self.tally.report_bytes += await self._send("PATCH", url, runner, body, params=APPLY_PARAMS, headers=APPLY)
+        self.tally.report += 1
+        runner.last_report = time.monotonic()
+
+    async def renew(self, runner: SimRunner) -> None:
+        now = dt.datetime.now(dt.UTC)
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": runner.name, "labels": {"helmhive.dev/runner": runner.name}},
+            "spec": {"holderIdentity": runner.name, "leaseDurationSeconds": self.lease_s, "renewTime": micro_time(now)},
+        }
+        url = f"{LEASES_PATH}/{runner.name}"
+        self.tally.lease_bytes += await self._send("PATCH", url, runner, body, params=APPLY_PARAMS, headers=APPLY)
+        self.tally.lease += 1
+        runner.last_renewal = now.timestamp()
+
+    async def register(self, runner: SimRunner) -> None:
+        body = {"apiVersion": "helmhive.dev/v1alpha1", "kind": "Runner", "metadata": {"name": runner.name},
+                "spec": {"poolRef": {"name": runner.pool}}}  # fmt: skip
+        await self._send("POST", RUNNERS_PATH, runner, body, headers={"Content-Type": "application/json"})
+        await self.report(runner)
+        await self.renew(runner)
+
+    async def run(self, runner: SimRunner) -> None:
+        next_beat = time.monotonic() + random.uniform(0, self.renew_s)
+        while not self.stop.is_set():
+            await asyncio.sleep(max(0.0, next_beat - time.monotonic()))
+            next_beat += self.renew_s
+            if runner.name in self.dead:
+                return
+            with contextlib.suppress(httpx.HTTPError):
+                await self.renew(runner)
+                if self.baseline or time.monotonic() - runner.last_report >= self.refresh_s:
+                    await self.report(runner)
+
+
+async def write_counts(http: httpx.AsyncClient) -> Counter[str]:
+    """Cumulative write requests the API server has answered, by resource[/subresource]."""
+    counts: Counter[str] = Counter()
+    for line in (await http.get("/metrics")).text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.rindex("}")]))
+        if labels.get("verb") in WRITE_VERBS:
+            key = labels.get("resource", "") + ("/" + labels["subresource"] if labels.get("subresource") else "")
+            counts[key] += int(float(line.rsplit(" ", 1)[1]))
+    return counts
+
+
+@dataclass
+class Window:
+    seconds: float
+    writes: Counter[str]
+    lease: int
+    report: int
+    lease_bytes: int
+    report_bytes: int
+    operator_cpu: float
+    apiserver_cpu: float
+
+
+async def measure(fleet: Fleet, admin: httpx.AsyncClient, pids: dict[str, int], seconds: float) -> Window:
+    before = (await write_counts(admin), fleet.tally.lease, fleet.tally.report, fleet.tally.lease_bytes,
+              fleet.tally.report_bytes, cpu_seconds(pids["operator"]), cpu_seconds(pids["apiserver"]))  # fmt: skip
+    started = time.monotonic()
+    await asyncio.sleep(seconds)
+    elapsed = time.monotonic() - started
+    after = (await write_counts(admin), fleet.tally.lease, fleet.tally.report, fleet.tally.lease_bytes,
+             fleet.tally.report_bytes, cpu_seconds(pids["operator"]), cpu_seconds(pids["apiserver"]))  # fmt: skip
+    writes = after[0] - before[0]
+    return Window(elapsed, writes, *(a - b for a, b in zip(after[1:], before[1:], strict=True)))  # type: ignore[arg-type]
+
+
+def operator_kubeconfig(api: client.ApiClient, info: devcluster.ClusterInfo, dest: Path) -> Path:
+    """A kubeconfig with a token of the operator's own ServiceAccount (the envelope policy wants that identity)."""
+    identity = OperatorIdentity()
+    request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(expiration_seconds=6 * 3600))
+    token = client.CoreV1Api(api).create_namespaced_service_account_token(
+        identity.service_account, identity.namespace, request
+    )
+    doc = build_kubeconfig(server=info.server, ca_file=info.ca_file, user=identity.service_account,
+                           token=token.status.token)  # fmt: skip
+    dest.write_text(dump_kubeconfig(doc), encoding="utf-8")
+    dest.chmod(0o600)
+    return dest
+
+
+def start_operator(kubeconfig: Path, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    health, webhook = free_ports(2)
+    log = (workdir / "operator.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "helmhive", "operator", "run", "--kubeconfig", str(kubeconfig),
+         f"--liveness=http://127.0.0.1:{health}/healthz", "--webhook-addr=127.0.0.1", "--webhook-host=127.0.0.1",
+         f"--webhook-port={webhook}"],
+        stdout=log, stderr=subprocess.STDOUT, env={k: v for k, v in os.environ.items() if k != "KUBECONFIG"},
+    )  # fmt: skip
+    return proc, f"http://127.0.0.1:{health}/healthz"
+
+
+def wait(predicate: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            value = predicate()
+            if value:
+                return value
+        time.sleep(0.5)
+    raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def install(api: client.ApiClient) -> None:
+    import yaml  # noqa: PLC0415
+
+    docs = [yaml.safe_load(p.read_text()) for p in sorted((REPO / "crds").glob("*.yaml"))]
+    for doc in [*docs, *build_install_manifests(OperatorIdentity())]:
+        with contextlib.suppress(utils.FailToCreateError):
+            utils.create_from_dict(api, doc)
+    ext = client.ApiextensionsV1Api(api)
+    wait(lambda: all(c.status.conditions and any(x.type == "Established" and x.status == "True"
+         for x in c.status.conditions) for c in ext.list_custom_resource_definition().items), 60, "CRDs")  # fmt: skip
+
+
+def create_pools(api: client.ApiClient, n: int, lease: int, renew: int) -> None:
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
+    wait(lambda: core.read_namespaced_service_account("default", NS), 60, "the default ServiceAccount")
+    secret = client.V1Secret(metadata=client.V1ObjectMeta(name="bench-key"), string_data={"api-key": "sk-bench"})
+    core.create_namespaced_secret(NS, secret)
+    for i, name in enumerate(pool_names(n)):
+        pool = {
+            "apiVersion": "helmhive.dev/v1alpha1",
+            "kind": "RunnerPool",
+            "metadata": {"name": name},
+            "spec": {
+                "provider": "anthropic",
+                "adapter": {"type": "claude-cli"},
+                "image": "ghcr.io/helmhive/runner:bench",
+                "credential": {"secretRef": {"name": "bench-key", "key": "api-key"}},
+                "replicas": min(POOL_SIZE, n - i * POOL_SIZE),
+                "heartbeat": {
+                    "leaseDurationSeconds": lease,
+                    "renewIntervalSeconds": renew,
+                    "reportRefreshSeconds": 300,
+                },
+            },
+        }
+        custom.create_namespaced_custom_object("helmhive.dev", "v1alpha1", NS, "runnerpools", pool)
+
+
+async def detect(fleet: Fleet, admin: httpx.AsyncClient, victims: list[SimRunner], *, limit: float) -> list[float]:
+    """Stop the victims' renewals at once; return seconds from each one's last renewal to Offline."""
+    fleet.dead |= {v.name for v in victims}
+    await asyncio.sleep(fleet.renew_s + 0.5)  # every victim has skipped at least one renewal
+    found: dict[str, float] = {}
+    deadline = time.monotonic() + limit
+    while len(found) < len(victims) and time.monotonic() < deadline:
+        for victim in victims:
+            if victim.name not in found:
+                status = (await admin.get(f"{RUNNERS_PATH}/{victim.name}")).json().get("status") or {}
+                if status.get("reportedStatus") == "Offline":
+                    found[victim.name] = time.time() - victim.last_renewal
+        await asyncio.sleep(0.1)
+    return sorted(found.values())
+
+
+def per_min(count: float, window: Window, n: int) -> float:
+    return count / n / (window.seconds / 60)
+
+
+def summarize(
+    *, args: argparse.Namespace, reg_s: float, design: Window, base: Window, dead: list[float], sizes: dict[str, int]
+) -> dict[str, Any]:
+    n = args.runners
+
+    def rows(w: Window) -> dict[str, float]:
+        runner_status = w.report
+        operator_status = max(0, w.writes["runners/status"] - w.report)
+        operator_other = sum(
+            v for k, v in w.writes.items() if k in {"runners", "runnerpools/status", "auditrecords", "events"}
+        )
+        return {
+            "lease_renewals": per_min(w.lease, w, n),
+            "report_writes": per_min(runner_status, w, n),
+            "operator_writes": per_min(operator_status + operator_other, w, n),
+            "all_api_writes": per_min(sum(w.writes.values()), w, n),
+            "bytes_sent": per_min(w.lease_bytes + w.report_bytes, w, n),
+            "stored_bytes_rewritten": per_min(w.lease * sizes["lease"] + w.report * sizes["runner"], w, n),
+            "operator_cpu_pct": 100 * w.operator_cpu / w.seconds,
+            "apiserver_cpu_pct": 100 * w.apiserver_cpu / w.seconds,
+        }
+
+    return {
+        "runners": n,
+        "lease_seconds": args.lease,
+        "renew_seconds": args.renew,
+        "window_seconds": round(design.seconds, 1),
+        "registration_seconds": round(reg_s, 1),
+        "object_bytes": sizes,
+        "design": rows(design),
+        "baseline": rows(base),
+        "detection_seconds": dead,
+    }
+
+
+def render(result: dict[str, Any]) -> str:
+    d, b = result["design"], result["baseline"]
+    lines = [
+        f"runners {result['runners']} in {len(pool_names(result['runners']))} pool(s); "
+        f"Lease {result['lease_seconds']} s, renewed every {result['renew_seconds']} s; "
+        f"report refresh 300 s; windows of {result['window_seconds']} s",
+        f"registration: all runners schedulable after {result['registration_seconds']} s; stored sizes "
+        f"Runner {result['object_bytes']['runner']} B, Lease {result['object_bytes']['lease']} B",
+        "",
+        f"{'per runner per minute':38} {'design':>10} {'baseline':>10} {'design/baseline':>16}",
+    ]
+    for key, label in (
+        ("lease_renewals", "Lease renewals (runner)"),
+        ("report_writes", "Runner report writes (runner)"),
+        ("operator_writes", "writes by the operator"),
+        ("all_api_writes", "all API writes (API server count)"),
+        ("bytes_sent", "request bytes sent by the runner"),
+        ("stored_bytes_rewritten", "stored object bytes rewritten"),
+        ("operator_cpu_pct", "operator CPU, % of one core (total)"),
+        ("apiserver_cpu_pct", "kube-apiserver CPU, % of one core"),
+    ):
+        ratio = d[key] / b[key] if b[key] else float("nan")
+        lines.append(f"{label:38} {d[key]:10.2f} {b[key]:10.2f} {ratio:16.3f}")
+    dead = result["detection_seconds"]
+    if dead:
+        lines += [
+            "",
+            f"dead-runner detection ({len(dead)} runners, seconds from last renewal to Offline): "
+            f"min {min(dead):.1f}, median {statistics.median(dead):.1f}, max {max(dead):.1f} "
+            f"(Lease {result['lease_seconds']} s + grace {GRACE:g} s + tick <= {TICK:g} s)",
+        ]
+    return "\n".join(lines)
+
+
+async def run(
+    args: argparse.Namespace, info: devcluster.ClusterInfo, layout: StateLayout, pids: dict[str, int]
+) -> dict[str, Any]:
+    api = config.new_client_from_config(config_file=str(info.kubeconfig))
+    core = client.CoreV1Api(api)
+    n = args.runners
+    wait(lambda: len(core.list_namespaced_pod(NS).items) == n, 180, f"{n} pods")
+    runners = []
+    for pod in sorted(core.list_namespaced_pod(NS).items, key=lambda p: p.metadata.name):
+        pool = pod.metadata.labels["helmhive.dev/pool"]
+        sa = f"helmhive-runner-{pool}"
+        wait(lambda sa=sa: core.read_namespaced_service_account(sa, NS), 60, f"ServiceAccount {sa}")
+        ref = client.V1BoundObjectReference(api_version="v1", kind="Pod", name=pod.metadata.name, uid=pod.metadata.uid)
+        request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=None,
+                  expiration_seconds=3600, bound_object_ref=ref))  # fmt: skip
+        token = core.create_namespaced_service_account_token(sa, NS, request).status.token
+        runners.append(SimRunner(name=pod.metadata.name, pool=pool, token=token))
+    admin_tls = client_tls(ca_file=info.ca_file, cert_file=layout.pki.cert("admin"), key_file=layout.pki.key("admin"))
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    async with (
+        httpx.AsyncClient(
+            base_url=info.server, verify=client_tls(ca_file=info.ca_file), limits=limits, timeout=30
+        ) as http,
+        httpx.AsyncClient(base_url=info.server, verify=admin_tls, timeout=30) as admin,
+    ):
+        fleet = Fleet(http, runners, renew=args.renew, lease=args.lease, refresh=300)
+        started = time.monotonic()
+        gate = asyncio.Semaphore(16)
+
+        async def register(r: SimRunner) -> None:
+            async with gate:
+                await fleet.register(r)
+
+        await asyncio.gather(*(register(r) for r in runners))
+        tasks = [asyncio.create_task(fleet.run(r)) for r in runners]
+        pools_url = f"/apis/helmhive.dev/v1alpha1/namespaces/{NS}/runnerpools"
+
+        async def schedulable() -> int:
+            pools = (await admin.get(pools_url)).json()["items"]
+            return sum(int((p.get("status") or {}).get("schedulableRunners") or 0) for p in pools)
+
+        while await schedulable() != n:  # noqa: ASYNC110 (polling another process's state)
+            await asyncio.sleep(0.5)
+        registration = time.monotonic() - started
+        await asyncio.sleep(5)  # let registration audits and Events settle
+        print(f"registered {n} runners in {registration:.1f} s; measuring the design for {args.window} s", flush=True)
+        design = await measure(fleet, admin, pids, args.window)
+        fleet.baseline = True
+        await asyncio.sleep(args.renew)
+        print(f"measuring the baseline (report on every heartbeat) for {args.window} s", flush=True)
+        baseline = await measure(fleet, admin, pids, args.window)
+        fleet.baseline = False
+        sizes = {
+            "runner": len((await admin.get(f"{RUNNERS_PATH}/{runners[0].name}")).content),
+            "lease": len((await admin.get(f"{LEASES_PATH}/{runners[0].name}")).content),
+        }
+        print(f"stopping {args.dead} runners to time their detection", flush=True)
+        dead = await detect(fleet, admin, random.sample(runners, args.dead), limit=args.lease + 60)
+        fleet.stop.set()
+        for task in tasks:
+            task.cancel()
+        if fleet.tally.errors:
+            print(f"note: runner requests answered with errors: {dict(fleet.tally.errors)}", flush=True)
+    return summarize(
+        args=args, reg_s=registration, design=design, base=baseline, dead=[round(x, 2) for x in dead], sizes=sizes
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runners", type=int, default=200)
+    parser.add_argument("--window", type=float, default=60.0, help="seconds per measured window")
+    parser.add_argument("--dead", type=int, default=10, help="runners stopped to time their detection")
+    parser.add_argument("--lease", type=int, default=20, help="leaseDurationSeconds")
+    parser.add_argument("--renew", type=int, default=5, help="renewIntervalSeconds")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="helmhive-bench-"))
+    with (workdir / "build.log").open("a") as log:
+        binaries = ensure_binaries(log=log)
+    layout = StateLayout(workdir / "cluster")
+    info = devcluster.start(binaries, layout.root, tie_to_parent=True)
+    operator = None
+    try:
+        api = config.new_client_from_config(config_file=str(info.kubeconfig))
+        install(api)
+        operator, health = start_operator(operator_kubeconfig(api, info, workdir / "operator.kubeconfig"), workdir)
+        wait(lambda: httpx.get(health, timeout=2).status_code == 200, 60, "operator liveness")
+        create_pools(api, args.runners, args.lease, args.renew)
+        apiserver = read_record(layout.pids, "kube-apiserver")
+        assert apiserver is not None
+        pids = {"operator": operator.pid, "apiserver": apiserver.pid}
+        result = asyncio.run(run(args, info, layout, pids))
+        print()
+        print(render(result))
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=2) + "\n")
+    finally:
+        if operator is not None:
+            operator.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                operator.wait(timeout=20)
+        devcluster.stop(layout.root)
+        print(f"(work directory {workdir})")
+
+
+if __name__ == "__main__":
+    main()
