@@ -15,20 +15,20 @@ from helmhive.deploy.manifests import (
     build_operator_rbac,
     build_runner_identity_policy,
 )
+from helmhive.policy.credentials import build_credential_hash, decide_credential
 from helmhive.policy.runnerpool import (
     GENERATION_ANNOTATION,
     MAX_POOL_NAME,
     RUNNER_ROLE_RULES,
     PoolRef,
     build_config_map,
-    build_credential_hash,
     build_pool_objects,
     build_runner_config,
     build_stateful_set,
-    decide_credential,
     decide_pool_name_problem,
     decide_pruned_objects,
 )
+from helmhive.runner.config import load_config
 
 POOL = PoolRef(name="claude", namespace="team-a", uid="0b9e6a4e-0000-4000-8000-000000000001")
 SECRET_SPEC: dict[str, Any] = {
@@ -317,3 +317,27 @@ def test_runner_identity_policy_is_installed_and_checks_the_bound_pod_name() -> 
     # The runner may not rewrite what the operator derives.
     for field in ("conditions", "reportedStatus", "effectiveControlState", "registeredAt"):
         assert f"object.?status.?{field} == oldObject.?status.?{field}" in text
+
+
+# --- The other side of the contract ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("wire", [SECRET_SPEC, VOLUME_SPEC], ids=["secret", "volume"])
+def test_the_runner_program_accepts_the_operators_runner_json_and_environment(wire: dict[str, Any]) -> None:
+    pool_spec = spec(wire)
+    container = build_stateful_set(POOL, pool_spec, credential_generation=3)["spec"]["template"]["spec"]["containers"][
+        0
+    ]
+    downward = {
+        "HELMHIVE_RUNNER_NAME": "claude-0",
+        "HELMHIVE_NAMESPACE": "team-a",
+        "HELMHIVE_CREDENTIAL_GENERATION": "3",
+    }
+    environ = {e["name"]: e.get("value") or downward[e["name"]] for e in container["env"]}
+    text = build_config_map(POOL, pool_spec)["data"]["runner.json"]
+    config = load_config(
+        environ=environ, read_text=lambda path: text if str(path) == environ["HELMHIVE_RUNNER_CONFIG"] else ""
+    )
+    assert (config.env.runner_name, config.env.pool, config.env.credential_generation) == ("claude-0", "claude", 3)
+    assert config.file.provider == "anthropic"
+    assert config.file.concurrency == 2

@@ -37,15 +37,8 @@ from helmhive.controller.runners import RunnerView, WriteMemo, patch_runners
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.audit import build_audit_record
 from helmhive.policy.conditions import find_condition, set_condition
-from helmhive.policy.runnerpool import (
-    CredentialDecision,
-    PoolRef,
-    build_credential_hash,
-    build_pool_objects,
-    decide_credential,
-    decide_pool_name_problem,
-    decide_pruned_objects,
-)
+from helmhive.policy.credentials import CredentialDecision, build_credential_hash, decide_credential
+from helmhive.policy.runnerpool import PoolRef, build_pool_objects, decide_pool_name_problem, decide_pruned_objects
 from helmhive.policy.runners import LeaseView, PoolCounts, PoolFacts, Verdict, decide_pool_counts
 
 __all__ = ["POOL", "PoolLoop", "register"]

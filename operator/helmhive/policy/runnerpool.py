@@ -5,15 +5,13 @@ ServiceAccount, Role, RoleBinding, ConfigMap (``runner.json``) and NetworkPolicy
 ``helmhive-runner-P``; StatefulSet ``P``; and PodDisruptionBudget ``P`` when replicas > 1.
 Every object carries an ownerReference to the pool, so the garbage collector removes them.
 
-The credential Secret's content is hashed here (a fixed prefix, sha256); the hash is all
-that is ever stored. Nothing here does I/O.
+Nothing here does I/O. The credential's hash and generation are :mod:`helmhive.policy.credentials`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,10 +25,8 @@ __all__ = [
     "MAX_POOL_NAME",
     "RUNNER_NAME_PREFIX",
     "RUNNER_ROLE_RULES",
-    "CredentialDecision",
     "PoolRef",
     "build_config_map",
-    "build_credential_hash",
     "build_network_policy",
     "build_owner_reference",
     "build_pod_disruption_budget",
@@ -41,7 +37,6 @@ __all__ = [
     "build_runner_config",
     "build_service_account",
     "build_stateful_set",
-    "decide_credential",
     "decide_pool_name_problem",
     "decide_pruned_objects",
     "runner_resource_name",
@@ -357,59 +352,3 @@ def decide_pruned_objects(pool: PoolRef, spec: RunnerPoolSpec) -> list[tuple[str
     if spec.replicas <= 1:
         return [("policy/v1", "PodDisruptionBudget", pool.name)]
     return []
-
-
-def build_credential_hash(*, data: Mapping[str, str], key: str | None) -> str | None:
-    """``sha256:<hex>`` of the referenced key (or of every key); None if the key is absent.
-
-    ``data`` is the Secret's ``data`` as stored (base64); only this digest leaves this function.
-    """
-    if key is not None:
-        if key not in data:
-            return None
-        material: dict[str, str] = {key: data[key]}
-    else:
-        material = dict(data)
-    canonical = json.dumps(material, sort_keys=True, separators=(",", ":"))
-    return "sha256:" + hashlib.sha256(b"helmhive-credential-v1\0" + canonical.encode()).hexdigest()
-
-
-@dataclass(frozen=True, kw_only=True)
-class CredentialDecision:
-    """What the pool's status should say about its credential."""
-
-    hash: str | None
-    generation: int
-    available: bool
-    changed: bool
-    previous_hash: str | None
-
-
-def decide_credential(
-    *, uses_secret: bool, observed_hash: str | None, observed_generation: int, digest: str | None
-) -> CredentialDecision:
-    """Bump the generation when the Secret's content hash differs from the stored one.
-
-    ``digest`` is None when the Secret (or its key) is missing: the stored hash is kept, so a
-    Secret restored with the same content is not a rotation. Volume logins have no hash.
-    """
-    if not uses_secret:
-        return CredentialDecision(
-            hash=None, generation=observed_generation, available=True, changed=False, previous_hash=None
-        )
-    if digest is None:
-        return CredentialDecision(
-            hash=observed_hash,
-            generation=observed_generation,
-            available=False,
-            changed=False,
-            previous_hash=observed_hash,
-        )
-    changed = digest != observed_hash
-    return CredentialDecision(
-        hash=digest,
-        generation=observed_generation + 1 if changed else observed_generation,
-        available=True,
-        changed=changed,
-        previous_hash=observed_hash,
-    )
