@@ -4,7 +4,7 @@ Thin Kopf handlers feed one :class:`Router` per operator process:
 
 - **Indexes** (Kopf fills them before any handler runs, also after a restart): runners, runner
   pools, namespaces' labels, jobs by the runner they hold a slot on (assigned and not finished),
-  memory records by namespace, and each change's implementation provider.
+  memory records by namespace, stored session bindings, and each change's implementation provider.
 - **An event handler on AgentJobs** queues every job that awaits a decision (profile bound, no
   assignment, not failed closed), and notices a job finishing: the job waiting longest on that
   runner is re-decided at once.
@@ -22,7 +22,9 @@ client-go's). A worker:
    since it was read: the reservation is released, the job re-read and re-decided. So a decision
    made on a stale copy is never written, and a retry after a crash never assigns twice;
 3. audits the decision (``JobRouted`` or ``JobRoutingFailed``, and ``MemoryInjected``) under
-   deterministic names, so the audit is written once even if the operator dies in between.
+   deterministic names (:mod:`helmhive.policy.routing_audit`). After a restart, every decision
+   younger than ``audit_recovery_seconds`` seen in a job's status is checked for its records and
+   any missing one is written, so a crash between the status write and the audit loses nothing.
 
 A job that waits for capacity is re-decided on a backoff timer (and early when capacity frees);
 its status is written when it starts waiting and at each backoff attempt, never silently.
@@ -43,14 +45,12 @@ from typing import Any
 
 import kopf
 
-from helmhive.api.audit import AuditAction, AuditState
 from helmhive.api.job import ChangeStage
 from helmhive.api.kinds import GROUP, VERSION, kind_by_name
 from helmhive.api.reasons import ConditionType, Reason
 from helmhive.controller.audit import ensure_audit
 from helmhive.controller.kube import Conflict, KubeError, NotFound
 from helmhive.controller.runtime import Runtime
-from helmhive.policy.audit import build_audit_record
 from helmhive.policy.conditions import find_condition
 from helmhive.policy.memory import NamedMemoryRecord, select_memory
 from helmhive.policy.routing import (
@@ -64,6 +64,7 @@ from helmhive.policy.routing import (
     build_status_patch,
     decide_route,
 )
+from helmhive.policy.routing_audit import build_routing_audits
 from helmhive.policy.routing_inputs import (
     PoolServing,
     QueuedJob,
@@ -79,7 +80,7 @@ from helmhive.policy.routing_inputs import (
     parse_session_binding,
 )
 
-__all__ = ["AGENT_JOB", "Router", "RouterSettings", "TokenBucket", "audit_name", "register"]
+__all__ = ["AGENT_JOB", "Router", "RouterSettings", "RouterStats", "TokenBucket", "register"]
 
 AGENT_JOB = kind_by_name("AgentJob")
 AUDIT = kind_by_name("AuditRecord")
@@ -99,6 +100,8 @@ class RouterSettings:
     """Calls allowed at once before the sustained rate applies."""
     retry_seconds: float = 2.0
     """Delay before retrying a job whose write failed for a reason other than a conflict."""
+    audit_recovery_seconds: float = 600.0
+    """At startup, decisions younger than this are checked for their audit records (a crash may have cut them)."""
     policy: RoutingPolicy = field(default_factory=RoutingPolicy)
 
     @classmethod
@@ -151,19 +154,6 @@ class TokenBucket:
             self.tokens -= 1.0
 
 
-def audit_name(job_name: str, uid: str, suffix: str) -> str:
-    """A deterministic AuditRecord name for one decision about one job (one per job and suffix)."""
-    return f"agentjob-{job_name[:200]}-{uid[:8]}-{suffix}"
-
-
-def _job_ref(job: QueuedJob) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "AgentJob",
-        "metadata": {"name": job.name, "namespace": job.namespace, "uid": job.uid},
-    }
-
-
 @dataclass
 class _Waiting:
     blocked: frozenset[RunnerKey]
@@ -212,6 +202,9 @@ class Router:
         self.waiting: dict[JobKey, _Waiting] = {}
         self.holding: dict[JobKey, RunnerKey] = {}
         self.schedulable: dict[RunnerKey, bool] = {}
+        self.audited: set[JobKey] = set()  # decisions whose audit this process wrote or checked
+        self.recovery = asyncio.Semaphore(4)
+        self.background: set[asyncio.Task[None]] = set()
         self.topology = 0  # bumped when runners, pools or namespaces change
         self._views: dict[str, tuple[int, list[RunnerView]]] = {}
         self.tasks: list[asyncio.Task[None]] = []
@@ -231,7 +224,7 @@ class Router:
         self.tasks = [asyncio.create_task(self._worker(i)) for i in range(self.settings.workers)]
 
     async def stop(self) -> None:
-        for task in self.tasks:
+        for task in [*self.tasks, *self.background]:
             task.cancel()
         for task in self.tasks:
             with contextlib.suppress(asyncio.CancelledError):
@@ -257,6 +250,10 @@ class Router:
             self.holding[key] = holder
         elif previous is not None:
             self._capacity_freed(previous)
+        if deleted:
+            self.audited.discard(key)
+        elif status.get("routing"):
+            self._recover_audits(key, body)
         if deleted or not decide_needs_routing(body):
             self.bodies.pop(key, None)
             self._stop_waiting(key)
@@ -447,8 +444,11 @@ class Router:
             memory_ids=memory_ids,
             now=now,
         )
+        if decision.outcome is not RouteOutcome.WAITING:
+            self.audited.add(key)  # this process audits it; its own watch event needs no recovery check
         updated = await self._write(job, status)
         if updated is None:
+            self.audited.discard(key)
             return
         if decision.choice is not None:
             self.holding[key] = decision.choice.runner_key
@@ -460,7 +460,7 @@ class Router:
             else:
                 self.bodies.pop(key, None)
         self._count(decision)
-        await self._audit(job, decision, memory_ids, now)
+        await self.write_audits(updated, check_first=False)
 
     async def _write(self, job: QueuedJob, status: dict[str, Any]) -> dict[str, Any] | None:
         """Merge-patch the job's status, conditional on the resourceVersion the decision was made from.
@@ -518,83 +518,67 @@ class Router:
             case RouteOutcome.FAILED:
                 self.stats.failed += 1
 
-    async def _audit(self, job: QueuedJob, decision: RoutingDecision, memory_ids: list[str], now: dt.datetime) -> None:
-        """Audit a written decision: JobRouted (+ MemoryInjected) or JobRoutingFailed. Waiting is not audited."""
-        ref = _job_ref(job)
-        choice = decision.choice
-        if choice is not None:
-            details = {
-                "runner": choice.runner,
-                "runnerNamespace": choice.runner_namespace,
-                "pool": choice.pool,
-                "provider": choice.provider,
-                "model": choice.model,
-                "modelSource": choice.model_source.value,
-                "mappingIndex": str(choice.mapping_index),
-                "credentialGeneration": str(choice.credential_generation),
-                "profileRevision": job.binding.revision[:512],
-                "memoryCount": str(len(memory_ids)),
-            }
-            if choice.effort is not None:
-                details["reasoningEffort"] = choice.effort.value
-            if decision.avoided_provider is not None:
-                details["avoidedProvider"] = decision.avoided_provider
-            await self.ensure_audit(
-                job,
-                ref,
-                suffix="routed",
-                action=AuditAction.JOB_ROUTED,
-                after=AuditState(value=f"{choice.provider}/{choice.model}"[:256]),
-                message=decision.message,
-                details=details,
-                now=now,
-            )
-            if memory_ids:
-                await self.ensure_audit(
-                    job,
-                    ref,
-                    suffix="memory",
-                    action=AuditAction.MEMORY_INJECTED,
-                    after=AuditState(value=f"{len(memory_ids)} records"),
-                    message=f"injected memory records: {', '.join(memory_ids)}"[:1024],
-                    details={"memoryIds": ",".join(memory_ids)[:512], "workspace": job.spec.workspace},
-                    now=now,
-                )
-        elif decision.outcome is RouteOutcome.FAILED:
-            await self.ensure_audit(
-                job,
-                ref,
-                suffix="routing-failed",
-                action=AuditAction.JOB_ROUTING_FAILED,
-                after=AuditState(value=decision.reason.value),
-                message=decision.message,
-                details={"reason": decision.reason.value, "consideredRunners": str(decision.considered_runners)},
-                now=now,
-            )
+    async def write_audits(self, body: Mapping[str, Any], *, check_first: bool) -> None:
+        """Create the routing audit records of ``body``'s written decision (an existing one counts as done).
 
-    async def ensure_audit(
-        self,
-        job: QueuedJob,
-        ref: dict[str, Any],
-        *,
-        suffix: str,
-        action: AuditAction,
-        after: AuditState,
-        message: str,
-        details: dict[str, str],
-        now: dt.datetime,
-    ) -> None:
-        """Create the job's audit record named by ``suffix`` once; an existing one counts as done."""
-        record = build_audit_record(action=action, obj=ref, after=after, message=message, details=details, now=now)
-        record["metadata"].pop("generateName", None)
-        record["metadata"]["name"] = audit_name(job.name, job.uid, suffix)
-        try:
-            await self.bucket.take()
-            await ensure_audit(self.runtime.kube, record, involved=ref, event_reason=action.value, now=now)
-        except Conflict:
+        ``check_first`` reads each record before creating it: the cheap path when recovering
+        after a restart, where most records exist already.
+        """
+        now = self.runtime.clock()
+        meta = body.get("metadata") or {}
+        involved = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "AgentJob",
+            "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid")},
+        }
+        for record in build_routing_audits(job=body, now=now):
+            name = record["metadata"]["name"]
+            namespace = record["metadata"]["namespace"]
+            try:
+                if check_first:
+                    try:
+                        await self.runtime.kube.get(AUDIT, name, namespace=namespace)
+                        continue
+                    except NotFound:
+                        pass
+                await self.bucket.take()
+                action = record["spec"]["action"]
+                await ensure_audit(self.runtime.kube, record, involved=involved, event_reason=action, now=now)
+            except Conflict:
+                continue
+            except KubeError as err:
+                log.warning("audit record %s/%s not written: %s", namespace, name, err)
+
+    def _recover_audits(self, key: JobKey, body: Mapping[str, Any]) -> None:
+        """After a restart: make sure a recent decision found in status has its audit records."""
+        if key in self.audited:
             return
-        except KubeError as err:
-            log.warning("job %s/%s: audit %s not written: %s", job.namespace, job.name, action.value, err)
+        routing = (body.get("status") or {}).get("routing") or {}
+        decided = _parse_time(routing.get("decidedAt"))
+        if decided is None or (self.runtime.clock() - decided).total_seconds() > self.settings.audit_recovery_seconds:
+            self.audited.add(key)
+            return
+        if not build_routing_audits(job=body, now=self.runtime.clock()):
+            return  # still waiting: nothing to audit yet
+        self.audited.add(key)
+        copy = _copy(body)
+
+        async def recover() -> None:
+            async with self.recovery:
+                await self.write_audits(copy, check_first=True)
+
+        task = asyncio.create_task(recover())
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+
+def _parse_time(raw: Any) -> dt.datetime | None:
+    if not raw:
+        return None
+    try:
+        return dt.datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 def _copy(body: Mapping[str, Any]) -> dict[str, Any]:
