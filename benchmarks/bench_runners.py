@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import datetime as dt
 import json
 import os
 import random
@@ -40,12 +39,13 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 from kubernetes import client, config, utils
+from runner_fleet import Fleet, SimRunner, leases_path, runners_path
 
 from helmhive.controller.runtime import OperatorConfig
 from helmhive.deploy.manifests import OperatorIdentity, build_install_manifests
@@ -60,15 +60,9 @@ GRACE = OperatorConfig().runner_grace_seconds
 TICK = OperatorConfig().runner_tick_seconds
 NS = "bench"
 POOL_SIZE = 100  # spec.replicas is at most 100, so N runners are spread over ceil(N/100) pools
-RUNNERS_PATH = f"/apis/helmhive.dev/v1alpha1/namespaces/{NS}/runners"
-LEASES_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
-APPLY = {"Content-Type": "application/apply-patch+yaml"}
-APPLY_PARAMS = {"fieldManager": "helmhive-runner", "force": "true"}
+RUNNERS_PATH = runners_path(NS)
+LEASES_PATH = leases_path(NS)
 WRITE_VERBS = {"POST", "PUT", "PATCH", "APPLY", "DELETE"}
-
-
-def micro_time(when: dt.datetime) -> str:
-    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -79,104 +73,6 @@ def cpu_seconds(pid: int) -> float:
 
 def pool_names(n: int) -> list[str]:
     return [f"bench-{i}" for i in range((n + POOL_SIZE - 1) // POOL_SIZE)]
-
-
-@dataclass
-class SimRunner:
-    name: str
-    pool: str
-    token: str
-    registered_at: str = field(default_factory=lambda: micro_time(dt.datetime.now(dt.UTC)))
-    last_renewal: float = 0.0  # wall clock
-    last_report: float = 0.0  # monotonic
-
-
-@dataclass
-class Tally:
-    """What the simulated runners sent."""
-
-    lease: int = 0
-    report: int = 0
-    lease_bytes: int = 0
-    report_bytes: int = 0
-    errors: Counter[int] = field(default_factory=Counter)
-
-
-class Fleet:
-    """N simulated runners on one event loop, each writing as its own Pod."""
-
-    def __init__(self, http: httpx.AsyncClient, runners: list[SimRunner], *, renew: float, lease: int, refresh: float):
-        self.http, self.runners, self.renew_s, self.lease_s, self.refresh_s = http, runners, renew, lease, refresh
-        self.tally = Tally()
-        self.baseline = False
-        self.dead: set[str] = set()
-        self.stop = asyncio.Event()
-
-    async def _send(self, method: str, url: str, runner: SimRunner, body: dict[str, Any], **kw: Any) -> int:
-        data = json.dumps(body)
-        headers = {"Authorization": f"Bearer {runner.token}", **kw.pop("headers", {})}
-        response = await self.http.request(method, url, content=data, headers=headers, **kw)
-        if response.status_code >= 300 and response.status_code != 409:
-            self.tally.errors[response.status_code] += 1
-        return len(data)
-
-    async def report(self, runner: SimRunner) -> None:
-        report = {
-            "provider": "anthropic",
-            "adapter": {"type": "claude-cli", "name": "claude", "version": "2.0.14"},
-            "authentication": {"state": "Authenticated", "reason": "SessionCreated"},
-            "placementLabels": {"domain": "code", "region": "eu"},
-            "capabilities": ["structured-output", "diff-review", "workspace-write"],
-            "concurrency": 2,
-            "activeJobs": 0,
-            "environmentFingerprint": "sha256:" + "ab" * 32,
-            "catalogue": {
-                "models": [{"id": m, "efforts": ["low", "medium", "high"]} for m in ("opus-4", "sonnet-4-5", "haiku")],
-                "default": "sonnet-4-5",
-            },
-            "credentialGeneration": 1,
-            "podName": runner.name,
-            "reportedAt": micro_time(dt.datetime.now(dt.UTC)),
-            "registeredAt": runner.registered_at,
-        }
-        body = {"apiVersion": "helmhive.dev/v1alpha1", "kind": "Runner", "metadata": {"name": runner.name},
-                "status": {"report": report}}  # fmt: skip
-        url = f"{RUNNERS_PATH}/{runner.name}/status"
-        self.tally.report_bytes += await self._send("PATCH", url, runner, body, params=APPLY_PARAMS, headers=APPLY)
-        self.tally.report += 1
-        runner.last_report = time.monotonic()
-
-    async def renew(self, runner: SimRunner) -> None:
-        now = dt.datetime.now(dt.UTC)
-        body = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": runner.name, "labels": {"helmhive.dev/runner": runner.name}},
-            "spec": {"holderIdentity": runner.name, "leaseDurationSeconds": self.lease_s, "renewTime": micro_time(now)},
-        }
-        url = f"{LEASES_PATH}/{runner.name}"
-        self.tally.lease_bytes += await self._send("PATCH", url, runner, body, params=APPLY_PARAMS, headers=APPLY)
-        self.tally.lease += 1
-        runner.last_renewal = now.timestamp()
-
-    async def register(self, runner: SimRunner) -> None:
-        body = {"apiVersion": "helmhive.dev/v1alpha1", "kind": "Runner", "metadata": {"name": runner.name},
-                "spec": {"poolRef": {"name": runner.pool}}}  # fmt: skip
-        await self._send("POST", RUNNERS_PATH, runner, body, headers={"Content-Type": "application/json"})
-        await self.report(runner)
-        await self.renew(runner)
-
-    async def run(self, runner: SimRunner) -> None:
-        next_beat = time.monotonic() + random.uniform(0, self.renew_s)
-        while not self.stop.is_set():
-            await asyncio.sleep(max(0.0, next_beat - time.monotonic()))
-            next_beat += self.renew_s
-            if runner.name in self.dead:
-                return
-            with contextlib.suppress(httpx.HTTPError):
-                await self.renew(runner)
-                if self.baseline or time.monotonic() - runner.last_report >= self.refresh_s:
-                    await self.report(runner)
 
 
 async def write_counts(http: httpx.AsyncClient) -> Counter[str]:
@@ -406,7 +302,7 @@ async def run(
         ) as http,
         httpx.AsyncClient(base_url=info.server, verify=admin_tls, timeout=30) as admin,
     ):
-        fleet = Fleet(http, runners, renew=args.renew, lease=args.lease, refresh=300)
+        fleet = Fleet(http, NS, renew=args.renew, lease=args.lease, refresh=300)
         started = time.monotonic()
         gate = asyncio.Semaphore(16)
 
