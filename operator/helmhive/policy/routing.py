@@ -211,7 +211,7 @@ _SELECTED, _ELIGIBLE, _CAPACITY, _MODEL, _REQUIREMENT, _PROVIDER, _NAMESPACE, _U
 _NO_POSITION = 1 << 20
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class _Result:
     """One runner's closest result: its rank, the option it reached (if any) and the reason."""
 
@@ -219,6 +219,7 @@ class _Result:
     rank: int
     reason: str
     option: RouteOption | None = None
+    model: str | None = None
 
     @property
     def sort_key(self) -> tuple[int, int, str, str]:
@@ -271,7 +272,7 @@ def decide_session_scope(*, spec: AgentJobSpec, scope: SessionScope) -> str:
 
 
 def _runner_check(
-    runner: RunnerView, *, providers: set[str], capabilities: Sequence[str], labels: Mapping[str, str]
+    runner: RunnerView, *, providers: set[str], capabilities: Sequence[str], labels: Sequence[tuple[str, str]]
 ) -> tuple[int, str] | None:
     """The first runner-level requirement ``runner`` fails, as (rank, reason); None if it passes all."""
     if not runner.schedulable:
@@ -283,9 +284,9 @@ def _runner_check(
     for capability in capabilities:
         if capability not in runner.capabilities:
             return _REQUIREMENT, f"{Reason.MISSING_CAPABILITY.value}:{capability}"
-    for key in sorted(labels):
-        if runner.labels.get(key) != labels[key]:
-            return _REQUIREMENT, f"{Reason.MISSING_LABEL.value}:{key}={labels[key]}"
+    for key, value in labels:
+        if runner.labels.get(key) != value:
+            return _REQUIREMENT, f"{Reason.MISSING_LABEL.value}:{key}={value}"
     return None
 
 
@@ -365,7 +366,7 @@ def decide_route(
     for option in options:
         by_provider.setdefault(option.provider, []).append(option)
     capabilities = list(profile.required_capabilities)
-    labels = dict(profile.required_labels)
+    labels = sorted(profile.required_labels.items())
 
     results: dict[RunnerKey, _Result] = {}
     eligible: dict[int, list[RunnerView]] = {}
@@ -376,26 +377,18 @@ def decide_route(
             results[runner.key] = _Result(runner=runner, rank=failed[0], reason=failed[1])
             continue
         active = active_jobs.get(runner.key, 0)
-        best: _Result | None = None
+        best: tuple[int, int, str, str | None, RouteOption] | None = None
         for option in by_provider[runner.provider or ""]:
             rank, reason, model = _option_check(runner, option, active=active)
             if rank == _ELIGIBLE:
                 eligible.setdefault(option.position, []).append(runner)
             elif rank == _CAPACITY and runner.concurrency > 0:
                 blocked.add(runner.key)
-            shown = RouteOption(
-                position=option.position,
-                mapping_index=option.mapping_index,
-                provider=option.provider,
-                model=model,
-                source=option.source,
-                effort=option.effort,
-            )
-            candidate = _Result(runner=runner, rank=rank, reason=reason, option=shown)
-            if best is None or candidate.sort_key < best.sort_key:
-                best = candidate
+            if best is None or (rank, option.position) < best[:2]:
+                best = (rank, option.position, reason, model, option)
         assert best is not None  # the runner's provider has at least one option
-        results[runner.key] = best
+        rank, _, reason, model, option = best
+        results[runner.key] = _Result(runner=runner, rank=rank, reason=reason, option=option, model=model)
 
     if eligible:
         return _assigned(
@@ -483,12 +476,17 @@ def _assigned(
             for b in bindings
         )
 
-    def rank(runner: RunnerView) -> tuple[int, Fraction, str, str]:
-        load = _load(runner, active_jobs.get(runner.key, 0))
-        return (0 if holds_session(runner) else 1, load, runner.namespace, runner.name)
+    ranks: dict[RunnerKey, tuple[int, Fraction, str, str]] = {}
 
-    contenders = sorted(eligible[position], key=rank)
-    winner = contenders[0]
+    def rank(runner: RunnerView) -> tuple[int, Fraction, str, str]:
+        key = runner.key
+        found = ranks.get(key)
+        if found is None:
+            load = _load(runner, active_jobs.get(key, 0))
+            found = ranks[key] = (0 if holds_session(runner) else 1, load, runner.namespace, runner.name)
+        return found
+
+    winner = min(eligible[position], key=rank)
     win_rank = rank(winner)
     model = option.model if option.model is not None else winner.default_model
     assert model is not None  # eligibility checked the runner's default
@@ -507,18 +505,14 @@ def _assigned(
     rows: list[_Result] = []
     for key, result in results.items():
         if key == winner.key:
-            shown = RouteOption(
-                position=option.position,
-                mapping_index=option.mapping_index,
-                provider=option.provider,
-                model=model,
-                source=option.source,
-                effort=option.effort,
+            rows.append(
+                _Result(runner=winner, rank=_SELECTED, reason=Reason.SELECTED.value, option=option, model=model)
             )
-            rows.append(_Result(runner=winner, rank=_SELECTED, reason=Reason.SELECTED.value, option=shown))
         elif result.rank == _ELIGIBLE and result.option is not None:
             why = _why_not_preferred(result, option, rank(result.runner), win_rank, avoid_provider)
-            rows.append(_Result(runner=result.runner, rank=_ELIGIBLE, reason=why, option=result.option))
+            rows.append(
+                _Result(runner=result.runner, rank=_ELIGIBLE, reason=why, option=result.option, model=result.model)
+            )
         else:
             rows.append(result)
     source = {
@@ -644,7 +638,7 @@ def _table(rows: Iterable[_Result], policy: RoutingPolicy) -> tuple[Candidate, .
             namespace=r.runner.namespace,
             provider=r.option.provider if r.option else r.runner.provider,
             mapping_index=r.option.mapping_index if r.option else None,
-            model=r.option.model if r.option else None,
+            model=r.model if r.option else None,
             reason=_truncate(r.reason, 160),
         )
         for r in ordered
