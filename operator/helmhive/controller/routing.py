@@ -541,7 +541,8 @@ class Router:
                         continue
                     except NotFound:
                         pass
-                await self.bucket.take()
+                await self.bucket.take()  # the AuditRecord
+                await self.bucket.take()  # and its Event
                 action = record["spec"]["action"]
                 await ensure_audit(self.runtime.kube, record, involved=involved, event_reason=action, now=now)
             except Conflict:
