@@ -145,6 +145,22 @@ class Reason(enum.StrEnum):
     NOT_PREFERRED = "NotPreferred"
     NO_DEFAULT_MODEL = "NoDefaultModel"
     POOL_NOT_FOUND = "PoolNotFound"
+    # Execution by the runner (added with job execution)
+    FORK_UNSUPPORTED = "ForkUnsupported"
+    RESUME_UNSUPPORTED = "ResumeUnsupported"
+    SESSION_NOT_FOUND = "SessionNotFound"
+    AGENT_FAILED = "AgentFailed"
+    AGENT_UNRESPONSIVE = "AgentUnresponsive"
+    INTERRUPTED = "Interrupted"
+    SANDBOX_UNAVAILABLE = "SandboxUnavailable"
+    ARTIFACT_STORE_FAILED = "ArtifactStoreFailed"
+    MEMORY_DROPPED = "MemoryDropped"
+    SESSION_NOT_STORED = "SessionNotStored"
+    # Retry verdicts (``helmhive.policy.retry``)
+    RETRY_ALLOWED = "RetryAllowed"
+    MAY_HAVE_SIDE_EFFECTS = "MayHaveSideEffects"
+    NOT_RETRYABLE = "NotRetryable"
+    RETRY_LIMIT_REACHED = "RetryLimitReached"
 
 
 _DETAIL_RE = re.compile(r"[^A-Za-z0-9_,:]+")
