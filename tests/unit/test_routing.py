@@ -405,3 +405,47 @@ def test_a_decision_is_the_same_for_the_same_input(policy: SessionPolicy) -> Non
     second = route(list(reversed(runners)), profile=profile, active={("team", "a"): 1})
     assert first == second
     assert first.choice is not None and first.choice.runner == "b"
+
+
+def test_the_public_surfaces_are_pinned() -> None:
+    from helmhive.policy import routing, routing_audit, routing_inputs
+
+    assert routing.__all__ == [
+        "MAX_CANDIDATES",
+        "RouteChoice",
+        "RouteOption",
+        "RouteOutcome",
+        "RoutingDecision",
+        "RoutingJob",
+        "RoutingPolicy",
+        "RunnerKey",
+        "RunnerView",
+        "SessionBindingView",
+        "build_assignment",
+        "build_options",
+        "build_routing_status",
+        "build_status_patch",
+        "decide_backoff",
+        "decide_route",
+        "decide_session_scope",
+    ]
+    assert routing_inputs.__all__ == [
+        "PoolServing",
+        "QueuedJob",
+        "RunnerFacts",
+        "build_runner_view",
+        "build_runner_views",
+        "decide_active_jobs",
+        "decide_assigned_runner",
+        "decide_implementation_provider",
+        "decide_job_finished",
+        "decide_needs_routing",
+        "decide_pool_serves",
+        "match_label_selector",
+        "parse_job",
+        "parse_memory_record",
+        "parse_pool",
+        "parse_runner",
+        "parse_session_binding",
+    ]
+    assert routing_audit.__all__ == ["audit_name", "build_routing_audits"]

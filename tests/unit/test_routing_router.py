@@ -1,0 +1,122 @@
+"""The router's bookkeeping without an API server: counts, the work queue, wake-ups, the rate limit.
+
+These exercise :class:`helmhive.controller.routing.Router` on plain dicts standing in for Kopf's
+indexes; nothing here talks to a cluster (the cluster tests cover the writes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from helmhive.controller.routing import Router, RouterSettings, TokenBucket, _Waiting
+from helmhive.controller.runtime import Runtime
+
+
+def router() -> Router:
+    made = Router(Runtime(kube=None), RouterSettings())  # type: ignore[arg-type]  # no API calls here
+    made.bind(
+        {
+            "routing_runners": {},
+            "routing_pools": {},
+            "routing_namespaces": {},
+            "routing_jobs": {("runners", "r1"): [("team", "a"), ("team", "b")]},
+            "routing_memory": {},
+            "routing_implementations": {},
+            "routing_sessions": {},
+        }
+    )
+    return made
+
+
+def job(name: str, *, runner: str | None = None, finished: bool = False, waiting: bool = False) -> dict[str, Any]:
+    status: dict[str, Any] = {"profile": {"name": "p"}}
+    conditions = []
+    if runner:
+        status["assignment"] = {"runner": runner, "runnerNamespace": "runners"}
+    if finished:
+        conditions.append({"type": "Succeeded", "status": "True", "reason": "Completed"})
+    if waiting:
+        conditions.append({"type": "Routed", "status": "False", "reason": "WaitingForCapacity"})
+    status["conditions"] = conditions
+    return {"metadata": {"name": name, "namespace": "team", "resourceVersion": "1"}, "spec": {}, "status": status}
+
+
+def test_active_jobs_are_the_index_plus_this_processes_unseen_assignments_counted_once() -> None:
+    r = router()
+    r._reserve(("team", "b"), ("runners", "r1"))  # written, and already in the index
+    r._reserve(("team", "c"), ("runners", "r1"))  # written, not in the index yet
+    r._reserve(("team", "d"), ("runners", "r2"))
+    assert r.active_jobs([("runners", "r1"), ("runners", "r2"), ("runners", "r3")]) == {
+        ("runners", "r1"): 3,
+        ("runners", "r2"): 1,
+    }
+    # The job's watch event shows its assignment: the reservation goes, the index counts it.
+    r.observe_job("MODIFIED", job("d", runner="r2"))
+    assert r.pending == {("team", "b"): ("runners", "r1"), ("team", "c"): ("runners", "r1")}
+    assert r.active_jobs([("runners", "r2")]) == {}  # (this fake index does not update itself)
+
+
+def test_a_key_is_handled_by_one_worker_at_a_time_and_redone_if_it_changed_meanwhile() -> None:
+    r = router()
+    key = ("team", "a")
+    r.enqueue(key, "event")
+    r.enqueue(key, "event")
+    assert list(r.queued) == [key]
+    r.queued.clear()
+    r.processing.add(key)
+    r.enqueue(key, "event")
+    r.enqueue(key, "backoff")
+    r.enqueue(key, "wake")
+    assert not r.queued and r.dirty == {key: "backoff"}
+    r._done(key)
+    assert r.queued == {key: "backoff"}
+    assert not r.processing
+
+
+def test_a_finishing_job_wakes_the_job_waiting_longest_on_its_runner() -> None:
+    r = router()
+    r.observe_job(None, job("a", runner="r1"))
+    assert r.holding[("team", "a")] == ("runners", "r1")
+    r.waiting[("team", "late")] = _Waiting(blocked=frozenset({("runners", "r1")}), since=20.0, timer=None)
+    r.waiting[("team", "early")] = _Waiting(blocked=frozenset({("runners", "r1")}), since=10.0, timer=None)
+    r.waiting[("team", "other")] = _Waiting(blocked=frozenset({("runners", "r9")}), since=1.0, timer=None)
+    r.queued.clear()
+    r.observe_job("MODIFIED", job("a", runner="r1", finished=True))
+    assert list(r.queued.items()) == [(("team", "early"), "wake")]
+    assert ("team", "a") not in r.holding
+
+
+def test_jobs_that_await_a_decision_are_queued_and_others_forgotten() -> None:
+    r = router()
+    r.observe_job(None, job("new"))
+    r.observe_job(None, job("waiting", waiting=True))
+    r.observe_job(None, job("assigned", runner="r1"))
+    assert list(r.queued) == [("team", "new"), ("team", "waiting")]
+    assert set(r.bodies) == {("team", "new"), ("team", "waiting")}
+    r.observe_job("DELETED", job("new"))
+    assert ("team", "new") not in r.bodies
+
+
+def test_settings_come_from_the_environment() -> None:
+    settings = RouterSettings.from_env(
+        {"HELMHIVE_ROUTING_QPS": "5", "HELMHIVE_ROUTING_BURST": "7", "HELMHIVE_ROUTING_CAPACITY_DEADLINE_SECONDS": "60"}
+    )
+    assert (settings.qps, settings.burst, settings.policy.capacity_deadline_seconds) == (5.0, 7, 60.0)
+    assert RouterSettings.from_env({}).qps == 50.0
+
+
+@pytest.mark.asyncio
+async def test_the_token_bucket_allows_a_burst_then_the_rate() -> None:
+    bucket = TokenBucket(rate=50.0, burst=3)
+    started = time.monotonic()
+    for _ in range(3):
+        await bucket.take()
+    burst = time.monotonic() - started
+    await asyncio.gather(*(bucket.take() for _ in range(5)))
+    total = time.monotonic() - started
+    assert burst < 0.05
+    assert total >= 5 / 50.0 * 0.9  # five more tokens at 50 per second take at least 0.1 s
