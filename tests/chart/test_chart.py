@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from harness.wait import wait_for
+from helmhive.api.kinds import KINDS
 from helmhive.deploy.chart import build_operator_deployment
 from helmhive.deploy.manifests import OperatorIdentity, build_install_manifests
 from helmhive.devcluster import cluster as devcluster
@@ -101,7 +102,7 @@ def test_chart_installs_on_a_real_api_server(helm: Path, fresh_cluster: devclust
     out = _run(helm, "install", "helmhive", CHART, "--kubeconfig", kubeconfig, "-n", "platform", "--create-namespace")
     assert "STATUS: deployed" in out
     crds = json.loads(_run(*kubectl, "get", "crds", "-o", "json"))["items"]
-    assert len([c for c in crds if c["spec"]["group"] == "helmhive.dev"]) == 9
+    assert len([c for c in crds if c["spec"]["group"] == "helmhive.dev"]) == len(KINDS)
     policies = json.loads(_run(*kubectl, "get", "validatingadmissionpolicies", "-o", "json"))["items"]
     assert "helmhive-envelopes-read-only" in {p["metadata"]["name"] for p in policies}
     deployment = json.loads(_run(*kubectl, "get", "deployment", "helmhive-operator", "-n", "platform", "-o", "json"))
