@@ -13,7 +13,12 @@ every path of a runner's adapter can be exercised:
     honours cancel), ``crash`` (exits with code 70 mid-turn), ``slow`` (a progress update every
     ``HELMHIVE_REFERENCE_AGENT_SLOW_INTERVAL`` seconds, ``HELMHIVE_REFERENCE_AGENT_SLOW_STEPS``
     times, before answering), ``refuse-config`` (refuses every session/set_config_option),
-    ``unauthenticated`` (session/new and session/load fail with the ACP auth-required error).
+    ``unauthenticated`` (session/new and session/load fail with the ACP auth-required error),
+    ``invalid-output`` (every JSON answer breaks the prompt's output contract), ``no-fork``
+    (session forking is not advertised).
+``HELMHIVE_REFERENCE_AGENT_SESSION_PREFIX``
+    Up to 32 characters ``[a-z0-9-]`` put in front of every session id, so a test can plant a
+    canary in the native session id and search for it where it must never appear.
 ``HELMHIVE_REFERENCE_AGENT_TOKEN``
     A stand-in credential. The agent never prints it, unless
     ``HELMHIVE_REFERENCE_AGENT_LEAK_ON_CRASH=1`` makes a crash write it to stderr, to imitate a
@@ -23,9 +28,11 @@ every path of a runner's adapter can be exercised:
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import re
+import socket
 import sys
 import uuid
 from dataclasses import dataclass, field
@@ -44,10 +51,12 @@ ENV_SLOW_STEPS = "HELMHIVE_REFERENCE_AGENT_SLOW_STEPS"
 ENV_SLOW_INTERVAL = "HELMHIVE_REFERENCE_AGENT_SLOW_INTERVAL"
 ENV_TOKEN = "HELMHIVE_REFERENCE_AGENT_TOKEN"
 ENV_LEAK_ON_CRASH = "HELMHIVE_REFERENCE_AGENT_LEAK_ON_CRASH"
+ENV_SESSION_PREFIX = "HELMHIVE_REFERENCE_AGENT_SESSION_PREFIX"
 CRASH_EXIT_CODE = 70
 AUTH_METHOD_ID = "reference-token"
 
-_SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
+_SESSION_ID = re.compile(r"^[a-z0-9-]{0,32}[0-9a-f]{32}$")
+_PREFIX = re.compile(r"^[a-z0-9-]{0,32}$")
 ConfigOption = schema.SessionConfigOptionSelect
 
 
@@ -60,17 +69,22 @@ class Settings:
     slow_steps: int = 5
     slow_interval: float = 0.2
     leak_on_crash: bool = False
+    session_prefix: str = ""
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> Settings:
         state = env.get(ENV_STATE_DIR, "").strip()
         modes = frozenset(m.strip().lower() for m in env.get(ENV_MODE, "").split(",") if m.strip())
+        prefix = env.get(ENV_SESSION_PREFIX, "").strip()
+        if not _PREFIX.match(prefix):
+            raise SystemExit(f"{ENV_SESSION_PREFIX} must match {_PREFIX.pattern}")
         return cls(
             state_dir=Path(state) if state else None,
             modes=modes,
             slow_steps=int(env.get(ENV_SLOW_STEPS, "5")),
             slow_interval=float(env.get(ENV_SLOW_INTERVAL, "0.2")),
             leak_on_crash=env.get(ENV_LEAK_ON_CRASH, "") == "1",
+            session_prefix=prefix,
         )
 
     def behaviour(self) -> rules.Behaviour:
@@ -184,7 +198,10 @@ class ReferenceAgent:
             protocol_version=min(protocol_version, acp.PROTOCOL_VERSION),
             agent_capabilities=schema.AgentCapabilities(
                 load_session=True,
-                session_capabilities=schema.SessionCapabilities(resume=schema.SessionResumeCapabilities()),
+                session_capabilities=schema.SessionCapabilities(
+                    resume=schema.SessionResumeCapabilities(),
+                    fork=None if "no-fork" in self._settings.modes else schema.SessionForkCapabilities(),
+                ),
             ),
             auth_methods=[
                 schema.EnvVarAuthMethod(
@@ -210,7 +227,7 @@ class ReferenceAgent:
     ) -> schema.NewSessionResponse:
         self._log("session/new")
         self._require_auth()
-        session_id = uuid.uuid4().hex
+        session_id = self._settings.session_prefix + uuid.uuid4().hex
         self._sessions[session_id] = Session(cwd=cwd)
         self._save(session_id)
         options = config_options(self._sessions[session_id])
@@ -231,6 +248,28 @@ class ReferenceAgent:
             await self._conn.session_update(session_id, acp.update_user_message_text(turn["prompt"]))
             await self._conn.session_update(session_id, acp.update_agent_message_text(turn["reply"]))
         return schema.LoadSessionResponse(config_options=config_options(session))
+
+    async def fork_session(
+        self,
+        session_id: str,
+        cwd: str,
+        additional_directories: Any = None,
+        mcp_servers: Any = None,
+        **kwargs: Any,
+    ) -> schema.ForkSessionResponse:
+        self._log("session/fork")
+        self._require_auth()
+        if "no-fork" in self._settings.modes:
+            raise acp.RequestError.method_not_found("session/fork")
+        base = self._restore(session_id)
+        forked_id = self._settings.session_prefix + uuid.uuid4().hex
+        self._sessions[forked_id] = Session(
+            cwd=cwd, model=base.model, effort=base.effort, history=[dict(turn) for turn in base.history]
+        )
+        self._save(forked_id)
+        return schema.ForkSessionResponse(
+            session_id=forked_id, config_options=config_options(self._sessions[forked_id])
+        )
 
     async def resume_session(
         self,
@@ -296,8 +335,20 @@ class ReferenceAgent:
             if session.cancelled.is_set():
                 return cancelled
         turn = len(session.history) + 1
+        self._record_prompt(text, turn)
         reply = rules.render_reply(
-            text, turn=turn, model=session.model, effort=session.effort, tool_results=tool_results
+            text,
+            turn=turn,
+            model=session.model,
+            effort=session.effort,
+            tool_results=tool_results,
+            file_results={name: _write_direct(session.cwd, name) for name in directives.write_files},
+            acp_file_results={
+                n: await self._write_via_client(session_id, session.cwd, n) for n in directives.acp_write_files
+            },
+            connect_results={port: _connect(port) for port in directives.connects},
+            read_results={path: _read_direct(path) for path in directives.read_files},
+            invalid_output="invalid-output" in self._settings.modes,
         )
         await self._conn.session_update(session_id, acp.update_agent_message_text(reply))
         session.history.append({"prompt": text, "reply": reply})
@@ -305,6 +356,24 @@ class ReferenceAgent:
         return schema.PromptResponse(stop_reason="end_turn")
 
     # -- behaviours --------------------------------------------------------------------------
+    def _record_prompt(self, text: str, turn: int) -> None:
+        """Keep every prompt in ``prompts.jsonl`` (state dir only), so a test can read what the agent was told."""
+        state = self._settings.state_dir
+        if state is None:
+            return
+        with (state / "prompts.jsonl").open("a", encoding="utf-8") as fh:
+            entry = {"pid": os.getpid(), "turn": turn, "sha256": rules.prompt_digest(text), "prompt": text}
+            fh.write(json.dumps(entry, sort_keys=True) + "\n")
+
+    async def _write_via_client(self, session_id: str, cwd: str, name: str) -> str:
+        try:
+            await self._conn.write_text_file(
+                session_id=session_id, path=os.path.join(cwd, name), content=f"{rules.AGENT_NAME} wrote this\n"
+            )
+        except acp.RequestError:
+            return "refused"
+        return "written"
+
     def _crash(self, session_id: str) -> None:
         token = os.environ.get(ENV_TOKEN, "")
         detail = f" (token {token})" if self._settings.leak_on_crash and token else ""
@@ -325,14 +394,13 @@ class ReferenceAgent:
         return False
 
     async def _ask_permission(self, session_id: str, call_id: str, tool: str) -> bool:
-        start = acp.start_tool_call(call_id, tool, kind="other", status="pending")
+        kind = rules.tool_kind(tool)
+        start = acp.start_tool_call(call_id, tool, kind=kind, status="pending")
         start.field_meta = {"toolName": tool}
         await self._conn.session_update(session_id, start)
         response = await self._conn.request_permission(
             session_id=session_id,
-            tool_call=schema.ToolCallUpdate(
-                tool_call_id=call_id, title=tool, kind="other", field_meta={"toolName": tool}
-            ),
+            tool_call=schema.ToolCallUpdate(tool_call_id=call_id, title=tool, kind=kind, field_meta={"toolName": tool}),
             options=[
                 schema.PermissionOption(option_id="allow", name="Allow once", kind="allow_once"),
                 schema.PermissionOption(option_id="reject", name="Reject once", kind="reject_once"),
@@ -343,6 +411,47 @@ class ReferenceAgent:
         done = acp.update_tool_call(call_id, status="completed" if granted else "failed")
         await self._conn.session_update(session_id, done)
         return granted
+
+
+def _errno_name(exc: OSError) -> str:
+    return errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+
+
+def _write_direct(cwd: str, name: str) -> str:
+    """Write ``name`` in ``cwd`` with the agent's own file system access, as a coding tool would."""
+    try:
+        with open(os.path.join(cwd, name), "w", encoding="utf-8") as fh:
+            fh.write(f"{rules.AGENT_NAME} wrote this\n")
+    except OSError as exc:
+        return f"denied ({_errno_name(exc)})"
+    return "written"
+
+
+def _read_direct(path: str) -> str:
+    """Read ``path`` with the agent's own file system access; report the size, never the content."""
+    try:
+        with open(path, "rb") as fh:
+            size = len(fh.read())
+    except OSError as exc:
+        return (
+            f"denied ({_errno_name(exc)})"
+            if exc.errno in (errno.EACCES, errno.EPERM)
+            else f"failed ({_errno_name(exc)})"
+        )
+    return f"read ({size} bytes)"
+
+
+def _connect(port: int) -> str:
+    """Open (and close) a TCP connection to ``127.0.0.1:port``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2.0):
+            return "connected"
+    except OSError as exc:
+        return (
+            f"denied ({_errno_name(exc)})"
+            if exc.errno in (errno.EACCES, errno.EPERM)
+            else f"failed ({_errno_name(exc)})"
+        )
 
 
 async def serve(settings: Settings) -> None:

@@ -144,7 +144,12 @@ class AcpAdapter:
         self._proc = proc
         init_request = proc.conn.initialize(
             protocol_version=acp.PROTOCOL_VERSION,
-            client_capabilities=schema.ClientCapabilities(),
+            client_capabilities=schema.ClientCapabilities(
+                fs=schema.FileSystemCapabilities(
+                    read_text_file=self._config.fs_root is not None and self._config.fs_access != "none",
+                    write_text_file=self._config.fs_root is not None and self._config.fs_access == "write",
+                )
+            ),
             client_info=schema.Implementation(name=self._config.client_name, version=helmhive_version()),
         )
         try:
@@ -202,28 +207,34 @@ class AcpAdapter:
         async with self._lock:
             started = time.monotonic()
             state = TurnState()
+            base = request.session_id.get_secret_value() if request.session_id else None
             try:
                 result = await self._run(request, cancel, state)
             except AdapterFailure as failure:
-                message = self._redact(failure.message, state.session_id)
+                message = self._redact(failure.message, state.session_id, base)
                 result = TurnResult(outcome=failure.outcome, message=message)
                 state.diagnostics = state.diagnostics or failure.diagnostics
                 if failure.exit_code is not None:
                     state.exit_code = failure.exit_code
             except acp.RequestError as exc:
-                message = self._error_text(exc, state.session_id)
+                message = self._error_text(exc, state.session_id, base)
                 result = TurnResult(outcome=error_outcome(exc.code), message=message)
             log.info(
-                "turn finished: outcome=%s resumed=%s updates=%d",
+                "turn finished: outcome=%s resumed=%s forked=%s updates=%d",
                 result.outcome.value,
                 state.resumed,
+                state.forked,
                 result.session_updates,
             )
-            diagnostics = "" if result.ok else self._redact(state.diagnostics, state.session_id)[-8000:]
+            diagnostics = "" if result.ok else self._redact(state.diagnostics, state.session_id, base)[-8000:]
             return result.model_copy(
                 update={
                     "native_session_id": SecretStr(state.session_id) if state.session_id else None,
                     "session_resumed": state.resumed,
+                    "session_forked": state.forked,
+                    # A fork's base id is redacted too (the turn's own id already is).
+                    "text": self._redact(result.text, base) if base and state.forked else result.text,
+                    "message": self._redact(result.message, base) if base else result.message,
                     "model": state.model,
                     "effort": state.effort,
                     "config_changes": list(state.changes),
@@ -248,6 +259,8 @@ class AcpAdapter:
             proc.sessions[response.session_id] = request.cwd
             return response.session_id
         session_id = request.session_id.get_secret_value()
+        if request.fork:
+            return await self._fork(proc, request, session_id, state)
         state.session_id, state.resumed = session_id, True
         if proc.sessions.get(session_id) == request.cwd:
             return session_id  # already open in this process
@@ -264,6 +277,22 @@ class AcpAdapter:
             proc.client.options[session_id] = options_from_acp(loaded.config_options)
         proc.sessions[session_id] = request.cwd
         return session_id
+
+    async def _fork(self, proc: AgentProcess, request: TurnRequest, base_id: str, state: TurnState) -> str:
+        """A new session seeded from ``base_id`` (ACP ``session/fork``); never a silent fresh start."""
+        if not proc.fork_session_supported():
+            raise AdapterFailure(TurnOutcome.FORK_UNSUPPORTED, "the agent does not advertise session forking")
+        fork = proc.conn.fork_session(session_id=base_id, cwd=request.cwd, mcp_servers=[])
+        try:
+            forked = await self._call(proc, fork, "session/fork")
+        except acp.RequestError as exc:
+            if exc.code == RESOURCE_NOT_FOUND_CODE:
+                raise AdapterFailure(TurnOutcome.SESSION_NOT_FOUND, self._error_text(exc, base_id)) from None
+            raise
+        state.session_id, state.forked = forked.session_id, True
+        proc.client.options[forked.session_id] = options_from_acp(forked.config_options)
+        proc.sessions[forked.session_id] = request.cwd
+        return forked.session_id
 
     async def _configure(self, proc: AgentProcess, session_id: str, request: TurnRequest, state: TurnState) -> None:
         # Model first: the effort levels on offer may depend on the model.

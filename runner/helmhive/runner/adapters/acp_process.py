@@ -14,7 +14,7 @@ import os
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import acp
 from acp import schema
@@ -31,6 +31,38 @@ log = logging.getLogger(__name__)
 
 STREAM_LIMIT = 50 * 1024 * 1024
 CLOSE_WAIT_S = 2.0
+FS_READ_MAX_CHARS = 1_000_000
+
+FsAccess = Literal["none", "read", "write"]
+
+
+@dataclass(frozen=True, slots=True)
+class FsVerdict:
+    allowed: bool
+    path: str | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class FsPolicy:
+    """Which paths the ``fs/*`` client methods may touch: below ``root``, read or read-write."""
+
+    root: str | None
+    access: FsAccess
+
+    def check(self, path: str, *, write: bool) -> FsVerdict:
+        """Resolve ``path`` (symlinks included) and judge it. Pure but for reading the file system."""
+        if self.root is None or self.access == "none":
+            return FsVerdict(False, None, "this job has no file system access")
+        if write and self.access != "write":
+            return FsVerdict(False, None, "this job's file system access is read-only")
+        if not os.path.isabs(path):
+            return FsVerdict(False, None, "the path must be absolute")
+        root = os.path.realpath(self.root)
+        real = os.path.realpath(path)
+        if os.path.commonpath([root, real]) != root:
+            return FsVerdict(False, None, "the path is outside the job's working directory")
+        return FsVerdict(True, real, "")
 
 
 class AcpAdapterConfig(BaseModel):
@@ -59,6 +91,12 @@ class AcpAdapterConfig(BaseModel):
     """Limit for initialize, session/new, session/load and session/set_config_option."""
     stderr_tail_chars: int = Field(default=4000, ge=0, le=8000)
     client_name: str = Field(default="helmhive-runner", max_length=MAX_NAME)
+    wrapper: tuple[str, ...] = ()
+    """A launcher the command runs under (the job sandbox: ``python -m helmhive.runner.landlock ... --``)."""
+    fs_root: str | None = None
+    """The directory the ACP ``fs/*`` client methods may touch; None offers no file system."""
+    fs_access: FsAccess = "none"
+    """``read`` offers ``fs/read_text_file`` below ``fs_root``; ``write`` also ``fs/write_text_file``."""
 
     def spawn_env(self) -> dict[str, str]:
         merged = dict(self.env)
@@ -116,11 +154,50 @@ class TurnTracker:
 
 class HelmhiveClient:
     """The client side of the connection. Implements the parts of :class:`acp.Client` we offer:
-    session updates and permission requests (no file system, no terminals)."""
+    session updates, permission requests and -- only below the job's ``fs_root``, and only as far
+    as its ``fs_access`` allows -- the ``fs/*`` methods. No terminals."""
 
-    def __init__(self) -> None:
+    def __init__(self, fs: FsPolicy | None = None) -> None:
         self.turn: TurnTracker | None = None
         self.options: dict[str, tuple[ConfigOptionView, ...]] = {}
+        self.fs = fs or FsPolicy(root=None, access="none")
+
+    def _fs_check(self, session_id: str, path: str, *, write: bool) -> str:
+        """The real path to act on, or raise: wrong session, no file system, outside the root, read-only."""
+        turn = self.turn
+        kind = "edit" if write else "read"
+        verdict = self.fs.check(path, write=write)
+        if turn is not None and turn.session_id == session_id:
+            turn.touch()
+            method = "fs/write_text_file" if write else "fs/read_text_file"
+            turn.tools.append(ToolPermissionRecord(tool=method, kind=kind, allowed=verdict.allowed))
+        else:
+            verdict = FsVerdict(allowed=False, path=None, reason="no turn of this session is in flight")
+        log.info("fs %s %s", "write" if write else "read", "allowed" if verdict.allowed else "refused")
+        if not verdict.allowed or verdict.path is None:
+            raise acp.RequestError.invalid_params({"path": path[:512], "reason": verdict.reason})
+        return verdict.path
+
+    async def read_text_file(
+        self, session_id: str, path: str, line: int | None = None, limit: int | None = None, **kwargs: Any
+    ) -> schema.ReadTextFileResponse:
+        real = self._fs_check(session_id, path, write=False)
+        try:
+            text = await asyncio.to_thread(_read_text, real, line, limit)
+        except OSError as exc:
+            raise acp.RequestError.resource_not_found(path[:512]) from exc
+        return schema.ReadTextFileResponse(content=text)
+
+    async def write_text_file(
+        self, session_id: str, path: str, content: str, **kwargs: Any
+    ) -> schema.WriteTextFileResponse | None:
+        real = self._fs_check(session_id, path, write=True)
+        try:
+            await asyncio.to_thread(_write_text, real, content)
+        except OSError as exc:
+            reason = exc.strerror or "write failed"
+            raise acp.RequestError.invalid_params({"path": path[:512], "reason": reason}) from exc
+        return schema.WriteTextFileResponse()
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         if isinstance(update, schema.ConfigOptionUpdate):
@@ -157,6 +234,23 @@ class HelmhiveClient:
         )
 
 
+def _read_text(path: str, line: int | None, limit: int | None) -> str:
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        text = fh.read(FS_READ_MAX_CHARS)
+    if line is None and limit is None:
+        return text
+    lines = text.splitlines(keepends=True)
+    start = max(0, (line or 1) - 1)
+    return "".join(lines[start : start + limit] if limit is not None else lines[start:])
+
+
+def _write_text(path: str, content: str) -> None:
+    # O_NOFOLLOW: a symlink planted after the check cannot redirect the write outside the root.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(content)
+
+
 class StderrTail:
     """Keeps the last characters of the agent's stderr; never logs them."""
 
@@ -182,7 +276,7 @@ class AgentProcess:
     def __init__(self, proc: asyncio.subprocess.Process, config: AcpAdapterConfig) -> None:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         self.proc = proc
-        self.client = HelmhiveClient()
+        self.client = HelmhiveClient(FsPolicy(root=config.fs_root, access=config.fs_access))
         self.conn = acp.connect_to_agent(cast(acp.Client, self.client), proc.stdin, proc.stdout)
         self.stderr = StderrTail(config.stderr_tail_chars)
         self.stderr_task = asyncio.create_task(self.stderr.pump(proc.stderr))
@@ -195,6 +289,7 @@ class AgentProcess:
     async def spawn(cls, config: AcpAdapterConfig) -> AgentProcess:
         try:
             proc = await asyncio.create_subprocess_exec(
+                *config.wrapper,
                 config.command,
                 *config.args,
                 stdin=asyncio.subprocess.PIPE,
@@ -222,6 +317,11 @@ class AgentProcess:
     def load_session_supported(self) -> bool:
         caps = self.init.agent_capabilities if self.init else None
         return bool(caps and caps.load_session)
+
+    def fork_session_supported(self) -> bool:
+        caps = self.init.agent_capabilities if self.init else None
+        sessions = caps.session_capabilities if caps else None
+        return sessions is not None and sessions.fork is not None
 
     async def wait_exit(self, seconds: float) -> int | None:
         """The exit code, if the process exits within ``seconds``."""

@@ -40,6 +40,7 @@ class TurnState:
 
     session_id: str | None = None
     resumed: bool = False
+    forked: bool = False
     model: str | None = None
     effort: str | None = None
     changes: list[ConfigChange] = field(default_factory=list)
@@ -70,6 +71,7 @@ def describe_agent(report: AdapterReport, init: schema.InitializeResponse | None
             "capabilities": AgentCapabilities(
                 load_session=bool(caps.load_session),
                 resume_session=sessions.resume is not None,
+                fork_session=sessions.fork is not None,
                 mcp_http=bool(mcp.http),
                 mcp_sse=bool(mcp.sse),
                 prompt_image=bool(prompt.image),

@@ -17,7 +17,7 @@ import posixpath
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 MAX_NAME = 253
 MAX_MESSAGE = 2_000
@@ -80,6 +80,8 @@ class TurnOutcome(StrEnum):
     """The wanted reasoning effort is not offered (or there is no effort option)."""
     RESUME_UNSUPPORTED = "ResumeUnsupported"
     """A session ID was given but the agent does not advertise loadSession."""
+    FORK_UNSUPPORTED = "ForkUnsupported"
+    """A fork was asked for but the agent does not advertise session forking."""
     SESSION_NOT_FOUND = "SessionNotFound"
     """session/load was refused because the agent does not know the session."""
     SPAWN_FAILED = "SpawnFailed"
@@ -98,6 +100,7 @@ class AgentCapabilities(BaseModel):
 
     load_session: bool = False
     resume_session: bool = False
+    fork_session: bool = False
     mcp_http: bool = False
     mcp_sse: bool = False
     prompt_image: bool = False
@@ -127,7 +130,8 @@ class AdapterReport(BaseModel):
 
 
 class TurnRequest(BaseModel):
-    """One prompt to run. ``session_id`` set means: resume that native session."""
+    """One prompt to run. ``session_id`` set means: resume that native session (or, with
+    ``fork``, start a new session seeded from it)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -138,6 +142,8 @@ class TurnRequest(BaseModel):
     effort: str | None = Field(default=None, max_length=MAX_NAME)
     allowed_tools: frozenset[str] = frozenset()
     """Tool names (or ``kind:<acp tool kind>``) the agent may be granted; anything else is denied."""
+    fork: bool = False
+    """Start a new session seeded from ``session_id`` instead of continuing it; never a silent fresh start."""
 
     @field_validator("cwd")
     @classmethod
@@ -145,6 +151,12 @@ class TurnRequest(BaseModel):
         if not posixpath.isabs(value):
             raise ValueError("cwd must be an absolute path (ACP requires it)")
         return value
+
+    @model_validator(mode="after")
+    def _fork_needs_a_session(self) -> TurnRequest:
+        if self.fork and self.session_id is None:
+            raise ValueError("fork needs the session_id of the session to fork")
+        return self
 
 
 class ConfigChange(BaseModel):
@@ -171,6 +183,7 @@ class TurnResult(BaseModel):
     message: str = Field(default="", max_length=MAX_MESSAGE)
     native_session_id: SecretStr | None = None
     session_resumed: bool = False
+    session_forked: bool = False
     stop_reason: str | None = None
     text: str = Field(default="", max_length=MAX_TEXT)
     text_truncated: bool = False

@@ -80,6 +80,8 @@ class ClaudeCliConfig(BaseModel):
     request_timeout_s: float = Field(default=60.0, gt=0)
     """Limit for ``--version``, ``auth status`` and ``--help``."""
     stderr_tail_chars: int = Field(default=4000, ge=0, le=8000)
+    wrapper: tuple[str, ...] = ()
+    """A launcher each turn runs under (the job sandbox); the probe's short commands do not use it."""
 
     def spawn_env(self) -> dict[str, str]:
         merged = dict(self.env)
@@ -241,13 +243,23 @@ class ClaudeCliAdapter:
 
     # -- turn ----------------------------------------------------------------------------
     def _argv(self, request: TurnRequest) -> list[str]:
-        argv = [self._config.path, "--print", "--output-format", "stream-json", "--verbose", *self._config.extra_args]
+        argv = [
+            *self._config.wrapper,
+            self._config.path,
+            "--print",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            *self._config.extra_args,
+        ]
         if request.model:
             argv += ["--model", request.model]
         if request.effort:
             argv += ["--effort", request.effort]
         if request.session_id is not None:
             argv += ["--resume", request.session_id.get_secret_value()]
+            if request.fork:
+                argv.append("--fork-session")  # a new session id, seeded from the resumed one
         tools = sorted(t for t in request.allowed_tools if not t.startswith("kind:"))
         if tools:
             argv += ["--allowedTools", ",".join(tools)]
@@ -282,7 +294,7 @@ class ClaudeCliAdapter:
             origin, killed = await self._read(proc, stream, cancel)
             code = await proc.wait()
             stderr = (await stderr_task).decode("utf-8", "replace")
-            session = stream.session_id or resumed_id
+            session = stream.session_id if request.fork else (stream.session_id or resumed_id)
             result = self._outcome(stream, origin, killed, code)
             if stream.model:
                 self._last_model = stream.model
@@ -291,18 +303,19 @@ class ClaudeCliAdapter:
             elif result[0] is TurnOutcome.COMPLETED:
                 self._auth_refused = None
             outcome, message = result
-            text, truncated = bounded(self._redact("".join(stream.text), session), MAX_TEXT)
+            text, truncated = bounded(self._redact("".join(stream.text), session, resumed_id), MAX_TEXT)
             diagnostics = (
                 ""
                 if outcome is TurnOutcome.COMPLETED
-                else self._redact(tail(stderr, self._config.stderr_tail_chars), session)
+                else self._redact(tail(stderr, self._config.stderr_tail_chars), session, resumed_id)
             )
             log.info("turn finished: outcome=%s events=%d", outcome.value, stream.events)
             return TurnResult(
                 outcome=outcome,
-                message=bounded(self._redact(message, session), MAX_MESSAGE)[0],
+                message=bounded(self._redact(message, session, resumed_id), MAX_MESSAGE)[0],
                 native_session_id=SecretStr(session) if session else None,
-                session_resumed=resumed_id is not None,
+                session_resumed=resumed_id is not None and not request.fork,
+                session_forked=request.fork and session is not None,
                 stop_reason=str((stream.result or {}).get("stop_reason") or "")[:64] or None,
                 text=text,
                 text_truncated=truncated,
