@@ -17,6 +17,7 @@ problem, each named by the variable or field path, and raises them together as o
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -32,13 +33,16 @@ from helmhive.api.runner import AdapterSpec, AdapterType, HeartbeatSettings
 __all__ = [
     "ENV",
     "ConfigError",
+    "LandlockMode",
     "RunnerConfig",
     "RunnerEnvironment",
     "RunnerFileConfig",
+    "SandboxSettings",
     "load_config",
 ]
 
 EnvName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+AbsolutePath = Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=r"^/")]
 
 ENV = {
     "runner_name": "HELMHIVE_RUNNER_NAME",
@@ -89,6 +93,25 @@ class RunnerEnvironment(BaseModel):
     probe_timeout_seconds: Annotated[float, Field(gt=0, le=600)] = 60.0
 
 
+class LandlockMode(enum.StrEnum):
+    REQUIRED = "required"
+    """Without Landlock every job fails closed with ``SandboxUnavailable`` (the default)."""
+    OPTIONAL = "optional"
+    """Without Landlock jobs run with permission bits and the ACP checks only; each job says so."""
+
+
+class SandboxSettings(ApiModel):
+    """How the job sandbox is built (``docs/security.md``); every field is optional."""
+
+    landlock: LandlockMode = LandlockMode.REQUIRED
+    read_paths: Annotated[list[AbsolutePath], Field(max_length=32)] = []
+    """Extra paths the agent may read (beyond the system directories and the runtime's own)."""
+    write_paths: Annotated[list[AbsolutePath], Field(max_length=32)] = []
+    """Extra paths the agent may write (beyond its HOME, the job's tmp and, for write jobs, the workspace)."""
+    provider_ports: Annotated[list[Annotated[int, Field(ge=1, le=65535)]], Field(max_length=8)] = [443]
+    """With network disabled: the only TCP ports the agent may connect to (its provider's API)."""
+
+
 class RunnerFileConfig(ApiModel):
     """``runner.json``: the pool-derived settings, camelCase as in the RunnerPool spec."""
 
@@ -102,6 +125,7 @@ class RunnerFileConfig(ApiModel):
     """The agent's environment variable that receives the credential file's content."""
     credential_dir_env_name: EnvName | None = None
     """The agent's environment variable that names the login directory (claude-cli: ``CLAUDE_CONFIG_DIR``)."""
+    sandbox: SandboxSettings = SandboxSettings()
 
 
 class RunnerConfig(BaseModel):

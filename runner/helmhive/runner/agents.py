@@ -1,0 +1,118 @@
+"""Building adapters from the runner's configuration: the slot adapters and each job's sandboxed one.
+
+The agent's environment is explicit (nothing is inherited from the runner): ``PATH``, ``HOME``
+(``<state>/home``), ``LANG``, the pool's ``adapter.acp.env``, the login directory's variable,
+and the credential in ``credentialEnvName`` (kept apart as a secret, redacted from every
+message). A job's adapter adds ``TMPDIR`` and runs the agent under the job's sandbox
+(:mod:`helmhive.runner.sandbox`), with the job's working directory as its cwd.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import SecretStr
+
+from helmhive.api.runner import AdapterType
+from helmhive.runner.adapters.acp import AcpAdapter, AcpAdapterConfig
+from helmhive.runner.adapters.acp_process import FsAccess
+from helmhive.runner.adapters.base import AgentAdapter
+from helmhive.runner.adapters.claude_cli import ClaudeCliAdapter, ClaudeCliConfig
+from helmhive.runner.config import RunnerConfig
+from helmhive.runner.credentials import CredentialHolder
+from helmhive.runner.sandbox import SandboxPlan, build_wrapper
+
+__all__ = ["AdapterFactory", "JobAdapterFactory", "agent_env", "build_adapter", "build_job_adapter"]
+
+AdapterFactory = Callable[[RunnerConfig, CredentialHolder], AgentAdapter]
+JobAdapterFactory = Callable[[SandboxPlan], AgentAdapter]
+
+_FS_ACCESS: dict[str, FsAccess] = {"none": "none", "read": "read", "write": "write"}
+
+
+def agent_env(config: RunnerConfig, credential: CredentialHolder) -> tuple[dict[str, str], dict[str, SecretStr]]:
+    """The agent's whole environment (nothing else is inherited) and its secret part."""
+    state = config.env.state_dir
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "HOME": str(state / "home"),
+        "LANG": os.environ.get("LANG", "C.UTF-8"),
+    }
+    if config.file.adapter.acp is not None:
+        env.update({item.name: item.value for item in config.file.adapter.acp.env})
+    directory_var = config.file.credential_dir_env_name or (
+        "CLAUDE_CONFIG_DIR" if config.file.adapter.type is AdapterType.CLAUDE_CLI else None
+    )
+    if credential.directory is not None and directory_var:
+        env[directory_var] = str(credential.directory)
+    secret = {config.file.credential_env_name: credential.value} if credential.value is not None else {}
+    return env, secret
+
+
+def build_adapter(config: RunnerConfig, credential: CredentialHolder) -> AgentAdapter:
+    """The adapter runner.json asks for, with the credential in the agent's environment."""
+    env, secret_env = agent_env(config, credential)
+    home = Path(env["HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    spec = config.file.adapter
+    if spec.type is AdapterType.CLAUDE_CLI:
+        cli = spec.claude_cli
+        return ClaudeCliAdapter(
+            ClaudeCliConfig(
+                path=cli.path if cli else "claude",
+                extra_args=tuple(cli.extra_args) if cli else (),
+                env=env,
+                secret_env=secret_env,
+                request_timeout_s=config.env.probe_timeout_seconds,
+            )
+        )
+    assert spec.acp is not None
+    return AcpAdapter(
+        AcpAdapterConfig(
+            command=spec.acp.command,
+            args=tuple(spec.acp.args),
+            env=env,
+            secret_env=secret_env,
+            cwd=str(home),
+            probe_cwd=str(home),
+            request_timeout_s=config.env.probe_timeout_seconds,
+        )
+    )
+
+
+def build_job_adapter(config: RunnerConfig, credential: CredentialHolder, plan: SandboxPlan) -> AgentAdapter:
+    """A fresh adapter for one job: its agent runs in the job's sandbox and ends with the job."""
+    env, secret_env = agent_env(config, credential)
+    env["TMPDIR"] = str(plan.tmpdir)
+    wrapper = build_wrapper(plan)
+    spec = config.file.adapter
+    if spec.type is AdapterType.CLAUDE_CLI:
+        cli = spec.claude_cli
+        return ClaudeCliAdapter(
+            ClaudeCliConfig(
+                path=cli.path if cli else "claude",
+                extra_args=tuple(cli.extra_args) if cli else (),
+                env=env,
+                secret_env=secret_env,
+                cwd=str(plan.workdir),
+                request_timeout_s=config.env.probe_timeout_seconds,
+                wrapper=wrapper,
+            )
+        )
+    assert spec.acp is not None
+    return AcpAdapter(
+        AcpAdapterConfig(
+            command=spec.acp.command,
+            args=tuple(spec.acp.args),
+            env=env,
+            secret_env=secret_env,
+            cwd=str(plan.workdir),
+            probe_cwd=str(plan.workdir),
+            request_timeout_s=config.env.probe_timeout_seconds,
+            wrapper=wrapper,
+            fs_root=str(plan.workdir),
+            fs_access=_FS_ACCESS[plan.fs_access],
+        )
+    )

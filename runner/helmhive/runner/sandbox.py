@@ -1,0 +1,252 @@
+"""The job sandbox: a per-job working directory, the tools offered, and the agent's Landlock policy.
+
+Each job gets ``<state>/jobs/<namespace>.<name>.<uid8>/`` with ``work/`` (the agent's cwd and
+the only place its ``fs/*`` client methods reach) and ``tmp/`` (its ``TMPDIR``). What the agent
+may do follows the job's *effective profile* (the snapshot bound at queue time):
+
+============  ===========================================================================
+filesystem    ``write``: ``work/`` writable. ``read``: ``work/`` made read-only (mode bits) and
+              only readable under Landlock. ``none``: ``work/`` is empty and not even readable.
+tools         only the profile's tool kinds are offered (``kind:<kind>`` for ACP agents, the
+              matching tool names for the Claude CLI); every other permission request is denied;
+              ``fetch`` is never offered when the network is disabled.
+network       ``disabled``: under Landlock (ABI 4+) TCP ``connect`` only to the provider ports
+              (default 443) and no ``bind``. Hosts are the pod's NetworkPolicy's business.
+============  ===========================================================================
+
+The agent process is started per job under :mod:`helmhive.runner.landlock`, which may read
+only the system directories, the runtime's own install, its HOME and the granted paths -- not
+the runner's state (the credential copy), not the ServiceAccount token, not other jobs.
+See ``docs/security.md`` for exactly what is and is not enforced.
+
+``build_*`` functions are pure; :func:`prepare_sandbox` and :func:`remove_sandbox` touch disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from helmhive.api.common import FilesystemAccess, NetworkAccess, ToolKind
+from helmhive.api.runner import AdapterType
+from helmhive.runner.config import LandlockMode, SandboxSettings
+
+__all__ = [
+    "SYSTEM_READ_PATHS",
+    "SandboxPlan",
+    "build_allowed_tools",
+    "build_landlock_policy",
+    "build_sandbox_plan",
+    "build_wrapper",
+    "job_dir_name",
+    "prepare_sandbox",
+    "remove_sandbox",
+    "runtime_read_paths",
+    "sandbox_refusal",
+]
+
+SYSTEM_READ_PATHS = (
+    "/usr",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/bin",
+    "/sbin",
+    "/etc",
+    "/opt",
+    "/proc",
+    "/sys",
+    "/nix/store",
+)
+"""What every agent may read: programs, libraries, configuration. Not ``/var``, ``/run``, ``/home``,
+``/root`` or ``/tmp`` (ServiceAccount tokens and other processes' files live there)."""
+
+DEVICE_PATHS = ("/dev",)
+
+# The Claude CLI names its tools instead of using ACP's tool kinds.
+_CLAUDE_TOOLS: dict[ToolKind, tuple[str, ...]] = {
+    ToolKind.READ: ("Read",),
+    ToolKind.SEARCH: ("Glob", "Grep"),
+    ToolKind.THINK: ("TodoWrite",),
+    ToolKind.EDIT: ("Edit", "MultiEdit", "Write", "NotebookEdit"),
+    ToolKind.EXECUTE: ("Bash",),
+    ToolKind.FETCH: ("WebFetch", "WebSearch"),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SandboxPlan:
+    """Everything that bounds one job's agent."""
+
+    root: Path
+    workdir: Path
+    tmpdir: Path
+    home: Path
+    filesystem: FilesystemAccess
+    network: NetworkAccess
+    allowed_tools: frozenset[str]
+    read_paths: tuple[str, ...]
+    write_paths: tuple[str, ...]
+    device_paths: tuple[str, ...]
+    tcp_connect: tuple[int, ...] | None
+    """None: TCP not restricted; a tuple: ``connect`` only to these ports, no ``bind``."""
+    landlock: bool
+    """Whether the agent runs under Landlock (False only with ``landlock: optional`` and no kernel support)."""
+    exposed: tuple[str, ...] = ()
+    """Protected paths (the runner's credential copy, its kubeconfig) that a granted path would expose."""
+
+    @property
+    def fs_access(self) -> str:
+        return self.filesystem.value
+
+
+def job_dir_name(*, namespace: str, name: str, uid: str) -> str:
+    """A per-job directory name that two jobs never share (the uid tells re-created jobs apart)."""
+    return f"{namespace}.{name}"[:200] + "." + uid.replace("-", "")[:8]
+
+
+def build_allowed_tools(
+    *, tools: Iterable[ToolKind], network: NetworkAccess, adapter_type: AdapterType
+) -> frozenset[str]:
+    """The allow-list of one turn: the profile's tool kinds, never ``fetch`` without network."""
+    kinds = [t for t in tools if not (t is ToolKind.FETCH and network is NetworkAccess.DISABLED)]
+    allowed = {f"kind:{kind.value}" for kind in kinds}
+    if adapter_type is AdapterType.CLAUDE_CLI:
+        allowed |= {name for kind in kinds for name in _CLAUDE_TOOLS.get(kind, ())}
+    return frozenset(allowed)
+
+
+def runtime_read_paths() -> tuple[str, ...]:
+    """This interpreter's own install (prefixes and import path), which the launcher and Python agents need.
+
+    Not the working directory (``python -m`` puts it on the import path), which is the runner's, not the runtime's.
+    """
+    cwd = os.getcwd()
+    candidates = [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path]
+    return tuple(dict.fromkeys(p for p in candidates if p and os.path.isabs(p) and p != cwd))
+
+
+def _contains(parent: str, child: str) -> bool:
+    parent, child = os.path.normpath(parent), os.path.normpath(child)
+    return parent in ("/", child) or child.startswith(parent + os.sep)
+
+
+def build_sandbox_plan(
+    *,
+    state_dir: Path,
+    job_dir: str,
+    filesystem: FilesystemAccess,
+    network: NetworkAccess,
+    tools: Sequence[ToolKind],
+    adapter_type: AdapterType,
+    settings: SandboxSettings,
+    runtime_paths: Sequence[str],
+    credential_dir: Path | None,
+    landlock_abi: int,
+    protected: Sequence[Path] = (),
+) -> SandboxPlan:
+    """The sandbox of one job (pure). Raises nothing: whether it may run is :func:`sandbox_refusal`'s call.
+
+    ``protected`` are the runner's own secrets on disk (its credential copy and file, its
+    kubeconfig): runtime paths that hold one are left out, and any other granted path that
+    holds one is reported in ``exposed`` (the job then fails closed).
+    """
+    root = state_dir / "jobs" / job_dir
+    workdir, tmpdir, home = root / "work", root / "tmp", state_dir / "home"
+    secrets = [str(p) for p in protected]
+    runtime = [p for p in runtime_paths if not any(_contains(p, secret) for secret in secrets)]
+    read = [*SYSTEM_READ_PATHS, *runtime, *settings.read_paths]
+    write = [str(home), str(tmpdir), *settings.write_paths]
+    if credential_dir is not None:
+        write.append(str(credential_dir))  # a subscription login refreshes its tokens
+    if filesystem is FilesystemAccess.WRITE:
+        write.append(str(workdir))
+    elif filesystem is FilesystemAccess.READ:
+        read.append(str(workdir))
+    disabled = network is NetworkAccess.DISABLED
+    exposed = sorted({secret for secret in secrets for path in [*read, *write] if _contains(path, secret)})
+    return SandboxPlan(
+        root=root,
+        workdir=workdir,
+        tmpdir=tmpdir,
+        home=home,
+        filesystem=filesystem,
+        network=network,
+        allowed_tools=build_allowed_tools(tools=tools, network=network, adapter_type=adapter_type),
+        read_paths=tuple(dict.fromkeys(read)),
+        write_paths=tuple(dict.fromkeys(write)),
+        device_paths=DEVICE_PATHS,
+        tcp_connect=tuple(settings.provider_ports) if disabled and landlock_abi >= 4 else None,
+        landlock=landlock_abi >= 1,
+        exposed=tuple(exposed),
+    )
+
+
+def sandbox_refusal(*, plan: SandboxPlan, settings: SandboxSettings, landlock_abi: int) -> str | None:
+    """Why the job must not run in this sandbox (None: it may). Fails closed by default."""
+    if plan.landlock and plan.exposed:
+        return f"the agent could read the runner's own secrets at {', '.join(plan.exposed)}; move them out of its paths"
+    if settings.landlock is LandlockMode.OPTIONAL:
+        return None
+    if landlock_abi < 1:
+        return "Landlock is not available in this kernel, and runner.json requires it (sandbox.landlock)"
+    if plan.network is NetworkAccess.DISABLED and landlock_abi < 4:
+        return f"the network is disabled but Landlock ABI {landlock_abi} cannot restrict TCP (needs ABI 4)"
+    return None
+
+
+def build_landlock_policy(plan: SandboxPlan) -> dict[str, Any]:
+    """The policy :mod:`helmhive.runner.landlock` applies to the agent process."""
+    return {
+        "read": list(plan.read_paths),
+        "write": list(plan.write_paths),
+        "devices": list(plan.device_paths),
+        "tcpConnect": None if plan.tcp_connect is None else list(plan.tcp_connect),
+    }
+
+
+def build_wrapper(plan: SandboxPlan, *, python: str = sys.executable) -> tuple[str, ...]:
+    """The launcher prefix for the agent's command line (empty when running without Landlock)."""
+    if not plan.landlock:
+        return ()
+    policy = json.dumps(build_landlock_policy(plan), separators=(",", ":"))
+    return (python, "-m", "helmhive.runner.landlock", "--policy", policy, "--")
+
+
+def _chmod_tree(path: Path, *, writable: bool) -> None:
+    for current, dirs, files in os.walk(path):
+        for name in files:
+            target = Path(current, name)
+            if not target.is_symlink():
+                mode = target.stat().st_mode
+                target.chmod((mode | stat.S_IWUSR) if writable else (mode & ~0o222))
+        for name in dirs:
+            target = Path(current, name)
+            if not target.is_symlink():
+                target.chmod(0o755 if writable else 0o555)
+    path.chmod(0o755 if writable else 0o555)
+
+
+def prepare_sandbox(plan: SandboxPlan) -> None:
+    """Create the job's directories; a read or none workspace is made read-only (mode bits too)."""
+    remove_sandbox(plan)
+    plan.workdir.mkdir(parents=True, exist_ok=True)
+    plan.tmpdir.mkdir(parents=True, exist_ok=True)
+    plan.home.mkdir(parents=True, exist_ok=True)
+    plan.tmpdir.chmod(0o700)
+    _chmod_tree(plan.workdir, writable=plan.filesystem is FilesystemAccess.WRITE)
+
+
+def remove_sandbox(plan: SandboxPlan) -> None:
+    """Delete the job's directories (read-only ones included)."""
+    if plan.root.exists():
+        _chmod_tree(plan.root, writable=True)
+        shutil.rmtree(plan.root, ignore_errors=True)
