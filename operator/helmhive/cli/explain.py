@@ -286,7 +286,10 @@ def _render(explanation: Explanation, console: Console) -> None:
         elif routed is not None:
             console.print(f"Stored: Routed={routed.get('status')} {routed.get('reason')}: {routed.get('message')}")
         console.print("Now (dry run, this job not counted against its runner):")
-    console.print(f"[bold {colour}]{decision.outcome.value}[/]: {decision.reason.value}", highlight=False)
+    headline = decision.outcome.value
+    if decision.reason.value != headline:
+        headline += f": {decision.reason.value}"
+    console.print(f"[bold {colour}]{headline}[/]", highlight=False)
     console.print(decision.message, highlight=False, markup=False)
     choice = decision.choice
     if choice is not None:
