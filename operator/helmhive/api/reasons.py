@@ -156,6 +156,7 @@ class Reason(enum.StrEnum):
     ARTIFACT_STORE_FAILED = "ArtifactStoreFailed"
     MEMORY_DROPPED = "MemoryDropped"
     SESSION_NOT_STORED = "SessionNotStored"
+    RUNNER_API_FAILED = "RunnerApiFailed"
     # Retry verdicts (``helmhive.policy.retry``)
     RETRY_ALLOWED = "RetryAllowed"
     MAY_HAVE_SIDE_EFFECTS = "MayHaveSideEffects"

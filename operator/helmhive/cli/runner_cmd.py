@@ -24,6 +24,7 @@ def run() -> None:
     import signal  # noqa: PLC0415
 
     from helmhive.runner.config import ConfigError, load_config  # noqa: PLC0415
+    from helmhive.runner.jobs import cluster_jobs  # noqa: PLC0415
     from helmhive.runner.kube import RunnerKube, load_api_client  # noqa: PLC0415
     from helmhive.runner.logs import configure_logging, fields  # noqa: PLC0415
     from helmhive.runner.main import ExitCode, RunnerProcess, SystemClock  # noqa: PLC0415
@@ -52,6 +53,7 @@ def run() -> None:
                 clock=SystemClock(),
                 stop=stop,
                 on_secrets=formatter.add_secrets,
+                jobs_factory=cluster_jobs,
             )
             return await process.run()
         finally:

@@ -2,9 +2,12 @@
 
 Only this module (in ``helmhive.runner``) imports the ``kubernetes`` client. It offers the few
 calls a runner makes -- its own Runner (get, create, watch, server-side apply of
-``status.report``), its own Lease (get, create, update, delete) and Events -- as async methods
-that run the synchronous client in a thread, each bounded by a request timeout. API errors are
-mapped onto one small tree, chained with ``from exc``::
+``status.report``), its own Lease (get, create, update, delete), Events, and for the jobs it
+runs: a watch of the AgentJobs assigned to it (a field selector, never a list of everything),
+their status, the MemoryRecords they name, SessionBindings, its sessions Secret and the
+artifact ConfigMaps -- as async methods that run the synchronous client in a thread, each
+bounded by a request timeout. API errors are mapped onto one small tree, chained with
+``from exc``::
 
     KubeError
      ├── NotFound      (404)
@@ -178,21 +181,62 @@ class RunnerKube:
         the thread. Each watch lasts at most ``timeout_s`` (a server-side limit), so ``stop`` is
         seen within that time; errors are reported to ``on_error`` and retried after ``backoff_s``.
         """
-        selector = f"metadata.name={name}"
+
+        def on_event(kind: str, obj: dict[str, Any] | None) -> None:
+            if kind == "LISTED":
+                return
+            on_object(None if kind == "DELETED" else obj)
+
+        def on_list(items: list[dict[str, Any]]) -> None:
+            on_object(items[0] if items else None)
+
+        return self.watch_objects(
+            RUNNERS,
+            field_selector=f"metadata.name={name}",
+            on_event=on_event,
+            on_list=on_list,
+            on_error=on_error,
+            stop=stop,
+            timeout_s=timeout_s,
+            backoff_s=backoff_s,
+            thread_name=f"watch-runner-{name}",
+        )
+
+    def watch_objects(
+        self,
+        plural: str,
+        *,
+        field_selector: str,
+        on_event: Callable[[str, dict[str, Any]], None],
+        on_list: Callable[[list[dict[str, Any]]], None],
+        on_error: Callable[[KubeError], None],
+        stop: threading.Event,
+        timeout_s: int = 30,
+        backoff_s: float = 2.0,
+        max_backoff_s: float = 60.0,
+        thread_name: str = "watch",
+    ) -> threading.Thread:
+        """Watch the ``plural`` objects matching ``field_selector`` in a daemon thread, forever.
+
+        Each round lists (``on_list`` gets every item), then watches from that version for at
+        most ``timeout_s``; ``on_event(type, object)`` gets ``ADDED``, ``MODIFIED`` and
+        ``DELETED``. Errors go to ``on_error`` and are retried with a doubling backoff.
+        """
 
         def loop() -> None:
+            delay = backoff_s
             while not stop.is_set():
                 try:
                     listed: dict[str, Any] = self._custom.list_namespaced_custom_object(  # type: ignore[assignment]
                         GROUP,
                         VERSION,
                         self.namespace,
-                        RUNNERS,
-                        field_selector=selector,
+                        plural,
+                        field_selector=field_selector,
                         _request_timeout=REQUEST_TIMEOUT,
                     )
-                    items = listed.get("items", [])
-                    on_object(items[0] if items else None)
+                    delay = backoff_s
+                    on_list(list(listed.get("items", [])))
                     version = listed.get("metadata", {}).get("resourceVersion")
                     stream = watch.Watch()  # type: ignore[no-untyped-call]
                     for event in stream.stream(  # type: ignore[no-untyped-call]
@@ -200,8 +244,8 @@ class RunnerKube:
                         GROUP,
                         VERSION,
                         self.namespace,
-                        RUNNERS,
-                        field_selector=selector,
+                        plural,
+                        field_selector=field_selector,
                         resource_version=version,
                         timeout_seconds=int(timeout_s),
                         _request_timeout=(REQUEST_TIMEOUT[0], float(timeout_s) + 10.0),
@@ -209,22 +253,65 @@ class RunnerKube:
                         if stop.is_set():
                             stream.stop()  # type: ignore[no-untyped-call]
                             break
-                        kind = event.get("type")
-                        raw = event.get("raw_object")
-                        if kind == "DELETED":
-                            on_object(None)
-                        elif kind in ("ADDED", "MODIFIED") and isinstance(raw, dict):
-                            on_object(raw)
-                except ApiException as exc:
-                    on_error(_translate(exc))
-                    stop.wait(backoff_s)
+                        kind, raw = event.get("type"), event.get("raw_object")
+                        if kind in ("ADDED", "MODIFIED", "DELETED") and isinstance(raw, dict):
+                            on_event(str(kind), raw)
                 except Exception as exc:  # the thread must survive any client hiccup
-                    on_error(Unavailable(0, f"{type(exc).__name__}: {exc}"[:MAX_MESSAGE]))
-                    stop.wait(backoff_s)
+                    if stop.is_set():
+                        break  # shutting down: the client was closed under the watch, nothing to report
+                    error = _translate(exc) if isinstance(exc, ApiException) else None
+                    on_error(error or Unavailable(0, f"{type(exc).__name__}: {exc}"[:MAX_MESSAGE]))
+                    stop.wait(delay)
+                    delay = min(delay * 2, max_backoff_s)
 
-        thread = threading.Thread(target=loop, name=f"watch-runner-{name}", daemon=True)
+        thread = threading.Thread(target=loop, name=thread_name, daemon=True)
         thread.start()
         return thread
+
+    # Custom objects of the runner's namespace (AgentJobs, SessionBindings, MemoryRecords) -------
+    async def get_object(self, plural: str, name: str) -> dict[str, Any]:
+        result = await self._call(
+            self._custom.get_namespaced_custom_object, GROUP, VERSION, self.namespace, plural, name
+        )
+        return cast(dict[str, Any], result)
+
+    async def create_object(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+        result = await self._call(
+            self._custom.create_namespaced_custom_object, GROUP, VERSION, self.namespace, plural, body
+        )
+        return cast(dict[str, Any], result)
+
+    async def merge_patch_status(self, plural: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """JSON merge patch of ``/status``; ``metadata.resourceVersion`` in ``patch`` makes it conditional."""
+        result = await self._call(
+            self._custom.patch_namespaced_custom_object_status,
+            GROUP,
+            VERSION,
+            self.namespace,
+            plural,
+            name,
+            patch,
+            _content_type="application/merge-patch+json",
+        )
+        return cast(dict[str, Any], result)
+
+    # Secrets and ConfigMaps ----------------------------------------------------------------
+    async def get_secret_data(self, name: str) -> dict[str, str]:
+        """The Secret's ``data`` (base64 values, as stored)."""
+        secret = await self._call(self._core.read_namespaced_secret, name, self.namespace)
+        return {str(key): str(value) for key, value in (secret.data or {}).items()}
+
+    async def merge_patch_secret(self, name: str, patch: dict[str, Any]) -> None:
+        await self._call(
+            self._core.patch_namespaced_secret,
+            name,
+            self.namespace,
+            patch,
+            _content_type="application/merge-patch+json",
+        )
+
+    async def create_config_map(self, body: dict[str, Any]) -> None:
+        await self._call(self._core.create_namespaced_config_map, self.namespace, body)
 
     # Lease -----------------------------------------------------------------------------
     def _wire(self, obj: Any) -> dict[str, Any]:
@@ -259,14 +346,15 @@ class RunnerKube:
         message: str,
         now: dt.datetime,
         event_type: str = "Normal",
+        kind: str = "Runner",
     ) -> bool:
-        """Create a core/v1 Event about the runner's own Runner; best effort (returns False on failure)."""
+        """Create a core/v1 Event about ``runner`` (its own Runner, or a job of ``kind``); best effort."""
         meta = runner.get("metadata", {})
         body = client.CoreV1Event(
             metadata=client.V1ObjectMeta(generate_name=f"{meta.get('name', 'runner')}.", namespace=self.namespace),
             involved_object=client.V1ObjectReference(
                 api_version=API_VERSION,
-                kind="Runner",
+                kind=kind,
                 name=meta.get("name"),
                 namespace=self.namespace,
                 uid=meta.get("uid"),

@@ -31,18 +31,13 @@ import contextlib
 import datetime as dt
 import enum
 import logging
-import os
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
-
-from pydantic import SecretStr
+from typing import Any, Protocol, runtime_checkable
 
 from helmhive.api.common import ControlState
-from helmhive.api.runner import AdapterType, AuthReport, RunnerReport
-from helmhive.runner.adapters.acp import AcpAdapter, AcpAdapterConfig
+from helmhive.api.runner import AuthReport, RunnerReport
 from helmhive.runner.adapters.base import (
     AdapterReport,
     AgentAdapter,
@@ -52,7 +47,7 @@ from helmhive.runner.adapters.base import (
     TurnRequest,
     TurnResult,
 )
-from helmhive.runner.adapters.claude_cli import ClaudeCliAdapter, ClaudeCliConfig
+from helmhive.runner.agents import AdapterFactory, agent_env, build_adapter
 from helmhive.runner.config import RunnerConfig
 from helmhive.runner.control import (
     ControlAction,
@@ -80,8 +75,10 @@ __all__ = [
     "ExitCode",
     "Job",
     "JobSource",
+    "JobSourceFactory",
     "RunnerProcess",
     "SystemClock",
+    "WatchingJobSource",
     "build_adapter",
 ]
 
@@ -108,14 +105,23 @@ class SystemClock:
         return dt.datetime.now(dt.UTC)
 
 
+JobRun = Callable[[AgentAdapter, asyncio.Event], Awaitable[TurnResult]]
+
+
 @dataclass
 class Job:
-    """One turn to run. ``result`` is set when it ends."""
+    """One unit of work. ``result`` is set when it ends.
+
+    Either a single turn (``request``, run on the slot's adapter) or a whole job (``run``, given
+    the slot's adapter and the cancel event; an AgentJob brings its own sandboxed agent).
+    """
 
     id: str
-    request: TurnRequest
+    request: TurnRequest | None = None
     result: TurnResult | None = None
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    key: str | None = None
+    run: JobRun | None = None
 
 
 class JobSource(Protocol):
@@ -126,57 +132,16 @@ class JobSource(Protocol):
     def finish(self, job: Job) -> None: ...
 
 
-AdapterFactory = Callable[[RunnerConfig, CredentialHolder], AgentAdapter]
+@runtime_checkable
+class WatchingJobSource(JobSource, Protocol):
+    """A job source with a watch of its own, started once the runner is registered."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
 
 
-def _agent_env(config: RunnerConfig, credential: CredentialHolder) -> tuple[dict[str, str], dict[str, SecretStr]]:
-    """The agent's whole environment (nothing else is inherited) and its secret part."""
-    state = config.env.state_dir
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-        "HOME": str(state / "home"),
-        "LANG": os.environ.get("LANG", "C.UTF-8"),
-    }
-    if config.file.adapter.acp is not None:
-        env.update({item.name: item.value for item in config.file.adapter.acp.env})
-    directory_var = config.file.credential_dir_env_name or (
-        "CLAUDE_CONFIG_DIR" if config.file.adapter.type is AdapterType.CLAUDE_CLI else None
-    )
-    if credential.directory is not None and directory_var:
-        env[directory_var] = str(credential.directory)
-    secret = {config.file.credential_env_name: credential.value} if credential.value is not None else {}
-    return env, secret
-
-
-def build_adapter(config: RunnerConfig, credential: CredentialHolder) -> AgentAdapter:
-    """The adapter runner.json asks for, with the credential in the agent's environment."""
-    env, secret_env = _agent_env(config, credential)
-    home = Path(env["HOME"])
-    home.mkdir(parents=True, exist_ok=True)
-    spec = config.file.adapter
-    if spec.type is AdapterType.CLAUDE_CLI:
-        cli = spec.claude_cli
-        return ClaudeCliAdapter(
-            ClaudeCliConfig(
-                path=cli.path if cli else "claude",
-                extra_args=tuple(cli.extra_args) if cli else (),
-                env=env,
-                secret_env=secret_env,
-                request_timeout_s=config.env.probe_timeout_seconds,
-            )
-        )
-    assert spec.acp is not None
-    return AcpAdapter(
-        AcpAdapterConfig(
-            command=spec.acp.command,
-            args=tuple(spec.acp.args),
-            env=env,
-            secret_env=secret_env,
-            cwd=str(home),
-            probe_cwd=str(home),
-            request_timeout_s=config.env.probe_timeout_seconds,
-        )
-    )
+JobSourceFactory = Callable[["RunnerProcess"], JobSource]
 
 
 class RunnerProcess:
@@ -190,6 +155,7 @@ class RunnerProcess:
         clock: Clock,
         adapter_factory: AdapterFactory = build_adapter,
         jobs: JobSource | None = None,
+        jobs_factory: JobSourceFactory | None = None,
         stop: asyncio.Event | None = None,
         on_secrets: Callable[[list[str]], None] | None = None,
     ) -> None:
@@ -199,6 +165,7 @@ class RunnerProcess:
         self.jobs = jobs
         self.stop = stop or asyncio.Event()
         self._adapter_factory = adapter_factory
+        self._jobs_factory = jobs_factory
         self._on_secrets = on_secrets
         env = config.env
         self.name = env.runner_name
@@ -281,6 +248,8 @@ class RunnerProcess:
         self.credential.prepare()
         if self._on_secrets is not None:
             self._on_secrets(self.credential.secret_values())
+        if self.jobs is None and self._jobs_factory is not None:
+            self.jobs = self._jobs_factory(self)
         try:
             return await self._serve(created=created)
         finally:
@@ -320,6 +289,8 @@ class RunnerProcess:
             asyncio.create_task(self._report_loop(probe_adapter), name="report"),
         ]
         if self.jobs is not None:
+            if isinstance(self.jobs, WatchingJobSource):
+                self.jobs.start()
             tasks.append(asyncio.create_task(self._job_loop(), name="jobs"))
         self._apply_control(initial=True)
         waiters = {
@@ -432,7 +403,7 @@ class RunnerProcess:
         adapter = self._adapter_report
         file = self.config.file
         spec = file.adapter
-        env, secret_env = _agent_env(self.config, self.credential)
+        env, secret_env = agent_env(self.config, self.credential)
         command = spec.acp.command if spec.acp else (spec.claude_cli.path if spec.claude_cli else "claude")
         args = list(spec.acp.args) if spec.acp else list(spec.claude_cli.extra_args if spec.claude_cli else [])
         fingerprint = build_fingerprint(
@@ -534,7 +505,11 @@ class RunnerProcess:
     async def _run_job(self, adapter: AgentAdapter, job: Job) -> None:
         self._log(logging.INFO, "job started", job=job.id)
         try:
-            job.result = await adapter.run_turn(job.request, job.cancel)
+            if job.run is not None:
+                job.result = await job.run(adapter, job.cancel)
+            else:
+                assert job.request is not None
+                job.result = await adapter.run_turn(job.request, job.cancel)
         finally:
             self._active.pop(job.id, None)
             self._free.append(adapter)
@@ -559,6 +534,8 @@ class RunnerProcess:
         self._log(logging.INFO, "shutting down", why=why, activeJobs=self.active_jobs)
         self._wake_jobs.set()
         if self.jobs is not None:
+            if isinstance(self.jobs, WatchingJobSource):
+                self.jobs.stop()
             for task in tasks:
                 if task.get_name() == "jobs":
                     task.cancel()

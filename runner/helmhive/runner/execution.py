@@ -1,0 +1,416 @@
+"""One AgentJob, end to end, on the runner it was assigned to.
+
+:meth:`JobExecution.run` is what the main loop runs for a job it took from
+:class:`~helmhive.runner.jobs.ClusterJobSource`:
+
+1. re-read the job; parse the bound profile snapshot and the assignment (``InvalidSpec`` if
+   unusable); plan the sandbox (``SandboxUnavailable`` if it cannot be enforced);
+2. resolve the session and the memory (:mod:`helmhive.runner.jobcontext`), build the prompt
+   with :func:`helmhive.policy.prompts.build_agent_prompt`;
+3. mark the job ``Running`` (reason ``Started``, ``result.startedAt``, ``status.session``);
+4. run the turn with a fresh, sandboxed agent; keep the native session id in the runner's
+   Secret; check the answer against the output contract, with at most one repair turn in the
+   same session (``OutputContractViolated`` after that);
+5. write the bounded result (large parts into the job's owned ConfigMap) and end the job:
+   ``Succeeded``/``Ready`` True with ``Completed``, or False with a named reason.
+
+``spec.timeoutSeconds`` (``TimedOut``), ``spec.cancel`` and deletion (``Cancelled``) and the
+runner stopping (``Interrupted``) cancel the ACP turn. Every status write is a merge patch
+with the job's ``resourceVersion`` as a precondition, re-read and re-built on a conflict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from helmhive.api.envelope import OutputFormat
+from helmhive.api.job import AgentJobSpec, Assignment, ProfileBinding
+from helmhive.api.reasons import Reason
+from helmhive.policy.prompts import MAX_REPAIR_TURNS, build_agent_prompt, build_repair_prompt, check_output
+from helmhive.policy.results import build_bounded_result
+from helmhive.policy.sessions import SessionIntent
+from helmhive.runner.adapters.base import AgentAdapter, TurnOutcome, TurnRequest, TurnResult
+from helmhive.runner.agents import JobAdapterFactory
+from helmhive.runner.config import RunnerConfig
+from helmhive.runner.jobcontext import JobSession, load_memory, resolve_session
+from helmhive.runner.jobstatus import (
+    CancelCause,
+    Verdict,
+    build_final_status,
+    build_running_status,
+    decide_turn_failure,
+    view_job,
+)
+from helmhive.runner.kube import Conflict, KubeError, NotFound, RunnerKube
+from helmhive.runner.logs import fields
+from helmhive.runner.sandbox import (
+    build_sandbox_plan,
+    job_dir_name,
+    prepare_sandbox,
+    remove_sandbox,
+    runtime_read_paths,
+    sandbox_refusal,
+)
+from helmhive.runner.sessions import SessionStore
+
+__all__ = ["AGENT_JOBS", "ExecutionContext", "JobExecution"]
+
+AGENT_JOBS = "agentjobs"
+_RETRIES = 5
+log = logging.getLogger("helmhive.runner.execution")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecutionContext:
+    """What every job of one runner shares."""
+
+    kube: RunnerKube
+    config: RunnerConfig
+    now: Callable[[], dt.datetime]
+    job_adapter: JobAdapterFactory
+    sessions: SessionStore
+    landlock_abi: int
+
+    @property
+    def runner(self) -> str:
+        return self.config.env.runner_name
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Parsed:
+    spec: AgentJobSpec
+    binding: ProfileBinding
+    assignment: Assignment
+
+
+class JobExecution:
+    """Runs one job; :meth:`request_cancel` may be called at any time from the job source."""
+
+    def __init__(self, *, ctx: ExecutionContext, name: str, uid: str) -> None:
+        self.ctx = ctx
+        self.name = name
+        self.uid = uid
+        self.started = False
+        self.ended = False
+        """The job's final status is written (or the job is gone): the source may forget it."""
+        self.cause: CancelCause | None = None
+        self._cancel: asyncio.Event | None = None
+        self._obj: dict[str, Any] | None = None
+
+    def request_cancel(self, cause: CancelCause) -> None:
+        if self.cause is None:
+            self.cause = cause
+        if self._cancel is not None:
+            self._cancel.set()
+
+    def _log(self, level: int, message: str, **extra: Any) -> None:
+        log.log(level, message, extra=fields(runner=self.ctx.runner, job=self.name, **extra))
+
+    # -- API ------------------------------------------------------------------------------
+    async def _patch(self, build: Callable[[dict[str, Any]], dict[str, Any] | None]) -> dict[str, Any] | None:
+        """Patch the job's status from a fresh read; None if the job is gone (or was re-created)."""
+        for _ in range(_RETRIES):
+            try:
+                obj = await self.ctx.kube.get_object(AGENT_JOBS, self.name)
+            except NotFound:
+                return None
+            if obj["metadata"].get("uid") != self.uid:
+                return None
+            status = build(obj)
+            if status is None:
+                return obj
+            body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": status}
+            try:
+                return await self.ctx.kube.merge_patch_status(AGENT_JOBS, self.name, body)
+            except Conflict:
+                continue
+            except NotFound:
+                return None
+        raise KubeError(409, f"job {self.name} kept changing; its status was not written")
+
+    async def _event(self, job: Mapping[str, Any], reason: str, message: str, *, warning: bool = False) -> None:
+        await self.ctx.kube.post_event(
+            runner=dict(job),
+            kind="AgentJob",
+            reason=reason.split(":", 1)[0],
+            message=message,
+            now=self.ctx.now(),
+            event_type="Warning" if warning else "Normal",
+        )
+
+    async def _finish(self, verdict: Verdict, result: Mapping[str, Any] | None = None) -> None:
+        def build(obj: dict[str, Any]) -> dict[str, Any] | None:
+            if view_job(obj).finished:
+                return None
+            return build_final_status(job=obj, verdict=verdict, result=result or {}, now=self.ctx.now())
+
+        obj = await self._patch(build)
+        self.ended = True
+        self._log(logging.INFO, "job ended", reason=verdict.reason, succeeded=verdict.succeeded)
+        if obj is not None:
+            await self._event(obj, verdict.reason, verdict.message[:1000], warning=not verdict.succeeded)
+
+    async def end_unstarted(self, verdict: Verdict, *, require_running: bool) -> bool:
+        """End a job this process did not run (cancelled while queued, or lost); True if written."""
+        wrote = False
+
+        def build(obj: dict[str, Any]) -> dict[str, Any] | None:
+            nonlocal wrote
+            view = view_job(obj)
+            if view.finished or view.runner != self.ctx.runner or (require_running and not view.running):
+                return None
+            wrote = True
+            return build_final_status(job=obj, verdict=verdict, result={}, now=self.ctx.now())
+
+        obj = await self._patch(build)
+        if wrote and obj is not None:
+            self._log(logging.INFO, "job ended", reason=verdict.reason, succeeded=False)
+            await self._event(obj, verdict.reason, verdict.message, warning=True)
+        return wrote
+
+    # -- the job --------------------------------------------------------------------------
+    async def run(self, adapter: AgentAdapter, cancel: asyncio.Event) -> TurnResult:
+        """Run the job (the slot's own adapter is not used: each job gets a sandboxed agent)."""
+        self.started, self._cancel = True, cancel
+        if self.cause is not None:
+            cancel.set()
+        try:
+            return await self._run(cancel)
+        except KubeError as exc:
+            self._log(logging.ERROR, "job failed on the API", status=exc.status, detail=exc.message)
+            why = f"the runner could not read or write what the job needs ({type(exc).__name__}): {exc.message}"
+            try:
+                await self._finish(Verdict(succeeded=False, reason=Reason.RUNNER_API_FAILED, message=why[:1000]))
+            except KubeError:  # not even that: the job stays Running, and is ended as lost on the next list
+                self._log(logging.ERROR, "job could not be ended", status=exc.status)
+            return TurnResult(outcome=TurnOutcome.PROTOCOL_ERROR, message=f"API error {exc.status}")
+
+    def _parse(self, job: Mapping[str, Any]) -> _Parsed | Verdict:
+        status = job.get("status") or {}
+        try:
+            parsed = _Parsed(
+                spec=AgentJobSpec.model_validate(job.get("spec") or {}),
+                binding=ProfileBinding.model_validate(status.get("profile") or {}),
+                assignment=Assignment.model_validate(status.get("assignment") or {}),
+            )
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            return Verdict(succeeded=False, reason=Reason.INVALID_SPEC, message=f"{where}: {first['msg']}"[:1000])
+        if parsed.binding.snapshot.envelope is not parsed.spec.job_kind:
+            message = (
+                f"the bound profile is for {parsed.binding.snapshot.envelope.value}, not {parsed.spec.job_kind.value}"
+            )
+            return Verdict(succeeded=False, reason=Reason.INVALID_SPEC, message=message)
+        return parsed
+
+    async def _run(self, cancel: asyncio.Event) -> TurnResult:
+        skipped = TurnResult(outcome=TurnOutcome.CANCELLED, message="not run")
+        job = await self._patch(lambda obj: None)
+        view = view_job(job) if job is not None else None
+        if job is None or view is None or view.finished or view.runner != self.ctx.runner:
+            self.ended = True
+            return skipped
+        if view.cancel or self.cause is not None:
+            why = "the job was deleted" if self.cause is CancelCause.DELETED else "spec.cancel was set"
+            await self._finish(Verdict(succeeded=False, reason=Reason.CANCELLED, message=f"{why} before it started"))
+            return skipped
+        parsed = self._parse(job)
+        if isinstance(parsed, Verdict):
+            await self._finish(parsed)
+            return skipped
+        spec, binding, assignment = parsed.spec, parsed.binding, parsed.assignment
+        snapshot, settings = binding.snapshot, self.ctx.config.file.sandbox
+        plan = build_sandbox_plan(
+            state_dir=self.ctx.config.env.state_dir,
+            job_dir=job_dir_name(namespace=self.ctx.config.env.namespace, name=self.name, uid=self.uid),
+            filesystem=snapshot.filesystem,
+            network=snapshot.network,
+            tools=snapshot.tools,
+            adapter_type=self.ctx.config.file.adapter.type,
+            settings=settings,
+            runtime_paths=runtime_read_paths(),
+            credential_dir=self.ctx.config.env.credential_dir,
+            landlock_abi=self.ctx.landlock_abi,
+            protected=self._protected(),
+        )
+        refusal = sandbox_refusal(plan=plan, settings=settings, landlock_abi=self.ctx.landlock_abi)
+        if refusal is not None:
+            await self._finish(Verdict(succeeded=False, reason=Reason.SANDBOX_UNAVAILABLE, message=refusal))
+            return skipped
+        session = await resolve_session(
+            sessions=self.ctx.sessions,
+            job=job,
+            spec=spec,
+            binding=binding,
+            assignment=assignment,
+            credential_generation=self.ctx.config.env.credential_generation,
+        )
+        if isinstance(session, Verdict):
+            await self._finish(session)
+            return skipped
+        selection, dropped = await load_memory(
+            kube=self.ctx.kube, ids=list(assignment.memory_ids), spec=spec, binding=binding, now=self.ctx.now()
+        )
+        prompt = build_agent_prompt(
+            instructions=snapshot.instructions,
+            request=spec.request,
+            memory_context=selection.context,
+            contract=snapshot.output_contract,
+        )
+        memory = f"memory: {len(selection.records)} injected" + (f", dropped {', '.join(dropped)}" if dropped else "")
+        sandbox = "landlock" if plan.landlock else "no landlock (permission bits and ACP checks only)"
+        message = (
+            f"{spec.job_kind.value}, session {session.mode.value}, filesystem {plan.fs_access}, "
+            f"network {plan.network.value}, sandbox {sandbox}; {memory}"
+        )[:900]
+        started = await self._patch(
+            lambda obj: (
+                None
+                if view_job(obj).finished
+                else build_running_status(
+                    job=obj, runner=self.ctx.runner, message=message, session=session.status, now=self.ctx.now()
+                )
+            )
+        )
+        if started is None or view_job(started).finished:
+            self.ended = True
+            return skipped
+        self._log(
+            logging.INFO,
+            "job running",
+            kind=spec.job_kind.value,
+            session=session.mode.value,
+            binding=session.binding,
+            memoryInjected=len(selection.records),
+            memoryDropped=len(dropped),
+        )
+        self._obj = started
+        await self._event(started, Reason.STARTED, f"running on runner {self.ctx.runner}: {message}")
+        if dropped:
+            await self._event(
+                started, Reason.MEMORY_DROPPED, f"not injected: {', '.join(dropped)}"[:1000], warning=True
+            )
+        timer = asyncio.create_task(self._deadline(spec.timeout_seconds))
+        await asyncio.to_thread(prepare_sandbox, plan)
+        adapter = self.ctx.job_adapter(plan)
+        try:
+            base = TurnRequest(
+                prompt=prompt,
+                cwd=str(plan.workdir),
+                session_id=session.stored_id,
+                fork=session.intent is SessionIntent.FORK,
+                model=assignment.model,
+                effort=assignment.reasoning_effort.value if assignment.reasoning_effort else None,
+                allowed_tools=plan.allowed_tools,
+            )
+            verdict, result, last = await self._converse(
+                adapter=adapter, request=base, cancel=cancel, job=started, session=session, spec=spec, snapshot=snapshot
+            )
+        finally:
+            timer.cancel()
+            with contextlib.suppress(Exception):
+                await adapter.close()
+            await asyncio.to_thread(remove_sandbox, plan)
+        await self._finish(verdict, result)
+        return last
+
+    def _protected(self) -> list[Path]:
+        env = self.ctx.config.env
+        paths = [env.state_dir / "credential"]
+        return paths + [p for p in (env.credential_file, env.kubeconfig) if p is not None]
+
+    async def _deadline(self, seconds: int) -> None:
+        await asyncio.sleep(seconds)
+        self.request_cancel(CancelCause.TIMED_OUT)
+
+    async def _keep(self, turn: TurnResult, session: JobSession, *, new_chain: bool, job: str) -> None:
+        """Store the turn's native session id for the binding (never for a fork: a fork is a branch)."""
+        if not turn.ok or session.binding is None or turn.native_session_id is None:
+            return
+        if session.intent is SessionIntent.FORK:
+            return
+        problem = await self.ctx.sessions.store(
+            binding=session.binding,
+            session_id=turn.native_session_id,
+            turns=1,
+            new_chain=new_chain,
+            job=job,
+            now=self.ctx.now(),
+        )
+        if problem is not None:
+            self._log(logging.WARNING, "session not stored", binding=session.binding, detail=problem)
+            if self._obj is not None:
+                await self._event(self._obj, Reason.SESSION_NOT_STORED, problem[:1000], warning=True)
+
+    async def _converse(
+        self,
+        *,
+        adapter: AgentAdapter,
+        request: TurnRequest,
+        cancel: asyncio.Event,
+        job: dict[str, Any],
+        session: JobSession,
+        spec: AgentJobSpec,
+        snapshot: Any,
+    ) -> tuple[Verdict, dict[str, Any], TurnResult]:
+        contract = snapshot.output_contract
+        turn = await adapter.run_turn(request, cancel)
+        await self._keep(turn, session, new_chain=session.intent is SessionIntent.FRESH, job=self.name)
+        turns = 1
+        if not turn.ok:
+            return self._failed(turn, spec)
+        check = check_output(text=turn.text, contract=contract)
+        if not check.ok and contract.format is OutputFormat.STRUCTURED and MAX_REPAIR_TURNS > 0:
+            if self.cause is not None:
+                return self._failed(turn, spec)
+            repair = request.model_copy(
+                update={
+                    "prompt": build_repair_prompt(check=check, contract=contract),
+                    "session_id": turn.native_session_id,
+                    "fork": False,
+                }
+            )
+            turn = await adapter.run_turn(repair, cancel)
+            await self._keep(turn, session, new_chain=False, job=self.name)
+            turns += 1
+            if not turn.ok:
+                return self._failed(turn, spec)
+            check = check_output(text=turn.text, contract=contract)
+        if not check.ok:
+            bounded = build_bounded_result(job=job, text=turn.text, output=None)
+            message = (
+                f"the answer broke the output contract after {turns - 1} repair turn(s): {'; '.join(check.errors)}"
+            )[:1000]
+            failed = {"summary": bounded.summary, "validationErrors": list(check.errors)[:20]}
+            return Verdict(succeeded=False, reason=Reason.OUTPUT_CONTRACT_VIOLATED, message=message), failed, turn
+        attempt = int((job.get("status") or {}).get("attempts") or 0)
+        bounded = build_bounded_result(job=job, text=turn.text, output=check.document)
+        config_map = bounded.config_map
+        artifacts = [a.to_wire() for a in bounded.artifacts]
+        if config_map is not None:
+            if attempt > 0:  # a re-run keeps its own artifacts beside the earlier attempt's
+                config_map["metadata"]["name"] = f"{config_map['metadata']['name']}-{attempt}"
+                artifacts = [{**a, "name": config_map["metadata"]["name"]} for a in artifacts]
+            try:
+                await self.ctx.kube.create_config_map(config_map)
+            except KubeError as exc:
+                why = f"the artifacts ConfigMap {config_map['metadata']['name']} was not created: {exc.message}"
+                verdict = Verdict(succeeded=False, reason=Reason.ARTIFACT_STORE_FAILED, message=why[:1000])
+                return verdict, {"summary": bounded.summary}, turn
+        result: dict[str, Any] = {"summary": bounded.summary, "output": bounded.output, "artifacts": artifacts}
+        message = f"the agent answered in {turns} turn(s)" + (" (one repair turn)" if turns > 1 else "")
+        return Verdict(succeeded=True, reason=Reason.COMPLETED, message=message), result, turn
+
+    def _failed(self, turn: TurnResult, spec: AgentJobSpec) -> tuple[Verdict, dict[str, Any], TurnResult]:
+        verdict = decide_turn_failure(result=turn, cause=self.cause, timeout_s=spec.timeout_seconds)
+        return verdict, {"summary": verdict.message[:4096]}, turn

@@ -1,0 +1,199 @@
+"""The AgentJobs assigned to this runner, as the main loop's job source.
+
+:class:`ClusterJobSource` watches only this runner's assignments -- a list and watch of
+``agentjobs`` with the field selector ``status.assignment.runner=<runner>`` (a selectable field
+of the CRD), never a list of everything -- and turns each event into an action with the pure
+:func:`~helmhive.runner.jobstatus.decide_job_action`:
+
+* a job assigned here and not started is queued; :meth:`take` hands the oldest to the main
+  loop, which runs it (:class:`~helmhive.runner.execution.JobExecution`) when a slot is free
+  and the runner is Active;
+* ``spec.cancel`` or deletion of a running job cancels its turn; a queued job that is cancelled
+  is finished as ``Cancelled`` without running;
+* a job that says it is Running here but is not running in this process was lost by an
+  earlier process of this runner (it restarted mid-job): it ends with ``RunnerLost``, and the
+  operator's retry policy (:mod:`helmhive.policy.retry`) decides whether it runs again.
+
+The watch runs in a thread; events reach the event loop with ``call_soon_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from helmhive.api.reasons import Reason
+from helmhive.runner.agents import build_job_adapter
+from helmhive.runner.execution import AGENT_JOBS, ExecutionContext, JobExecution
+from helmhive.runner.jobstatus import JobAction, Verdict, decide_job_action, view_job
+from helmhive.runner.kube import KubeError
+from helmhive.runner.landlock import landlock_abi
+from helmhive.runner.logs import fields
+from helmhive.runner.main import Job, RunnerProcess
+from helmhive.runner.sessions import SessionStore
+
+__all__ = ["ClusterJobSource", "cluster_jobs"]
+
+log = logging.getLogger("helmhive.runner.jobs")
+_DONE_MEMORY = 4096
+
+
+class ClusterJobSource:
+    """A :class:`~helmhive.runner.main.JobSource` fed by a watch of this runner's assignments."""
+
+    def __init__(self, *, ctx: ExecutionContext) -> None:
+        self.ctx = ctx
+        self._pending: OrderedDict[str, str] = OrderedDict()  # uid -> name, oldest first
+        self._in_flight: dict[str, JobExecution] = {}
+        self._done: OrderedDict[str, None] = OrderedDict()
+        self._lost: set[str] = set()
+        self._ready = asyncio.Event()
+        self._stop = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def selector(self) -> str:
+        return f"status.assignment.runner={self.ctx.runner}"
+
+    def _log(self, level: int, message: str, **extra: Any) -> None:
+        log.log(level, message, extra=fields(runner=self.ctx.runner, **extra))
+
+    # -- watch ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start watching (from the event loop's thread)."""
+        loop = self._loop = asyncio.get_running_loop()
+
+        def on_event(kind: str, obj: dict[str, Any]) -> None:
+            loop.call_soon_threadsafe(self._on_event, kind, obj)
+
+        def on_list(items: list[dict[str, Any]]) -> None:
+            loop.call_soon_threadsafe(self._on_list, items)
+
+        def on_error(exc: KubeError) -> None:
+            loop.call_soon_threadsafe(
+                lambda: self._log(logging.WARNING, "watching assigned jobs failed; retrying", status=exc.status)
+            )
+
+        self.ctx.kube.watch_objects(
+            AGENT_JOBS,
+            field_selector=self.selector,
+            on_event=on_event,
+            on_list=on_list,
+            on_error=on_error,
+            stop=self._stop,
+            thread_name=f"watch-jobs-{self.ctx.runner}",
+        )
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _on_list(self, items: list[dict[str, Any]]) -> None:
+        listed = set()
+        for obj in items:
+            listed.add(str((obj.get("metadata") or {}).get("uid") or ""))
+            self._on_event("LISTED", obj)
+        for uid in [uid for uid in self._pending if uid not in listed]:
+            self._pending.pop(uid, None)  # gone, or no longer assigned here
+
+    def _on_event(self, kind: str, obj: dict[str, Any]) -> None:
+        view = view_job(obj)
+        if not view.uid:
+            return
+        execution = self._in_flight.get(view.uid)
+        action, cause = decide_job_action(
+            view=view,
+            event=kind,
+            runner=self.ctx.runner,
+            namespace=self.ctx.config.env.namespace,
+            in_flight=execution is not None,
+            done=view.uid in self._done,
+        )
+        if action is JobAction.RUN and view.uid not in self._pending:
+            self._pending[view.uid] = view.name
+            self._ready.set()
+        elif action is JobAction.CANCEL and execution is not None and cause is not None:
+            self._log(logging.INFO, "cancelling a running job", job=view.name, cause=cause.value)
+            execution.request_cancel(cause)
+        elif action is JobAction.FORGET:
+            self._pending.pop(view.uid, None)
+        elif action is JobAction.CANCEL_PENDING:
+            self._pending.pop(view.uid, None)
+            self._spawn(self._end_unstarted(view.uid, view.name, lost=False))
+        elif action is JobAction.MARK_LOST and view.uid not in self._lost:
+            self._pending.pop(view.uid, None)
+            self._lost.add(view.uid)
+            self._spawn(self._end_unstarted(view.uid, view.name, lost=True))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _end_unstarted(self, uid: str, name: str, *, lost: bool) -> None:
+        """End a job this process never ran: cancelled while queued, or lost by an earlier process."""
+        execution = JobExecution(ctx=self.ctx, name=name, uid=uid)
+        if lost:
+            message = "the runner restarted while the job was running here; its turn was lost"
+            verdict = Verdict(succeeded=False, reason=Reason.RUNNER_LOST, message=message)
+        else:
+            verdict = Verdict(succeeded=False, reason=Reason.CANCELLED, message="spec.cancel was set before it started")
+        try:
+            await execution.end_unstarted(verdict, require_running=lost)
+        except KubeError as exc:
+            self._log(logging.WARNING, "ending a job failed", job=name, status=exc.status, detail=exc.message)
+        finally:
+            self._remember(uid)
+
+    def _remember(self, uid: str) -> None:
+        self._done[uid] = None
+        while len(self._done) > _DONE_MEMORY:
+            self._done.popitem(last=False)
+
+    # -- JobSource ------------------------------------------------------------------------
+    async def take(self) -> Job:
+        while not self._pending:
+            self._ready.clear()
+            await self._ready.wait()
+        uid, name = self._pending.popitem(last=False)
+        execution = JobExecution(ctx=self.ctx, name=name, uid=uid)
+        self._in_flight[uid] = execution
+        return Job(id=name, key=uid, run=execution.run)
+
+    def finish(self, job: Job) -> None:
+        execution = self._in_flight.pop(job.key or "", None)
+        if execution is None:
+            return
+        if execution.ended:
+            self._remember(execution.uid)
+        elif execution.started:  # its end was never written: the next list ends it as lost
+            self._log(logging.WARNING, "a job ended without its final status", job=execution.name)
+        else:  # the loop turned it down (not Active any more): it waits for its turn again
+            self._pending[execution.uid] = execution.name
+            self._pending.move_to_end(execution.uid, last=False)
+
+    @property
+    def queued(self) -> int:
+        return len(self._pending)
+
+
+def cluster_jobs(process: RunnerProcess) -> ClusterJobSource:
+    """The job source of a runner pod: its assigned AgentJobs, each run in a sandboxed agent."""
+    abi = landlock_abi()
+    if abi < 1:
+        log.warning(
+            "Landlock is not available: jobs fail closed with SandboxUnavailable unless sandbox.landlock is optional",
+            extra=fields(runner=process.name),
+        )
+    ctx = ExecutionContext(
+        kube=process.kube,
+        config=process.config,
+        now=process.clock.now,
+        job_adapter=lambda plan: build_job_adapter(process.config, process.credential, plan),
+        sessions=SessionStore(kube=process.kube, runner=process.name),
+        landlock_abi=abi,
+    )
+    return ClusterJobSource(ctx=ctx)

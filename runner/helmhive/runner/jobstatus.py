@@ -1,0 +1,244 @@
+"""Pure decisions about the AgentJobs a runner runs: what an event means, how a turn ended, what status says.
+
+Nothing here does I/O or reads the clock. :mod:`helmhive.runner.jobs` feeds watch events to
+:func:`decide_job_action`; :mod:`helmhive.runner.execution` uses the rest to name outcomes and
+build the status patches it writes (conditions ``Running``, ``Succeeded`` and ``Ready`` with
+fixed reasons, and ``status.result``).
+
+A job the runner has started says so in status, so the operator can tell it was running on
+this runner: ``Running=True`` (reason ``Started``, the runner named in the message),
+``status.result.startedAt``, and ``status.assignment.runner`` (written by the operator).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from helmhive.api.reasons import ConditionType, Reason, detailed
+from helmhive.policy.conditions import find_condition, set_condition
+from helmhive.runner.adapters.base import TurnOutcome, TurnResult
+
+__all__ = [
+    "CancelCause",
+    "JobAction",
+    "JobView",
+    "Verdict",
+    "build_final_status",
+    "build_running_status",
+    "decide_job_action",
+    "decide_turn_failure",
+    "iso",
+    "view_job",
+]
+
+
+def iso(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class CancelCause(enum.StrEnum):
+    """Why a running job's turn was cancelled."""
+
+    CANCELLED = "Cancelled"
+    """``spec.cancel`` was set."""
+    DELETED = "Deleted"
+    """The job was deleted."""
+    TIMED_OUT = "TimedOut"
+    """``spec.timeoutSeconds`` passed."""
+
+
+class JobAction(enum.StrEnum):
+    RUN = "Run"
+    """Assigned here, not started, not finished: queue it."""
+    CANCEL = "Cancel"
+    """Running here and cancelled or deleted: cancel its turn."""
+    CANCEL_PENDING = "CancelPending"
+    """Assigned here, never started, and cancelled: finish it as Cancelled without running it."""
+    MARK_LOST = "MarkLost"
+    """Running on this runner but not in this process: an earlier process died mid-job."""
+    FORGET = "Forget"
+    """Not (or no longer) this runner's to run: drop it from the queue."""
+    IGNORE = "Ignore"
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobView:
+    """What the runner needs to know about one AgentJob object."""
+
+    uid: str
+    name: str
+    runner: str | None
+    runner_namespace: str | None
+    finished: bool
+    running: bool
+    cancel: bool
+    deleting: bool
+
+
+def view_job(obj: Mapping[str, Any]) -> JobView:
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    assignment = status.get("assignment") or {}
+    succeeded = find_condition(status.get("conditions"), ConditionType.SUCCEEDED)
+    running = find_condition(status.get("conditions"), ConditionType.RUNNING)
+    return JobView(
+        uid=str(meta.get("uid") or ""),
+        name=str(meta.get("name") or ""),
+        runner=assignment.get("runner"),
+        runner_namespace=assignment.get("runnerNamespace"),
+        finished=succeeded is not None and succeeded.get("status") in ("True", "False"),
+        running=running is not None and running.get("status") == "True",
+        cancel=bool((obj.get("spec") or {}).get("cancel")),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def decide_job_action(
+    *, view: JobView, event: str, runner: str, namespace: str, in_flight: bool, done: bool
+) -> tuple[JobAction, CancelCause | None]:
+    """What to do about one watch event (``LISTED``, ``ADDED``, ``MODIFIED`` or ``DELETED``)."""
+    if event == "DELETED" or view.deleting:
+        return (JobAction.CANCEL, CancelCause.DELETED) if in_flight else (JobAction.FORGET, None)
+    mine = view.runner == runner and view.runner_namespace in (None, namespace)
+    if not mine or view.finished or done:
+        return (JobAction.IGNORE, None) if in_flight else (JobAction.FORGET, None)
+    if view.cancel:
+        return (JobAction.CANCEL, CancelCause.CANCELLED) if in_flight else (JobAction.CANCEL_PENDING, None)
+    if in_flight:
+        return JobAction.IGNORE, None
+    return (JobAction.MARK_LOST, None) if view.running else (JobAction.RUN, None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """How a job ends: a fixed reason (maybe with a detail) and a message."""
+
+    succeeded: bool
+    reason: str
+    message: str
+
+
+_NAMED_FAILURES = {
+    TurnOutcome.AGENT_CRASHED: Reason.AGENT_CRASHED,
+    TurnOutcome.KILLED: Reason.AGENT_UNRESPONSIVE,
+    TurnOutcome.IDLE_TIMEOUT: Reason.AGENT_UNRESPONSIVE,
+    TurnOutcome.FORK_UNSUPPORTED: Reason.FORK_UNSUPPORTED,
+    TurnOutcome.RESUME_UNSUPPORTED: Reason.RESUME_UNSUPPORTED,
+    TurnOutcome.SESSION_NOT_FOUND: Reason.SESSION_NOT_FOUND,
+}
+
+
+def decide_turn_failure(*, result: TurnResult, cause: CancelCause | None, timeout_s: int) -> Verdict:
+    """The verdict for a turn that did not complete (or was cut short by ``cause``).
+
+    A cause (timeout, cancel, deletion) names the outcome whatever the agent did on the way
+    out; without a cause, a cancelled turn means the runner stopped it (``Interrupted``).
+    """
+    detail = f"{result.outcome.value}: {result.message}".strip(": ")
+    if cause is CancelCause.TIMED_OUT:
+        return Verdict(succeeded=False, reason=Reason.TIMED_OUT, message=f"spec.timeoutSeconds ({timeout_s}s) passed")
+    if cause is CancelCause.CANCELLED:
+        return Verdict(succeeded=False, reason=Reason.CANCELLED, message="spec.cancel was set; the turn was cancelled")
+    if cause is CancelCause.DELETED:
+        return Verdict(succeeded=False, reason=Reason.CANCELLED, message="the job was deleted; the turn was cancelled")
+    if result.outcome is TurnOutcome.CANCELLED and result.cancel_origin is not None:
+        why = "the runner stopped the turn (shutdown or control state)"
+        return Verdict(succeeded=False, reason=Reason.INTERRUPTED, message=why)
+    named = _NAMED_FAILURES.get(result.outcome)
+    if result.outcome is TurnOutcome.KILLED and result.cancel_origin is not None:
+        named = Reason.INTERRUPTED
+    if named is not None:
+        return Verdict(succeeded=False, reason=named, message=detail)
+    return Verdict(succeeded=False, reason=detailed(Reason.AGENT_FAILED, result.outcome.value), message=detail)
+
+
+def _conditions(
+    conditions: Sequence[dict[str, Any]] | None,
+    updates: Sequence[tuple[ConditionType, bool | None, str, str]],
+    *,
+    generation: int | None,
+    now: dt.datetime,
+) -> list[dict[str, Any]]:
+    current = list(conditions or [])
+    for ctype, status, reason, message in updates:
+        current = set_condition(
+            current, type=ctype, status=status, reason=reason, message=message, generation=generation, now=now
+        ).conditions
+    return current
+
+
+def build_running_status(
+    *,
+    job: Mapping[str, Any],
+    runner: str,
+    message: str,
+    session: Mapping[str, Any] | None,
+    now: dt.datetime,
+) -> dict[str, Any]:
+    """The status patch that marks a job Running on ``runner`` (``result`` cleared but ``startedAt``)."""
+    status = job.get("status") or {}
+    generation = (job.get("metadata") or {}).get("generation")
+    text = f"running on runner {runner}: {message}"
+    patch: dict[str, Any] = {
+        "conditions": _conditions(
+            status.get("conditions"),
+            [
+                (ConditionType.RUNNING, True, Reason.STARTED, text),
+                (ConditionType.READY, None, Reason.STARTED, text),
+            ],
+            generation=generation,
+            now=now,
+        ),
+        "result": {
+            "outcome": Reason.STARTED.value,
+            "startedAt": iso(now),
+            "summary": None,
+            "output": None,
+            "artifacts": None,
+            "validationErrors": None,
+            "completedAt": None,
+        },
+    }
+    if session is not None:
+        patch["session"] = dict(session)
+    return patch
+
+
+def build_final_status(
+    *,
+    job: Mapping[str, Any],
+    verdict: Verdict,
+    result: Mapping[str, Any],
+    now: dt.datetime,
+) -> dict[str, Any]:
+    """The status patch that ends a job: Running=False, Succeeded and Ready with the verdict's reason."""
+    status = job.get("status") or {}
+    generation = (job.get("metadata") or {}).get("generation")
+    ok = verdict.succeeded
+    conditions = _conditions(
+        status.get("conditions"),
+        [
+            (ConditionType.RUNNING, False, verdict.reason, verdict.message),
+            (ConditionType.SUCCEEDED, ok, verdict.reason, verdict.message),
+            (ConditionType.READY, ok, verdict.reason, verdict.message),
+        ],
+        generation=generation,
+        now=now,
+    )
+    started = (status.get("result") or {}).get("startedAt")
+    body: dict[str, Any] = {
+        "summary": None,
+        "output": None,
+        "artifacts": None,
+        "validationErrors": None,
+        **dict(result),
+        "outcome": verdict.reason,
+        "completedAt": iso(now),
+    }
+    if started and "startedAt" not in result:
+        body["startedAt"] = started
+    return {"conditions": conditions, "result": body}
