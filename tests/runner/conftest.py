@@ -78,3 +78,16 @@ def rig(kube: Any, namespace: str, service_account_identity: Any, crds: list[str
     made = RunnerRig(kube=kube, namespace=namespace, identities=service_account_identity, root=tmp_path / "rig")
     yield made
     made.stop_all()
+
+
+@pytest.fixture
+def execution(
+    kube: Any, namespace: str, service_account_identity: Any, crds: list[str], tmp_path: Path
+) -> Iterator[Any]:
+    """Run AgentJobs on runner programs in a fresh namespace, under the execution RBAC and admission policy."""
+    from .execution_harness import ExecutionRig
+
+    rig = ExecutionRig(kube=kube, namespace=namespace, identities=service_account_identity, root=tmp_path / "exec")
+    rig.install_admission_policy()
+    yield rig
+    rig.cleanup()

@@ -27,6 +27,7 @@ from harness.kube import IdentityFactory, Kube
 from helmhive.runner.reference_agent import ENV_STATE_DIR
 
 from .agent_harness import REFERENCE_AGENT
+from .execution_rbac import as_policy_rules, execution_role_rules
 
 GROUP, VERSION = "helmhive.dev", "v1alpha1"
 CANARY = "hh-canary-7f3c9a1e5b2d4c68-sk-do-not-leak"
@@ -134,15 +135,17 @@ class RunnerRig:
         return path
 
     def ensure_rbac(self) -> None:
-        """ServiceAccount, Role and RoleBinding ``helmhive-runner-<pool>`` as the contract lists them."""
+        """ServiceAccount, Role and RoleBinding ``helmhive-runner-<pool>``: the contract's rules plus
+        the execution rules of ``docs/execution.md`` (a runner pod now watches its assigned jobs)."""
         name = self.service_account
+        rules = RUNNER_RULES + as_policy_rules(execution_role_rules(self.pool))
         with contextlib.suppress(ApiException):
             self.kube.core.create_namespaced_service_account(
                 self.namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name))
             )
         with contextlib.suppress(ApiException):
             self.kube.rbac.create_namespaced_role(
-                self.namespace, client.V1Role(metadata=client.V1ObjectMeta(name=name), rules=RUNNER_RULES)
+                self.namespace, client.V1Role(metadata=client.V1ObjectMeta(name=name), rules=rules)
             )
         with contextlib.suppress(ApiException):
             self.kube.rbac.create_namespaced_role_binding(

@@ -1,0 +1,98 @@
+"""How jobs end when they do not simply complete: timeout, cancel, deletion, agent crash, runner restart."""
+
+from __future__ import annotations
+
+import signal
+
+from harness import wait_for
+from helmhive.policy.retry import decide_job_retry
+
+from .execution_harness import ExecutionRig, condition
+
+STALL = "Wait for me.\nREFERENCE-AGENT: stall"  # sends nothing until session/cancel
+
+
+def _ended(job: dict[str, object], reason: str) -> None:
+    for ctype in ("Succeeded", "Ready", "Running"):
+        got = condition(job, ctype)  # type: ignore[arg-type]
+        assert got is not None and (got["status"], got["reason"]) == ("False", reason), (ctype, got)
+    assert job["status"]["result"]["outcome"] == reason  # type: ignore[index]
+    assert job["status"]["result"]["completedAt"]  # type: ignore[index]
+
+
+def test_a_job_past_its_timeout_is_timed_out(execution: ExecutionRig) -> None:
+    runner = execution.start_runner()
+    execution.create_job("slowpoke", runner=runner, prompt=STALL, timeout=10)  # the API's minimum
+    execution.wait_running("slowpoke")
+    job = execution.wait_finished("slowpoke", timeout=60)
+    _ended(job, "TimedOut")
+    assert "spec.timeoutSeconds (10s) passed" in condition(job, "Succeeded")["message"]
+    assert runner.methods().count("session/cancel") == 1  # the ACP turn was cancelled, not abandoned
+    assert "TimedOut" in [e.reason for e in execution.events("slowpoke")]
+
+
+def test_cancel_and_delete_cancel_the_turn(execution: ExecutionRig) -> None:
+    runner = execution.start_runner(concurrency=2)
+    execution.create_job("cancelled", runner=runner, prompt=STALL)
+    execution.create_job("deleted", runner=runner, prompt=STALL)
+    execution.wait_running("cancelled")
+    execution.wait_running("deleted")
+    execution.kube.custom.patch_namespaced_custom_object(
+        "helmhive.dev", "v1alpha1", execution.namespace, "agentjobs", "cancelled", {"spec": {"cancel": True}}
+    )
+    job = execution.wait_finished("cancelled")
+    _ended(job, "Cancelled")
+    assert condition(job, "Succeeded")["message"] == "spec.cancel was set; the turn was cancelled"
+    execution.kube.custom.delete_namespaced_custom_object(
+        "helmhive.dev", "v1alpha1", execution.namespace, "agentjobs", "deleted"
+    )
+    wait_for(lambda: runner.methods().count("session/cancel") == 2, timeout=30, describe="both turns to be cancelled")
+    cancels = [line for line in runner.proc.messages("cancelling a running job")]
+    assert sorted(line["cause"] for line in cancels) == ["Cancelled", "Deleted"]
+    wait_for(lambda: runner.rig.report()["activeJobs"] == 0, timeout=30, describe="both slots to be free again")
+
+
+def test_a_job_cancelled_before_it_starts_never_runs(execution: ExecutionRig) -> None:
+    runner = execution.start_runner()
+    execution.create_job("blocker", runner=runner, prompt=STALL, timeout=30)
+    execution.wait_running("blocker")  # the only slot is busy
+    execution.create_job("queued", runner=runner, prompt="never sent")
+    execution.kube.custom.patch_namespaced_custom_object(
+        "helmhive.dev", "v1alpha1", execution.namespace, "agentjobs", "queued", {"spec": {"cancel": True}}
+    )
+    job = execution.wait_finished("queued")
+    assert condition(job, "Succeeded")["reason"] == "Cancelled"
+    assert "startedAt" not in job["status"]["result"]
+    assert all("never sent" not in p["prompt"] for p in runner.prompts())
+    retry = decide_job_retry(job=job)
+    assert retry is not None and not retry.retry  # a cancellation is final
+
+
+def test_an_agent_crash_ends_the_job_with_agent_crashed(execution: ExecutionRig) -> None:
+    runner = execution.start_runner()
+    execution.create_job("crashy", runner=runner, prompt="Go.\nREFERENCE-AGENT: crash")
+    job = execution.wait_finished("crashy")
+    _ended(job, "AgentCrashed")
+    assert "exit code 70" in condition(job, "Succeeded")["message"]
+    retry = decide_job_retry(job=job)
+    assert retry is not None and retry.retry  # a connection test has no side effects: once more
+    # The runner is fine and takes the next job.
+    execution.create_job("after", runner=runner, prompt="Still there?")
+    assert condition(execution.wait_finished("after"), "Succeeded")["status"] == "True"
+
+
+def test_a_job_running_when_its_runner_died_is_runner_lost(execution: ExecutionRig) -> None:
+    runner = execution.start_runner()
+    execution.create_job("orphan", runner=runner, prompt=STALL, timeout=300)
+    running = execution.wait_running("orphan")
+    assert condition(running, "Running")["message"].startswith("running on runner pool-a-0")
+    runner.proc.popen.send_signal(signal.SIGKILL)  # no shutdown: the job stays Running
+    runner.proc.popen.wait(timeout=30)
+    assert condition(execution.job("orphan"), "Running")["status"] == "True"
+    again = runner.rig.start(runner.runner_json)
+    job = execution.wait_finished("orphan", timeout=60)
+    _ended(job, "RunnerLost")
+    assert "restarted while the job was running" in condition(job, "Succeeded")["message"]
+    retry = decide_job_retry(job=job)
+    assert retry is not None and retry.retry  # read-only: the operator may run it once more
+    assert again.popen.poll() is None
