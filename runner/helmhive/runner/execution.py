@@ -27,21 +27,18 @@ import datetime as dt
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from helmhive.api.envelope import OutputFormat
-from helmhive.api.job import AgentJobSpec, Assignment, ProfileBinding
-from helmhive.api.reasons import Reason
-from helmhive.policy.prompts import MAX_REPAIR_TURNS, build_agent_prompt, build_repair_prompt, check_output
+from helmhive.api.job import AgentJobSpec
+from helmhive.api.reasons import Reason, detailed
+from helmhive.policy.prompts import MAX_REPAIR_TURNS, build_repair_prompt, check_output
 from helmhive.policy.results import build_bounded_result
 from helmhive.policy.sessions import SessionIntent
 from helmhive.runner.adapters.base import AgentAdapter, TurnOutcome, TurnRequest, TurnResult
 from helmhive.runner.agents import JobAdapterFactory
 from helmhive.runner.config import RunnerConfig
-from helmhive.runner.jobcontext import JobSession, load_memory, resolve_session
+from helmhive.runner.jobcontext import JobSession, PreparedJob, prepare_job
 from helmhive.runner.jobstatus import (
     CancelCause,
     Verdict,
@@ -53,12 +50,8 @@ from helmhive.runner.jobstatus import (
 from helmhive.runner.kube import Conflict, KubeError, NotFound, RunnerKube
 from helmhive.runner.logs import fields
 from helmhive.runner.sandbox import (
-    build_sandbox_plan,
-    job_dir_name,
     prepare_sandbox,
     remove_sandbox,
-    runtime_read_paths,
-    sandbox_refusal,
 )
 from helmhive.runner.sessions import SessionStore
 
@@ -83,13 +76,6 @@ class ExecutionContext:
     @property
     def runner(self) -> str:
         return self.config.env.runner_name
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Parsed:
-    spec: AgentJobSpec
-    binding: ProfileBinding
-    assignment: Assignment
 
 
 class JobExecution:
@@ -193,25 +179,14 @@ class JobExecution:
             except KubeError:  # not even that: the job stays Running, and is ended as lost on the next list
                 self._log(logging.ERROR, "job could not be ended", status=exc.status)
             return TurnResult(outcome=TurnOutcome.PROTOCOL_ERROR, message=f"API error {exc.status}")
-
-    def _parse(self, job: Mapping[str, Any]) -> _Parsed | Verdict:
-        status = job.get("status") or {}
-        try:
-            parsed = _Parsed(
-                spec=AgentJobSpec.model_validate(job.get("spec") or {}),
-                binding=ProfileBinding.model_validate(status.get("profile") or {}),
-                assignment=Assignment.model_validate(status.get("assignment") or {}),
-            )
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            return Verdict(succeeded=False, reason=Reason.INVALID_SPEC, message=f"{where}: {first['msg']}"[:1000])
-        if parsed.binding.snapshot.envelope is not parsed.spec.job_kind:
-            message = (
-                f"the bound profile is for {parsed.binding.snapshot.envelope.value}, not {parsed.spec.job_kind.value}"
-            )
-            return Verdict(succeeded=False, reason=Reason.INVALID_SPEC, message=message)
-        return parsed
+        except (OSError, ValueError) as exc:  # the runner's own trouble (disk, a request it cannot build)
+            self._log(logging.ERROR, "job failed in the runner", error=type(exc).__name__, detail=str(exc)[:300])
+            why = f"the runner failed to run the job: {type(exc).__name__}: {exc}"[:1000]
+            with contextlib.suppress(KubeError):
+                await self._finish(
+                    Verdict(succeeded=False, reason=detailed(Reason.AGENT_FAILED, "RunnerError"), message=why)
+                )
+            return TurnResult(outcome=TurnOutcome.PROTOCOL_ERROR, message=type(exc).__name__)
 
     async def _run(self, cancel: asyncio.Event) -> TurnResult:
         skipped = TurnResult(outcome=TurnOutcome.CANCELLED, message="not run")
@@ -224,55 +199,20 @@ class JobExecution:
             why = "the job was deleted" if self.cause is CancelCause.DELETED else "spec.cancel was set"
             await self._finish(Verdict(succeeded=False, reason=Reason.CANCELLED, message=f"{why} before it started"))
             return skipped
-        parsed = self._parse(job)
-        if isinstance(parsed, Verdict):
-            await self._finish(parsed)
-            return skipped
-        spec, binding, assignment = parsed.spec, parsed.binding, parsed.assignment
-        snapshot, settings = binding.snapshot, self.ctx.config.file.sandbox
-        plan = build_sandbox_plan(
-            state_dir=self.ctx.config.env.state_dir,
-            job_dir=job_dir_name(namespace=self.ctx.config.env.namespace, name=self.name, uid=self.uid),
-            filesystem=snapshot.filesystem,
-            network=snapshot.network,
-            tools=snapshot.tools,
-            adapter_type=self.ctx.config.file.adapter.type,
-            settings=settings,
-            runtime_paths=runtime_read_paths(),
-            credential_dir=self.ctx.config.env.credential_dir,
-            landlock_abi=self.ctx.landlock_abi,
-            protected=self._protected(),
-        )
-        refusal = sandbox_refusal(plan=plan, settings=settings, landlock_abi=self.ctx.landlock_abi)
-        if refusal is not None:
-            await self._finish(Verdict(succeeded=False, reason=Reason.SANDBOX_UNAVAILABLE, message=refusal))
-            return skipped
-        session = await resolve_session(
+        prepared = await prepare_job(
+            kube=self.ctx.kube,
             sessions=self.ctx.sessions,
+            config=self.ctx.config,
             job=job,
-            spec=spec,
-            binding=binding,
-            assignment=assignment,
-            credential_generation=self.ctx.config.env.credential_generation,
+            uid=self.uid,
+            landlock_abi=self.ctx.landlock_abi,
+            now=self.ctx.now(),
         )
-        if isinstance(session, Verdict):
-            await self._finish(session)
+        if isinstance(prepared, Verdict):
+            await self._finish(prepared)
             return skipped
-        selection, dropped = await load_memory(
-            kube=self.ctx.kube, ids=list(assignment.memory_ids), spec=spec, binding=binding, now=self.ctx.now()
-        )
-        prompt = build_agent_prompt(
-            instructions=snapshot.instructions,
-            request=spec.request,
-            memory_context=selection.context,
-            contract=snapshot.output_contract,
-        )
-        memory = f"memory: {len(selection.records)} injected" + (f", dropped {', '.join(dropped)}" if dropped else "")
-        sandbox = "landlock" if plan.landlock else "no landlock (permission bits and ACP checks only)"
-        message = (
-            f"{spec.job_kind.value}, session {session.mode.value}, filesystem {plan.fs_access}, "
-            f"network {plan.network.value}, sandbox {sandbox}; {memory}"
-        )[:900]
+        spec, assignment, plan, session = prepared.spec, prepared.assignment, prepared.plan, prepared.session
+        message = prepared.message
         started = await self._patch(
             lambda obj: (
                 None
@@ -291,21 +231,26 @@ class JobExecution:
             kind=spec.job_kind.value,
             session=session.mode.value,
             binding=session.binding,
-            memoryInjected=len(selection.records),
-            memoryDropped=len(dropped),
+            memoryInjected=prepared.injected,
+            memoryDropped=len(prepared.dropped),
         )
         self._obj = started
         await self._event(started, Reason.STARTED, f"running on runner {self.ctx.runner}: {message}")
-        if dropped:
-            await self._event(
-                started, Reason.MEMORY_DROPPED, f"not injected: {', '.join(dropped)}"[:1000], warning=True
-            )
+        if prepared.dropped:
+            note = f"not injected: {', '.join(prepared.dropped)}"[:1000]
+            await self._event(started, Reason.MEMORY_DROPPED, note, warning=True)
+        try:
+            await asyncio.to_thread(prepare_sandbox, plan)
+        except OSError as exc:
+            await asyncio.to_thread(remove_sandbox, plan)
+            why = f"the job's working directory could not be prepared: {exc.strerror or exc}"
+            await self._finish(Verdict(succeeded=False, reason=Reason.SANDBOX_UNAVAILABLE, message=why))
+            return skipped
         timer = asyncio.create_task(self._deadline(spec.timeout_seconds))
-        await asyncio.to_thread(prepare_sandbox, plan)
         adapter = self.ctx.job_adapter(plan)
         try:
             base = TurnRequest(
-                prompt=prompt,
+                prompt=prepared.prompt,
                 cwd=str(plan.workdir),
                 session_id=session.stored_id,
                 fork=session.intent is SessionIntent.FORK,
@@ -314,7 +259,7 @@ class JobExecution:
                 allowed_tools=plan.allowed_tools,
             )
             verdict, result, last = await self._converse(
-                adapter=adapter, request=base, cancel=cancel, job=started, session=session, spec=spec, snapshot=snapshot
+                adapter=adapter, request=base, cancel=cancel, job=started, session=session, prepared=prepared
             )
         finally:
             timer.cancel()
@@ -323,11 +268,6 @@ class JobExecution:
             await asyncio.to_thread(remove_sandbox, plan)
         await self._finish(verdict, result)
         return last
-
-    def _protected(self) -> list[Path]:
-        env = self.ctx.config.env
-        paths = [env.state_dir / "credential"]
-        return paths + [p for p in (env.credential_file, env.kubeconfig) if p is not None]
 
     async def _deadline(self, seconds: int) -> None:
         await asyncio.sleep(seconds)
@@ -360,10 +300,9 @@ class JobExecution:
         cancel: asyncio.Event,
         job: dict[str, Any],
         session: JobSession,
-        spec: AgentJobSpec,
-        snapshot: Any,
+        prepared: PreparedJob,
     ) -> tuple[Verdict, dict[str, Any], TurnResult]:
-        contract = snapshot.output_contract
+        spec, contract = prepared.spec, prepared.binding.snapshot.output_contract
         turn = await adapter.run_turn(request, cancel)
         await self._keep(turn, session, new_chain=session.intent is SessionIntent.FRESH, job=self.name)
         turns = 1

@@ -1,4 +1,7 @@
-"""What a job is told besides its request: the memory records named in its assignment, and its session.
+"""Everything a job needs before it runs: its parsed spec and binding, sandbox, session, memory and prompt.
+
+:func:`prepare_job` gathers it, or returns the :class:`~helmhive.runner.jobstatus.Verdict` that
+fails the job closed (``InvalidSpec``, ``SandboxUnavailable``, ``SessionNotFound``):
 
 * **Memory.** The operator chose the records at queue time (``status.assignment.memoryIds``).
   The runner reads each by name and applies :func:`helmhive.policy.memory.select_memory`
@@ -16,6 +19,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr, ValidationError
@@ -26,12 +30,21 @@ from helmhive.api.reasons import ConditionType, Reason
 from helmhive.policy.conditions import find_condition
 from helmhive.policy.envelopes import is_governed
 from helmhive.policy.memory import MemorySelection, NamedMemoryRecord, select_memory
+from helmhive.policy.prompts import build_agent_prompt
 from helmhive.policy.sessions import SessionDecision, SessionIntent, decide_session
+from helmhive.runner.config import RunnerConfig
 from helmhive.runner.jobstatus import Verdict
 from helmhive.runner.kube import KubeError, NotFound, RunnerKube
+from helmhive.runner.sandbox import (
+    SandboxPlan,
+    build_sandbox_plan,
+    job_dir_name,
+    runtime_read_paths,
+    sandbox_refusal,
+)
 from helmhive.runner.sessions import SessionStore
 
-__all__ = ["MEMORY_RECORDS", "JobSession", "load_memory", "resolve_session"]
+__all__ = ["MEMORY_RECORDS", "JobSession", "PreparedJob", "load_memory", "parse_job", "prepare_job", "resolve_session"]
 
 MEMORY_RECORDS = "memoryrecords"
 _INTENT = {SessionMode.FRESH: SessionIntent.FRESH, SessionMode.RESUMED: SessionIntent.RESUME}
@@ -156,4 +169,122 @@ async def resolve_session(
         reason=decision.reason,
         stored_id=stored,
         status=status,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParsedJob:
+    spec: AgentJobSpec
+    binding: ProfileBinding
+    assignment: Assignment
+
+
+def parse_job(job: Mapping[str, Any]) -> ParsedJob | Verdict:
+    """The spec, the bound profile and the assignment; ``InvalidSpec`` if any is unusable."""
+    status = job.get("status") or {}
+    try:
+        parsed = ParsedJob(
+            spec=AgentJobSpec.model_validate(job.get("spec") or {}),
+            binding=ProfileBinding.model_validate(status.get("profile") or {}),
+            assignment=Assignment.model_validate(status.get("assignment") or {}),
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return Verdict(succeeded=False, reason=Reason.INVALID_SPEC, message=f"{where}: {first['msg']}"[:1000])
+    bound, kind = parsed.binding.snapshot.envelope, parsed.spec.job_kind
+    if bound is not kind:
+        message = f"the bound profile is for {bound.value}, not {kind.value}"
+        return Verdict(succeeded=False, reason=Reason.INVALID_SPEC, message=message)
+    return parsed
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreparedJob:
+    """A job ready to run: what it runs with, and the one-line description of it for status."""
+
+    spec: AgentJobSpec
+    binding: ProfileBinding
+    assignment: Assignment
+    plan: SandboxPlan
+    session: JobSession
+    prompt: str
+    injected: int
+    dropped: list[str]
+    message: str
+
+
+def _protected(config: RunnerConfig) -> list[Path]:
+    """The runner's own secrets on disk, which no sandbox path may expose."""
+    env = config.env
+    return [env.state_dir / "credential", *(p for p in (env.credential_file, env.kubeconfig) if p is not None)]
+
+
+async def prepare_job(
+    *,
+    kube: RunnerKube,
+    sessions: SessionStore,
+    config: RunnerConfig,
+    job: Mapping[str, Any],
+    uid: str,
+    landlock_abi: int,
+    now: dt.datetime,
+) -> PreparedJob | Verdict:
+    """Parse, plan the sandbox, resolve the session and memory, build the prompt; or fail closed."""
+    parsed = parse_job(job)
+    if isinstance(parsed, Verdict):
+        return parsed
+    snapshot, settings = parsed.binding.snapshot, config.file.sandbox
+    name = str((job.get("metadata") or {}).get("name") or "")
+    plan = build_sandbox_plan(
+        state_dir=config.env.state_dir,
+        job_dir=job_dir_name(namespace=config.env.namespace, name=name, uid=uid),
+        filesystem=snapshot.filesystem,
+        network=snapshot.network,
+        tools=snapshot.tools,
+        adapter_type=config.file.adapter.type,
+        settings=settings,
+        runtime_paths=runtime_read_paths(),
+        credential_dir=config.env.credential_dir,
+        landlock_abi=landlock_abi,
+        protected=_protected(config),
+    )
+    refusal = sandbox_refusal(plan=plan, settings=settings, landlock_abi=landlock_abi)
+    if refusal is not None:
+        return Verdict(succeeded=False, reason=Reason.SANDBOX_UNAVAILABLE, message=refusal)
+    session = await resolve_session(
+        sessions=sessions,
+        job=job,
+        spec=parsed.spec,
+        binding=parsed.binding,
+        assignment=parsed.assignment,
+        credential_generation=config.env.credential_generation,
+    )
+    if isinstance(session, Verdict):
+        return session
+    selection, dropped = await load_memory(
+        kube=kube, ids=list(parsed.assignment.memory_ids), spec=parsed.spec, binding=parsed.binding, now=now
+    )
+    prompt = build_agent_prompt(
+        instructions=snapshot.instructions,
+        request=parsed.spec.request,
+        memory_context=selection.context,
+        contract=snapshot.output_contract,
+    )
+    memory = f"memory: {len(selection.records)} injected" + (f", dropped {', '.join(dropped)}" if dropped else "")
+    sandbox = "landlock" if plan.landlock else "no landlock (permission bits and ACP checks only)"
+    message = (
+        f"{parsed.spec.job_kind.value}, session {session.mode.value}, filesystem {plan.fs_access}, "
+        f"network {plan.network.value}, sandbox {sandbox}; {memory}"
+    )[:900]
+    return PreparedJob(
+        spec=parsed.spec,
+        binding=parsed.binding,
+        assignment=parsed.assignment,
+        plan=plan,
+        session=session,
+        prompt=prompt,
+        injected=len(selection.records),
+        dropped=dropped,
+        message=message,
     )

@@ -143,9 +143,10 @@ class ClusterJobSource:
             verdict = Verdict(succeeded=False, reason=Reason.CANCELLED, message="spec.cancel was set before it started")
         try:
             await execution.end_unstarted(verdict, require_running=lost)
-        except KubeError as exc:
+        except KubeError as exc:  # tried again at the next list
+            self._lost.discard(uid)
             self._log(logging.WARNING, "ending a job failed", job=name, status=exc.status, detail=exc.message)
-        finally:
+        else:
             self._remember(uid)
 
     def _remember(self, uid: str) -> None:

@@ -28,11 +28,9 @@ every path of a runner's adapter can be exercised:
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 import os
 import re
-import socket
 import sys
 import uuid
 from dataclasses import dataclass, field
@@ -42,6 +40,7 @@ from typing import Any, cast
 import acp
 from acp import schema
 
+from helmhive.runner import reference_actions as actions
 from helmhive.runner import reference_rules as rules
 from helmhive.runner.version import helmhive_version
 
@@ -342,12 +341,12 @@ class ReferenceAgent:
             model=session.model,
             effort=session.effort,
             tool_results=tool_results,
-            file_results={name: _write_direct(session.cwd, name) for name in directives.write_files},
+            file_results={name: actions.write_direct(session.cwd, name) for name in directives.write_files},
             acp_file_results={
                 n: await self._write_via_client(session_id, session.cwd, n) for n in directives.acp_write_files
             },
-            connect_results={port: _connect(port) for port in directives.connects},
-            read_results={path: _read_direct(path) for path in directives.read_files},
+            connect_results={port: actions.connect(port) for port in directives.connects},
+            read_results={path: actions.read_direct(path) for path in directives.read_files},
             invalid_output="invalid-output" in self._settings.modes,
         )
         await self._conn.session_update(session_id, acp.update_agent_message_text(reply))
@@ -411,47 +410,6 @@ class ReferenceAgent:
         done = acp.update_tool_call(call_id, status="completed" if granted else "failed")
         await self._conn.session_update(session_id, done)
         return granted
-
-
-def _errno_name(exc: OSError) -> str:
-    return errno.errorcode.get(exc.errno or 0, type(exc).__name__)
-
-
-def _write_direct(cwd: str, name: str) -> str:
-    """Write ``name`` in ``cwd`` with the agent's own file system access, as a coding tool would."""
-    try:
-        with open(os.path.join(cwd, name), "w", encoding="utf-8") as fh:
-            fh.write(f"{rules.AGENT_NAME} wrote this\n")
-    except OSError as exc:
-        return f"denied ({_errno_name(exc)})"
-    return "written"
-
-
-def _read_direct(path: str) -> str:
-    """Read ``path`` with the agent's own file system access; report the size, never the content."""
-    try:
-        with open(path, "rb") as fh:
-            size = len(fh.read())
-    except OSError as exc:
-        return (
-            f"denied ({_errno_name(exc)})"
-            if exc.errno in (errno.EACCES, errno.EPERM)
-            else f"failed ({_errno_name(exc)})"
-        )
-    return f"read ({size} bytes)"
-
-
-def _connect(port: int) -> str:
-    """Open (and close) a TCP connection to ``127.0.0.1:port``."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=2.0):
-            return "connected"
-    except OSError as exc:
-        return (
-            f"denied ({_errno_name(exc)})"
-            if exc.errno in (errno.EACCES, errno.EPERM)
-            else f"failed ({_errno_name(exc)})"
-        )
 
 
 async def serve(settings: Settings) -> None:
