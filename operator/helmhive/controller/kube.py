@@ -29,6 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from helmhive.api.kinds import GROUP, VERSION, KindDef
 
 __all__ = [
+    "API_CONNECTIONS",
     "FIELD_MANAGER",
     "Conflict",
     "Forbidden",
@@ -90,13 +91,20 @@ def _translate(exc: ApiException) -> KubeError:
     return cls(int(exc.status or 0), message)
 
 
-def load_api_client(kubeconfig: str | None = None) -> Any:
+API_CONNECTIONS = 32
+"""Connections kept per API client: as many as the operator's API threads, so none is discarded."""
+
+
+def load_api_client(kubeconfig: str | None = None, *, connections: int = API_CONNECTIONS) -> Any:
     """Return an ApiClient from ``kubeconfig``, ``$KUBECONFIG`` or the in-cluster identity."""
     path = kubeconfig or os.environ.get("KUBECONFIG")
+    configuration = client.Configuration()
     if path:
-        return config.new_client_from_config(config_file=path)  # type: ignore[no-untyped-call]
-    config.load_incluster_config()  # type: ignore[no-untyped-call]
-    return client.ApiClient()
+        config.load_kube_config(config_file=path, client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    configuration.connection_pool_maxsize = connections
+    return client.ApiClient(configuration)
 
 
 class Kube:
