@@ -11,13 +11,14 @@ import asyncio
 import datetime as dt
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
 
 from helmhive.controller import envelopes, jobs, memory, profiles, routing, runnerpools, runners
 from helmhive.controller.audit import patch_audit_retention
-from helmhive.controller.kube import Kube, load_api_client
+from helmhive.controller.kube import API_CONNECTIONS, Kube, load_api_client
 from helmhive.controller.runtime import OperatorConfig, Runtime
 from helmhive.controller.webhook import WebhookConfig, configure_webhook_server
 from helmhive.policy.envelopes import ENVELOPES
@@ -48,6 +49,11 @@ def register_handlers(runtime: Runtime) -> None:
     @kopf.on.startup()
     async def apply_settings(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: Any) -> None:
         configure_settings(settings)
+        # Every Kube call runs the synchronous client in a thread. Python's default pool (cores + 4)
+        # would make a burst of jobs queue on threads rather than on the API server.
+        asyncio.get_running_loop().set_default_executor(
+            ThreadPoolExecutor(max_workers=API_CONNECTIONS, thread_name_prefix="kube")
+        )
         config = runtime.config
         if config.webhooks_enabled:
             configure_webhook_server(
