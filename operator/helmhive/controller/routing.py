@@ -21,7 +21,8 @@ client-go's). A worker:
    job's status with ``metadata.resourceVersion`` as a precondition. A 409 means the job changed
    since it was read: the reservation is released, the job re-read and re-decided. So a decision
    made on a stale copy is never written, and a retry after a crash never assigns twice;
-3. audits the decision (``JobRouted`` or ``JobRoutingFailed``, and ``MemoryInjected``) under
+3. hands the audit of the decision (``JobRouted`` or ``JobRoutingFailed``, and
+   ``MemoryInjected``) to a bounded background task and takes the next job. Records have
    deterministic names (:mod:`helmhive.policy.routing_audit`). After a restart, every decision
    younger than ``audit_recovery_seconds`` seen in a job's status is checked for its records and
    any missing one is written, so a crash between the status write and the audit loses nothing.
@@ -39,7 +40,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,7 +204,7 @@ class Router:
         self.holding: dict[JobKey, RunnerKey] = {}
         self.schedulable: dict[RunnerKey, bool] = {}
         self.audited: set[JobKey] = set()  # decisions whose audit this process wrote or checked
-        self.recovery = asyncio.Semaphore(4)
+        self.auditing = asyncio.Semaphore(self.settings.workers)
         self.background: set[asyncio.Task[None]] = set()
         self.topology = 0  # bumped when runners, pools or namespaces change
         self._views: dict[str, tuple[int, list[RunnerView]]] = {}
@@ -460,7 +461,7 @@ class Router:
             else:
                 self.bodies.pop(key, None)
         self._count(decision)
-        await self.write_audits(updated, check_first=False)
+        self._spawn(self.write_audits(_copy(updated), check_first=False))
 
     async def _write(self, job: QueuedJob, status: dict[str, Any]) -> dict[str, Any] | None:
         """Merge-patch the job's status, conditional on the resourceVersion the decision was made from.
@@ -562,13 +563,16 @@ class Router:
         if not build_routing_audits(job=body, now=self.runtime.clock()):
             return  # still waiting: nothing to audit yet
         self.audited.add(key)
-        copy = _copy(body)
+        self._spawn(self.write_audits(_copy(body), check_first=True))
 
-        async def recover() -> None:
-            async with self.recovery:
-                await self.write_audits(copy, check_first=True)
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run audit writing off the worker's path, at most ``workers`` at once (the bucket still applies)."""
 
-        task = asyncio.create_task(recover())
+        async def bounded() -> None:
+            async with self.auditing:
+                await work
+
+        task = asyncio.create_task(bounded())
         self.background.add(task)
         task.add_done_callback(self.background.discard)
 
