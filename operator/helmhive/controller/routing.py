@@ -203,7 +203,8 @@ class Router:
         self.waiting: dict[JobKey, _Waiting] = {}
         self.holding: dict[JobKey, RunnerKey] = {}
         self.schedulable: dict[RunnerKey, bool] = {}
-        self.audited: set[JobKey] = set()  # decisions whose audit this process wrote or checked
+        # Decisions whose audit this process wrote or checked, and when (pruned past the recovery window).
+        self.audited: dict[JobKey, float] = {}
         self.auditing = asyncio.Semaphore(self.settings.workers)
         self.background: set[asyncio.Task[None]] = set()
         self.topology = 0  # bumped when runners, pools or namespaces change
@@ -252,7 +253,7 @@ class Router:
         elif previous is not None:
             self._capacity_freed(previous)
         if deleted:
-            self.audited.discard(key)
+            self.audited.pop(key, None)
         elif status.get("routing"):
             self._recover_audits(key, body)
         if deleted or not decide_needs_routing(body):
@@ -446,10 +447,10 @@ class Router:
             now=now,
         )
         if decision.outcome is not RouteOutcome.WAITING:
-            self.audited.add(key)  # this process audits it; its own watch event needs no recovery check
+            self._mark_audited(key)  # this process audits it; its own watch event needs no recovery check
         updated = await self._write(job, status)
         if updated is None:
-            self.audited.discard(key)
+            self.audited.pop(key, None)
             return
         if decision.choice is not None:
             self.holding[key] = decision.choice.runner_key
@@ -558,12 +559,18 @@ class Router:
         routing = (body.get("status") or {}).get("routing") or {}
         decided = _parse_time(routing.get("decidedAt"))
         if decided is None or (self.runtime.clock() - decided).total_seconds() > self.settings.audit_recovery_seconds:
-            self.audited.add(key)
-            return
+            return  # older than any crash this process could have followed
         if not build_routing_audits(job=body, now=self.runtime.clock()):
             return  # still waiting: nothing to audit yet
-        self.audited.add(key)
+        self._mark_audited(key)
         self._spawn(self.write_audits(_copy(body), check_first=True))
+
+    def _mark_audited(self, key: JobKey) -> None:
+        now = time.monotonic()
+        self.audited[key] = now
+        if len(self.audited) > 4096:
+            horizon = now - self.settings.audit_recovery_seconds
+            self.audited = {k: t for k, t in self.audited.items() if t >= horizon}
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         """Run audit writing off the worker's path, at most ``workers`` at once (the bucket still applies)."""
