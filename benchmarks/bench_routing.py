@@ -1,0 +1,544 @@
+"""Benchmark: how fast the operator routes a burst of queued jobs, and what it costs the API server.
+
+Run by hand (pytest does not collect it)::
+
+    .venv/bin/python benchmarks/bench_routing.py --jobs 2000 --runners 200 --concurrency 10
+
+It starts its own local control plane (``helmhive.devcluster``) in a temporary directory,
+installs Helmhive and then, in one run:
+
+1. **raw patch rate**: before the operator starts, a plain client (httpx, admin certificate,
+   ``--writers`` requests in flight) merge-patches the status of scratch AgentJobs for
+   ``--raw-seconds``; the scratch jobs are deleted again;
+2. starts the real operator (its own ServiceAccount token) and M runners in pools of up to
+   100, each writing its Runner, report and Lease as its own Pod (``runner_fleet``), reporting
+   ``--concurrency`` slots; waits until all are schedulable;
+3. **the burst**: creates N AgentJobs as fast as the client can (16 in flight) and watches
+   them; for each job it records when the create returned, when the watch first showed its
+   profile bound (the queue step) and when it first showed ``status.assignment``;
+4. reports jobs routed per second, p50/p95 queue-to-assigned latency, API mutating calls per
+   job (``apiserver_request_total``, by resource), the operator's RSS, routing throughput as
+   a ratio of the raw patch rate, and how many runners ended over their concurrency (must be 0);
+5. **decide_route alone**: the pure decision for one job over 1,000 runners, timed in-process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+from bench_runners import cpu_seconds, install, operator_kubeconfig, wait, write_counts
+from kubernetes import client, config
+from runner_fleet import APPLY, APPLY_PARAMS, Fleet, SimRunner, micro_time
+
+from helmhive.api.common import JobKind
+from helmhive.api.job import AgentJobSpec, ProfileBinding
+from helmhive.api.profile import ProfileSpec
+from helmhive.devcluster import cluster as devcluster
+from helmhive.devcluster.build import ensure_binaries
+from helmhive.devcluster.flags import StateLayout
+from helmhive.devcluster.procs import client_tls, free_ports, read_record
+from helmhive.policy.envelopes import ENVELOPES
+from helmhive.policy.profiles import decide_profile
+from helmhive.policy.routing import RoutingJob, RunnerView, decide_route
+
+NS = "routing-bench"
+RAW_NS = "raw-bench"
+POOL_SIZE = 100
+MODEL = "sonnet-4-5"
+GROUP_PATH = "/apis/helmhive.dev/v1alpha1"
+
+
+class RoutingFleet(Fleet):
+    """The benchmark runners: the runner_fleet writes, with a configurable concurrency in the report."""
+
+    def __init__(self, *args: Any, concurrency: int, generation: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.concurrency = concurrency
+        self.generation = generation
+
+    async def report(self, runner: SimRunner) -> None:
+        report = {
+            "provider": "anthropic",
+            "adapter": {"type": "claude-cli", "name": "claude", "version": "2.0.14"},
+            "authentication": {"state": "Authenticated", "reason": "SessionCreated"},
+            "placementLabels": {"domain": "code", "region": "eu"},
+            "capabilities": ["structured-output", "diff-review", "workspace-write"],
+            "concurrency": self.concurrency,
+            "activeJobs": 0,
+            "environmentFingerprint": "sha256:" + "ab" * 32,
+            "catalogue": {"models": [{"id": m} for m in ("opus-4", MODEL, "haiku")], "default": MODEL},
+            "credentialGeneration": self.generation,
+            "podName": runner.name,
+            "reportedAt": micro_time(dt.datetime.now(dt.UTC)),
+            "registeredAt": runner.registered_at,
+        }
+        body = {"apiVersion": "helmhive.dev/v1alpha1", "kind": "Runner", "metadata": {"name": runner.name},
+                "status": {"report": report}}  # fmt: skip
+        url = f"{self.runners_path}/{runner.name}/status"
+        self.tally.report_bytes += await self._send("PATCH", url, runner, body, params=APPLY_PARAMS, headers=APPLY)
+        self.tally.report += 1
+        runner.last_report = time.monotonic()
+
+
+def rss_kib(pid: int) -> tuple[int, int]:
+    """(VmRSS, VmHWM) of a process in KiB."""
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("Vm")
+    )
+    return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def job_body(name: str, kind: str = "implementation-probe", profile: str = "bench") -> dict[str, Any]:
+    return {
+        "apiVersion": "helmhive.dev/v1alpha1",
+        "kind": "AgentJob",
+        "metadata": {"name": name},
+        "spec": {"workspace": "shop", "jobKind": kind, "profile": profile, "request": {"title": name, "prompt": "go"}},
+    }
+
+
+# 1. The raw rate -------------------------------------------------------------------------------
+
+
+async def raw_patch_rate(admin: httpx.AsyncClient, *, seconds: float, writers: int) -> dict[str, float]:
+    """Status merge-patches per second by a plain client, ``writers`` in flight, then one at a time."""
+    await admin.post("/api/v1/namespaces", json={"metadata": {"name": RAW_NS}})
+    jobs = [f"raw-{i}" for i in range(writers * 4)]
+    for name in jobs:
+        response = await admin.post(f"{GROUP_PATH}/namespaces/{RAW_NS}/agentjobs", json=job_body(name))
+        response.raise_for_status()
+    headers = {"Content-Type": "application/merge-patch+json"}
+
+    async def hammer(width: int, duration: float) -> float:
+        done = 0
+        stop = time.monotonic() + duration
+
+        async def one(slot: int) -> None:
+            nonlocal done
+            i = 0
+            while time.monotonic() < stop:
+                name = jobs[(slot + i * width) % len(jobs)]
+                body = {"status": {"attempts": i % 60000, "routing": {"attempts": i % 1000}}}
+                url = f"{GROUP_PATH}/namespaces/{RAW_NS}/agentjobs/{name}/status"
+                (await admin.patch(url, content=json.dumps(body), headers=headers)).raise_for_status()
+                done += 1
+                i += 1
+
+        started = time.monotonic()
+        await asyncio.gather(*(one(s) for s in range(width)))
+        return done / (time.monotonic() - started)
+
+    parallel = await hammer(writers, seconds)
+    sequential = await hammer(1, seconds / 2)
+    await admin.delete(f"/api/v1/namespaces/{RAW_NS}")
+    return {"parallel": parallel, "sequential": sequential, "writers": writers}
+
+
+# 2. Runners --------------------------------------------------------------------------------------
+
+
+def create_pools(api: client.ApiClient, runners: int, concurrency: int) -> list[str]:
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NS)))
+    wait(lambda: core.read_namespaced_service_account("default", NS), 60, "the default ServiceAccount")
+    core.create_namespaced_secret(
+        NS, client.V1Secret(metadata=client.V1ObjectMeta(name="bench-key"), string_data={"api-key": "sk-bench"})
+    )
+    names = [f"pool-{i}" for i in range((runners + POOL_SIZE - 1) // POOL_SIZE)]
+    for i, name in enumerate(names):
+        spec = {
+            "provider": "anthropic",
+            "adapter": {"type": "claude-cli"},
+            "image": "ghcr.io/helmhive/runner:bench",
+            "credential": {"secretRef": {"name": "bench-key", "key": "api-key"}},
+            "placementLabels": {"domain": "code", "region": "eu"},
+            "capabilities": ["structured-output", "diff-review", "workspace-write"],
+            "concurrency": concurrency,
+            "replicas": min(POOL_SIZE, runners - i * POOL_SIZE),
+            # Long Leases: the runners' own write rate stays out of the routing figures.
+            "heartbeat": {"leaseDurationSeconds": 300, "renewIntervalSeconds": 60, "reportRefreshSeconds": 3600},
+        }
+        body = {"apiVersion": "helmhive.dev/v1alpha1", "kind": "RunnerPool", "metadata": {"name": name}, "spec": spec}
+        custom.create_namespaced_custom_object("helmhive.dev", "v1alpha1", NS, "runnerpools", body)
+    return names
+
+
+def mint_runners(api: client.ApiClient, count: int) -> list[SimRunner]:
+    core = client.CoreV1Api(api)
+    wait(lambda: len(core.list_namespaced_pod(NS).items) == count, 300, f"{count} pods")
+    out = []
+    for pod in sorted(core.list_namespaced_pod(NS).items, key=lambda p: p.metadata.name):
+        pool = pod.metadata.labels["helmhive.dev/pool"]
+        sa = f"helmhive-runner-{pool}"
+        wait(lambda sa=sa: core.read_namespaced_service_account(sa, NS), 60, f"ServiceAccount {sa}")
+        ref = client.V1BoundObjectReference(api_version="v1", kind="Pod", name=pod.metadata.name, uid=pod.metadata.uid)
+        request = client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(expiration_seconds=6 * 3600, bound_object_ref=ref)
+        )
+        token = core.create_namespaced_service_account_token(sa, NS, request).status.token
+        out.append(SimRunner(name=pod.metadata.name, pool=pool, token=token))
+    return out
+
+
+# 3. The burst ----------------------------------------------------------------------------------
+
+
+async def burst(admin: httpx.AsyncClient, *, jobs: int, limit: float) -> dict[str, Any]:  # noqa: PLR0915
+    """Create ``jobs`` AgentJobs and watch until every one is assigned (or the timeout)."""
+    created: dict[str, float] = {}
+    bound: dict[str, float] = {}
+    assigned: dict[str, float] = {}
+    runner_of: dict[str, str] = {}
+    waiting: set[str] = set()
+    listing = await admin.get(f"{GROUP_PATH}/namespaces/{NS}/agentjobs")
+    version = listing.json()["metadata"]["resourceVersion"]
+
+    async def watch() -> None:
+        nonlocal version
+        while len(assigned) < jobs:
+            params = {"watch": "1", "resourceVersion": version, "allowWatchBookmarks": "true", "timeoutSeconds": "60"}
+            async with admin.stream("GET", f"{GROUP_PATH}/namespaces/{NS}/agentjobs", params=params,
+                                    timeout=httpx.Timeout(90)) as stream:  # fmt: skip
+                async for line in stream.aiter_lines():
+                    if not line:
+                        continue
+                    event = json.loads(line)
+                    obj = event["object"]
+                    version = obj["metadata"].get("resourceVersion", version)
+                    if event["type"] == "BOOKMARK":
+                        continue
+                    name = obj["metadata"]["name"]
+                    status = obj.get("status") or {}
+                    now = time.monotonic()
+                    if status.get("profile") and name not in bound:
+                        bound[name] = now
+                    if status.get("assignment") and name not in assigned:
+                        assigned[name] = now
+                        runner_of[name] = status["assignment"]["runner"]
+                    reasons = {c.get("reason") for c in status.get("conditions") or []}
+                    if "WaitingForCapacity" in reasons:
+                        waiting.add(name)
+                    if len(assigned) >= jobs:
+                        return
+
+    watcher = asyncio.create_task(watch())
+    gate = asyncio.Semaphore(16)
+
+    async def create(name: str) -> None:
+        async with gate:
+            response = await admin.post(f"{GROUP_PATH}/namespaces/{NS}/agentjobs", json=job_body(name))
+            response.raise_for_status()
+            created[name] = time.monotonic()
+
+    started = time.monotonic()
+    await asyncio.gather(*(create(f"job-{i:05d}") for i in range(jobs)))
+    created_all = time.monotonic() - started
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(watcher, limit)
+    done = time.monotonic()
+    latency = [assigned[n] - created[n] for n in assigned if n in created]
+    bind = [bound[n] - created[n] for n in bound if n in created]
+    route = [assigned[n] - bound[n] for n in assigned if n in bound]
+    times = sorted(assigned.values())
+    steady = None
+    if len(times) >= 10:
+        lo, hi = times[len(times) // 10], times[(len(times) * 9) // 10]
+        steady = (len(times) * 8 // 10) / (hi - lo) if hi > lo else None
+    return {
+        "started": started,
+        "jobs": jobs,
+        "assigned": len(assigned),
+        "seen_waiting": len(waiting),
+        "create_seconds": created_all,
+        "wall_seconds": (max(times) - started) if times else done - started,
+        "jobs_per_second": len(assigned) / ((max(times) - started) if times else done - started),
+        "steady_jobs_per_second": steady,
+        "latency": {
+            "queue_to_assigned_p50": statistics.median(latency) if latency else None,
+            "queue_to_assigned_p95": pct(latency, 0.95) if latency else None,
+            "queue_to_assigned_max": max(latency) if latency else None,
+            "queue_to_bound_p50": statistics.median(bind) if bind else None,
+            "bound_to_assigned_p50": statistics.median(route) if route else None,
+            "bound_to_assigned_p95": pct(route, 0.95) if route else None,
+        },
+        "per_runner": Counter(runner_of.values()),
+    }
+
+
+# 5. decide_route alone ----------------------------------------------------------------------------
+
+
+def time_decide_route(runners: int, repeats: int = 200) -> dict[str, float]:
+    """Seconds per decide_route call for one job over ``runners`` runners (no I/O)."""
+    spec = ProfileSpec.model_validate(
+        {
+            "envelope": "implementation-probe",
+            "purpose": "bench",
+            "providerMappings": [
+                {"provider": "anthropic", "model": "opus-4", "fallbackModels": [MODEL]},
+                {"provider": "openai", "model": "gpt-5"},
+            ],
+            "requiredLabels": {"domain": "code"},
+        }
+    )
+    effective = decide_profile(profile=spec, envelope=ENVELOPES[JobKind.IMPLEMENTATION_PROBE]).effective
+    assert effective is not None
+    binding = ProfileBinding(name="bench", revision="bench-1", hash="sha256:0", snapshot=effective,
+                             bound_at=dt.datetime.now(dt.UTC))  # fmt: skip
+    views = [
+        RunnerView(
+            namespace=f"ns-{i % 10}",
+            name=f"runner-{i:04d}",
+            pool=f"pool-{i // 100}",
+            provider=("anthropic", "openai", "google")[i % 3],
+            schedulable=i % 17 != 0,
+            schedulable_reason="HeartbeatStale",
+            default_model=MODEL,
+            models=frozenset({MODEL, "haiku"} | ({"opus-4"} if i % 5 == 0 else set())),
+            capabilities=frozenset({"structured-output", "diff-review", "workspace-write"}),
+            labels={"domain": "code"} if i % 7 else {"domain": "docs"},
+            concurrency=4,
+            serves_namespace=i % 10 != 3,
+        )
+        for i in range(runners)
+    ]
+    active = {v.key: i % 5 for i, v in enumerate(views)}
+    job = RoutingJob(
+        namespace="ns-0",
+        name="j",
+        spec=AgentJobSpec.model_validate(
+            {"workspace": "shop", "jobKind": "implementation-probe", "request": {"title": "t", "prompt": "p"}}
+        ),
+    )
+    now = dt.datetime.now(dt.UTC)
+    decide_route(job=job, binding=binding, runners=views, active_jobs=active, now=now)
+    samples = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        decision = decide_route(job=job, binding=binding, runners=views, active_jobs=active, now=now)
+        samples.append(time.perf_counter() - started)
+    assert decision.routed
+    return {"runners": runners, "p50_ms": 1000 * statistics.median(samples), "p95_ms": 1000 * pct(samples, 0.95)}
+
+
+# Orchestration --------------------------------------------------------------------------------------
+
+
+def start_operator(kubeconfig: Path, workdir: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+    health, webhook = free_ports(2)
+    log = (workdir / "operator.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "helmhive", "operator", "run", "--kubeconfig", str(kubeconfig),
+         f"--liveness=http://127.0.0.1:{health}/healthz", "--webhook-addr=127.0.0.1", "--webhook-host=127.0.0.1",
+         f"--webhook-port={webhook}"],
+        stdout=log, stderr=subprocess.STDOUT,
+        env={**{k: v for k, v in os.environ.items() if k != "KUBECONFIG"}, **env},
+    )  # fmt: skip
+    return proc, f"http://127.0.0.1:{health}/healthz"
+
+
+async def run(  # noqa: PLR0915
+    args: argparse.Namespace, info: devcluster.ClusterInfo, layout: StateLayout, workdir: Path
+) -> dict[str, Any]:
+    api = config.new_client_from_config(config_file=str(info.kubeconfig))
+    admin_tls = client_tls(ca_file=info.ca_file, cert_file=layout.pki.cert("admin"), key_file=layout.pki.key("admin"))
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    result: dict[str, Any] = {"args": vars(args)}
+    async with (
+        httpx.AsyncClient(base_url=info.server, verify=admin_tls, limits=limits, timeout=60) as admin,
+        httpx.AsyncClient(
+            base_url=info.server, verify=client_tls(ca_file=info.ca_file), limits=limits, timeout=60
+        ) as http,  # fmt: skip
+    ):
+        print(f"raw status-patch rate for {args.raw_seconds:g} s ({args.writers} in flight) ...", flush=True)
+        result["raw"] = await raw_patch_rate(admin, seconds=args.raw_seconds, writers=args.writers)
+        print(f"  {result['raw']}", flush=True)
+        await asyncio.to_thread(
+            wait, lambda: client.CoreV1Api(api).list_namespace(field_selector=f"metadata.name={RAW_NS}").items == [],
+            180, "the scratch namespace to go",
+        )  # fmt: skip
+
+        env = {"HELMHIVE_ROUTING_QPS": str(args.qps), "HELMHIVE_ROUTING_BURST": str(args.burst)}
+        operator, health = start_operator(operator_kubeconfig(api, info, workdir / "operator.kubeconfig"), workdir, env)
+        try:
+            await asyncio.to_thread(wait, lambda: httpx.get(health, timeout=2).status_code == 200, 60, "liveness")
+            create_pools(api, args.runners, args.concurrency)
+            runners = await asyncio.to_thread(mint_runners, api, args.runners)
+            pools_url = f"{GROUP_PATH}/namespaces/{NS}/runnerpools"
+
+            async def generation() -> int:
+                pools = (await admin.get(pools_url)).json()["items"]
+                gens = [int((p.get("status") or {}).get("credentialGeneration") or 0) for p in pools]
+                return min(gens) if gens else 0
+
+            while await generation() < 1:  # noqa: ASYNC110
+                await asyncio.sleep(0.5)
+            fleet = RoutingFleet(http, NS, renew=60, lease=300, refresh=3600, concurrency=args.concurrency,
+                                 generation=await generation())  # fmt: skip
+            gate = asyncio.Semaphore(16)
+
+            async def register(r: SimRunner) -> None:
+                async with gate:
+                    await fleet.register(r)
+
+            started = time.monotonic()
+            await asyncio.gather(*(register(r) for r in runners))
+            beats = [asyncio.create_task(fleet.run(r)) for r in runners]
+
+            async def schedulable() -> int:
+                pools = (await admin.get(pools_url)).json()["items"]
+                return sum(int((p.get("status") or {}).get("schedulableRunners") or 0) for p in pools)
+
+            while await schedulable() < args.runners:  # noqa: ASYNC110
+                await asyncio.sleep(0.5)
+            print(f"{args.runners} runners schedulable after {time.monotonic() - started:.1f} s", flush=True)
+            profile = {
+                "apiVersion": "helmhive.dev/v1alpha1",
+                "kind": "Profile",
+                "metadata": {"name": "bench"},
+                "spec": {"envelope": "implementation-probe", "purpose": "bench",
+                         "providerMappings": [{"provider": "anthropic", "model": MODEL}]},
+            }  # fmt: skip
+            (await admin.post(f"{GROUP_PATH}/namespaces/{NS}/profiles", json=profile)).raise_for_status()
+
+            async def valid() -> bool:
+                obj = (await admin.get(f"{GROUP_PATH}/namespaces/{NS}/profiles/bench")).json()
+                conds = (obj.get("status") or {}).get("conditions") or []
+                return any(c["type"] == "Valid" and c["status"] == "True" for c in conds)
+
+            while not await valid():  # noqa: ASYNC110
+                await asyncio.sleep(0.5)
+            await asyncio.sleep(5)  # let registration audits and events settle before counting
+            writes_before = await write_counts(admin)
+            cpu_before = cpu_seconds(operator.pid)
+            rss_before = rss_kib(operator.pid)
+            print(f"creating {args.jobs} jobs ...", flush=True)
+            result["burst"] = await burst(admin, jobs=args.jobs, limit=args.timeout)
+            # Audits are written off the assignment path: count the writes once every one is there.
+            audits_url = f"{GROUP_PATH}/namespaces/{NS}/auditrecords"
+            selector = {"labelSelector": "helmhive.dev/audit-action=JobRouted"}
+            while len((await admin.get(audits_url, params=selector)).json()["items"]) < result["burst"]["assigned"]:  # noqa: ASYNC110
+                await asyncio.sleep(1)
+            result["burst"]["audits_done_seconds"] = time.monotonic() - result["burst"].pop("started")
+            await asyncio.sleep(2)  # the last records' Events
+            writes = await write_counts(admin) - writes_before
+            result["operator_cpu_seconds"] = cpu_seconds(operator.pid) - cpu_before
+            result["operator_rss_kib"] = {"before": rss_before[0], "after": rss_kib(operator.pid)[0],
+                                          "peak": rss_kib(operator.pid)[1]}  # fmt: skip
+            result["writes"] = dict(writes)
+            fleet.stop.set()
+            for task in beats:
+                task.cancel()
+            over = {r: n for r, n in result["burst"]["per_runner"].items() if n > args.concurrency}
+            result["over_committed_runners"] = over
+            result["burst"]["per_runner"] = {
+                "runners_used": len(result["burst"]["per_runner"]),
+                "max_jobs_on_one_runner": max(result["burst"]["per_runner"].values(), default=0),
+            }
+        finally:
+            operator.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                operator.wait(timeout=30)
+    result["decide_route"] = [time_decide_route(n) for n in (200, 1000)]
+    return result
+
+
+def render(result: dict[str, Any]) -> str:
+    args, raw, b, writes = result["args"], result["raw"], result["burst"], Counter(result["writes"])
+    jobs = max(1, b["assigned"])
+    fleet_writes = writes["leases"] + writes["runners/status"] + writes["runners"]
+    writes["agentjobs"] -= b["jobs"]  # the client's own creates
+    runner_side = ("leases", "runners", "runners/status")
+    per_job = {k: v / jobs for k, v in sorted(writes.items()) if k not in runner_side and v / jobs >= 0.005}
+    operator_writes = sum(v for k, v in writes.items() if k not in runner_side)
+    lat = b["latency"]
+    rss = result["operator_rss_kib"]
+    lines = [
+        f"{b['jobs']} jobs over {args['runners']} runners x {args['concurrency']} slots; operator QPS "
+        f"{args['qps']:g} burst {args['burst']}",
+        f"raw status patches by a plain client: {raw['parallel']:.0f}/s with {raw['writers']} in flight, "
+        f"{raw['sequential']:.0f}/s one at a time",
+        f"assigned {b['assigned']}/{b['jobs']} in {b['wall_seconds']:.1f} s from the first create "
+        f"(creates took {b['create_seconds']:.1f} s); {b['seen_waiting']} seen waiting for capacity; "
+        f"every JobRouted audit record written after {b['audits_done_seconds']:.1f} s",
+        f"jobs routed per second: {b['jobs_per_second']:.1f} overall, "
+        f"{(b['steady_jobs_per_second'] or 0):.1f} between 10% and 90% assigned",
+        f"routing throughput / raw patch rate: {b['jobs_per_second'] / raw['parallel']:.3f} "
+        f"(one status write per job at {args['qps']:g} QPS shared with audit records and events)",
+        "queue-to-assigned latency: p50 {queue_to_assigned_p50:.2f} s, p95 {queue_to_assigned_p95:.2f} s, "
+        "max {queue_to_assigned_max:.2f} s (queue step p50 {queue_to_bound_p50:.2f} s; bound-to-assigned "
+        "p50 {bound_to_assigned_p50:.2f} s, p95 {bound_to_assigned_p95:.2f} s)".format(**lat),
+        f"API mutating calls per job, all writers except the runners' own: {operator_writes / jobs:.2f} "
+        f"(+1 create by the client); by resource: " + ", ".join(f"{k} {v:.2f}" for k, v in per_job.items()),
+        f"runner writes during the burst (Leases, reports): {fleet_writes}",
+        f"operator: CPU {result['operator_cpu_seconds']:.1f} s; RSS {rss['before'] / 1024:.0f} MiB before, "
+        f"{rss['after'] / 1024:.0f} MiB after, peak {rss['peak'] / 1024:.0f} MiB",
+        f"runners over their concurrency: {len(result['over_committed_runners'])} "
+        f"(max jobs on one runner {b['per_runner']['max_jobs_on_one_runner']}, "
+        f"runners used {b['per_runner']['runners_used']})",
+    ]
+    for timing in result["decide_route"]:
+        lines.append(
+            f"decide_route alone, {timing['runners']} runners: "
+            f"p50 {timing['p50_ms']:.2f} ms, p95 {timing['p95_ms']:.2f} ms"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--runners", type=int, default=200)
+    parser.add_argument("--concurrency", type=int, default=10, help="slots per runner (pool and report)")
+    parser.add_argument("--qps", type=float, default=50.0, help="the operator's HELMHIVE_ROUTING_QPS")
+    parser.add_argument("--burst", type=int, default=100, help="the operator's HELMHIVE_ROUTING_BURST")
+    parser.add_argument("--writers", type=int, default=8, help="requests in flight for the raw patch rate")
+    parser.add_argument("--raw-seconds", type=float, default=20.0)
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for every assignment")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--decide-only", action="store_true", help="only time decide_route (no cluster)")
+    args = parser.parse_args()
+    if args.decide_only:
+        for n in (200, 1000):
+            print(time_decide_route(n))
+        return
+    workdir = Path(tempfile.mkdtemp(prefix="helmhive-bench-routing-"))
+    with (workdir / "build.log").open("a") as log:
+        binaries = ensure_binaries(log=log)
+    layout = StateLayout(workdir / "cluster")
+    info = devcluster.start(binaries, layout.root, tie_to_parent=True)
+    try:
+        install(config.new_client_from_config(config_file=str(info.kubeconfig)))
+        apiserver = read_record(layout.pids, "kube-apiserver")
+        assert apiserver is not None
+        result = asyncio.run(run(args, info, layout, workdir))
+        print()
+        print(render(result))
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    finally:
+        devcluster.stop(layout.root)
+        print(f"(work directory {workdir})")
+
+
+if __name__ == "__main__":
+    main()
