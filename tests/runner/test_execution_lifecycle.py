@@ -96,3 +96,16 @@ def test_a_job_running_when_its_runner_died_is_runner_lost(execution: ExecutionR
     retry = decide_job_retry(job=job)
     assert retry is not None and retry.retry  # read-only: the operator may run it once more
     assert again.popen.poll() is None
+
+
+def test_a_job_still_running_when_the_runner_stops_is_interrupted(execution: ExecutionRig) -> None:
+    runner = execution.start_runner()  # shutdown grace: 5 s (the rig's pod environment)
+    execution.create_job("unlucky", runner=runner, prompt=STALL, timeout=300)
+    execution.wait_running("unlucky")
+    runner.proc.terminate()  # SIGTERM: the job gets the grace, then its turn is cancelled
+    assert runner.proc.wait(timeout=60) == 0
+    job = execution.job("unlucky")
+    _ended(job, "Interrupted")
+    assert runner.methods().count("session/cancel") == 1
+    retry = decide_job_retry(job=job)
+    assert retry is not None and retry.retry  # nothing was written: the operator may run it again
