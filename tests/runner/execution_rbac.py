@@ -1,39 +1,33 @@
-"""The runner's execution RBAC and admission policy, read from ``docs/execution.md``.
+"""The runner's execution RBAC and admission policy, from the same builders the operator installs.
 
-The page holds the exact Role rules and ValidatingAdmissionPolicy the runner needs beyond the
-contract; the tests create exactly those objects from it, so the page and the tests cannot drift.
+The tests create exactly what :func:`helmhive.policy.runnerpool.build_role` and
+:func:`helmhive.deploy.runner_execution.build_runner_execution_policy` build, and
+``tests/unit/test_execution_docs.py`` checks that ``docs/execution.md`` shows the same.
 """
 
 from __future__ import annotations
 
 import copy
-import re
-from functools import cache
-from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "execution.md"
-
-
-@cache
-def _block(marker: str) -> tuple[Any, ...]:
-    text = DOC.read_text(encoding="utf-8")
-    match = re.search(rf"<!-- {re.escape(marker)} -->\s*```yaml\n(.*?)\n```", text, re.DOTALL)
-    assert match, f"docs/execution.md has no yaml block after <!-- {marker} -->"
-    return tuple(yaml.safe_load_all(match.group(1)))
+from helmhive.deploy.runner_execution import build_runner_execution_policy
+from helmhive.policy.runnerpool import EXECUTION_ROLE_RULES, sessions_secret_names
 
 
 def execution_role_rules(pool: str) -> list[dict[str, Any]]:
-    """The Role rules of ``docs/execution.md`` for pool ``pool`` (replicas 0 and 1)."""
-    (rules,) = _block("execution-role-rules")
-    out = copy.deepcopy(rules)
-    for rule in out:
-        if "resourceNames" in rule:
-            rule["resourceNames"] = [name.replace("POOL", pool) for name in rule["resourceNames"]]
-    return list(out)
+    """The execution rules of pool ``pool``'s Role (two replicas' sessions Secrets)."""
+    rules = [copy.deepcopy(dict(rule)) for rule in EXECUTION_ROLE_RULES]
+    rules.append(
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": sessions_secret_names(pool, 2),
+            "verbs": ["get", "patch"],
+        }
+    )
+    return rules
 
 
 def as_policy_rules(rules: list[dict[str, Any]]) -> list[client.V1PolicyRule]:
@@ -49,8 +43,8 @@ def as_policy_rules(rules: list[dict[str, Any]]) -> list[client.V1PolicyRule]:
 
 
 def execution_admission_policy(*, name: str, namespace: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The policy and binding of ``docs/execution.md``, renamed ``name`` and bound to ``namespace`` only."""
-    policy, binding = copy.deepcopy(_block("execution-admission-policy"))
+    """The execution policy and binding, renamed ``name`` and bound to ``namespace`` only."""
+    policy, binding = copy.deepcopy(build_runner_execution_policy())
     policy["metadata"]["name"] = name
     binding["metadata"]["name"] = name
     binding["spec"]["policyName"] = name

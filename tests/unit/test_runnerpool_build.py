@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from helmhive.deploy.manifests import (
 )
 from helmhive.policy.credentials import build_credential_hash, decide_credential
 from helmhive.policy.runnerpool import (
+    EXECUTION_ROLE_RULES,
     GENERATION_ANNOTATION,
     MAX_POOL_NAME,
     RUNNER_ROLE_RULES,
@@ -52,12 +54,12 @@ def spec(wire: dict[str, Any] = SECRET_SPEC, **changes: Any) -> RunnerPoolSpec:
     return RunnerPoolSpec.model_validate({**wire, **changes})
 
 
-def by_kind(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def by_kind(objects: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {o["kind"]: o for o in objects}
 
 
 def test_names_labels_and_owner_references_follow_the_contract() -> None:
-    objects = by_kind(build_pool_objects(POOL, spec(), credential_generation=1))
+    objects = by_kind(o for o in build_pool_objects(POOL, spec(), credential_generation=1) if o["kind"] != "Secret")
     assert set(objects) == {
         "ServiceAccount",
         "Role",
@@ -108,8 +110,19 @@ def test_role_is_exactly_the_contract_and_binds_the_pool_service_account() -> No
             "verbs": ["get", "create", "update", "patch", "delete"],
         },
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+        *[dict(rule) for rule in EXECUTION_ROLE_RULES],
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": [f"helmhive-sessions-claude-{i}" for i in range(spec().replicas)],
+            "verbs": ["get", "patch"],
+        },
     ]
     assert not any("secrets" in r["resources"] or "pods" in r["resources"] for r in RUNNER_ROLE_RULES)
+    assert not any("secrets" in r["resources"] or "pods" in r["resources"] for r in EXECUTION_ROLE_RULES)
+    secrets = [o for o in build_pool_objects(POOL, spec(), credential_generation=1) if o["kind"] == "Secret"]
+    assert [o["metadata"]["name"] for o in secrets] == [f"helmhive-sessions-claude-{i}" for i in range(spec().replicas)]
+    assert all("data" not in o and "stringData" not in o for o in secrets)
     binding = objects["RoleBinding"]
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
@@ -135,7 +148,7 @@ def test_the_operator_holds_every_permission_it_grants_runners() -> None:
             for r in rules
         )
 
-    for rule in RUNNER_ROLE_RULES:
+    for rule in (*RUNNER_ROLE_RULES, *EXECUTION_ROLE_RULES):
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 for verb in rule["verbs"]:

@@ -47,6 +47,7 @@ _APPLY = "application/apply-patch+yaml"
 _BUILTIN_KINDS: dict[tuple[str, str], tuple[str, str]] = {
     ("v1", "ServiceAccount"): ("core", "service_account"),
     ("v1", "ConfigMap"): ("core", "config_map"),
+    ("v1", "Secret"): ("core", "secret"),
     ("rbac.authorization.k8s.io/v1", "Role"): ("rbac", "role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): ("rbac", "role_binding"),
     ("apps/v1", "StatefulSet"): ("apps", "stateful_set"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from helmhive.api.kinds import GROUP
+from helmhive.deploy.runner_execution import build_runner_execution_policy
 from helmhive.policy.runnerpool import RUNNER_NAME_PREFIX
 
 __all__ = [
@@ -278,4 +279,5 @@ def build_install_manifests(identity: OperatorIdentity) -> list[dict[str, Any]]:
         *build_operator_rbac(identity),
         *build_envelope_policy(identity),
         *build_runner_identity_policy(),
+        *build_runner_execution_policy(),
     ]

@@ -21,10 +21,12 @@ from helmhive.api.runner import AdapterType, RunnerPoolSpec
 __all__ = [
     "CONFIG_PATH",
     "CREDENTIAL_DIR",
+    "EXECUTION_ROLE_RULES",
     "GENERATION_ANNOTATION",
     "MAX_POOL_NAME",
     "RUNNER_NAME_PREFIX",
     "RUNNER_ROLE_RULES",
+    "SESSIONS_SECRET_PREFIX",
     "PoolRef",
     "build_config_map",
     "build_network_policy",
@@ -36,10 +38,12 @@ __all__ = [
     "build_role_binding",
     "build_runner_config",
     "build_service_account",
+    "build_sessions_secret",
     "build_stateful_set",
     "decide_pool_name_problem",
     "decide_pruned_objects",
     "runner_resource_name",
+    "sessions_secret_names",
 ]
 
 GENERATION_ANNOTATION = "helmhive.dev/credential-generation"
@@ -65,7 +69,25 @@ RUNNER_ROLE_RULES: tuple[dict[str, Any], ...] = (
     },
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
 )
-"""Everything a runner may do, in its own namespace; nothing more (no Secrets, no Pods)."""
+"""What a runner needs to register, heartbeat and report, in its own namespace (no Secrets, no Pods)."""
+
+EXECUTION_ROLE_RULES: tuple[dict[str, Any], ...] = (
+    {"apiGroups": [GROUP], "resources": ["agentjobs"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [GROUP], "resources": ["agentjobs/status"], "verbs": ["get", "patch"]},
+    {"apiGroups": [GROUP], "resources": ["memoryrecords"], "verbs": ["get"]},
+    {"apiGroups": [GROUP], "resources": ["sessionbindings"], "verbs": ["get", "create"]},
+    {"apiGroups": [GROUP], "resources": ["sessionbindings/status"], "verbs": ["get", "patch"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+)
+"""What a runner needs to run its jobs. Each pod's writes are narrowed further by the
+``helmhive-runner-execution`` admission policy (its own jobs, bindings, Secret, artifacts)."""
+
+SESSIONS_SECRET_PREFIX = "helmhive-sessions-"
+
+
+def sessions_secret_names(pool: str, replicas: int) -> list[str]:
+    """The per-pod Secrets in which a pool's runners keep native session ids."""
+    return [f"{SESSIONS_SECRET_PREFIX}{pool}-{i}" for i in range(replicas)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,13 +147,30 @@ def build_service_account(pool: PoolRef) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(pool, runner_resource_name(pool.name))}
 
 
-def build_role(pool: PoolRef) -> dict[str, Any]:
+def build_role(pool: PoolRef, *, replicas: int) -> dict[str, Any]:
+    """The runner's Role: register, heartbeat, report, run jobs, and its pods' sessions Secrets by name.
+
+    RBAC cannot limit ``create`` by name, so runners cannot create Secrets at all; the operator
+    creates each empty ``helmhive-sessions-<pod>`` (:func:`build_sessions_secret`).
+    """
+    rules = [dict(rule) for rule in (*RUNNER_ROLE_RULES, *EXECUTION_ROLE_RULES)]
+    names = sessions_secret_names(pool.name, replicas)
+    if names:
+        rules.append({"apiGroups": [""], "resources": ["secrets"], "resourceNames": names, "verbs": ["get", "patch"]})
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
         "metadata": _meta(pool, runner_resource_name(pool.name)),
-        "rules": [dict(rule) for rule in RUNNER_ROLE_RULES],
+        "rules": rules,
     }
+
+
+def build_sessions_secret(pool: PoolRef, index: int) -> dict[str, Any]:
+    """The empty Secret in which runner pod ``<pool>-<index>`` keeps its native session ids."""
+    name = f"{pool.name}-{index}"
+    meta = _meta(pool, f"{SESSIONS_SECRET_PREFIX}{name}")
+    meta["labels"] = {**meta["labels"], "helmhive.dev/runner": name}
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": meta}
 
 
 def build_role_binding(pool: PoolRef) -> dict[str, Any]:
@@ -337,12 +376,13 @@ def build_pool_objects(pool: PoolRef, spec: RunnerPoolSpec, *, credential_genera
     """Every object the pool owns, in apply order (identity and RBAC before the pods)."""
     objects = [
         build_service_account(pool),
-        build_role(pool),
+        build_role(pool, replicas=spec.replicas),
         build_role_binding(pool),
         build_config_map(pool, spec),
         build_network_policy(pool),
         build_stateful_set(pool, spec, credential_generation=credential_generation),
     ]
+    objects += [build_sessions_secret(pool, i) for i in range(spec.replicas)]
     pdb = build_pod_disruption_budget(pool, spec)
     return [*objects, pdb] if pdb is not None else objects
 
