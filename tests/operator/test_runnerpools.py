@@ -14,7 +14,7 @@ from harness.kube import IdentityFactory, Kube
 from harness.kubectl import Kubectl
 from harness.operator import OperatorProcess
 from harness.wait import wait_for
-from helmhive.policy.runnerpool import RUNNER_ROLE_RULES
+from helmhive.policy.runnerpool import PoolRef, build_role
 
 OWNED = [
     ("ServiceAccount", "helmhive-runner-claude"),
@@ -34,6 +34,8 @@ def read(kube: Kube, kind: str, name: str, namespace: str) -> dict[str, Any]:
             api, fn = kube.core, "read_namespaced_service_account"
         case "ConfigMap":
             api, fn = kube.core, "read_namespaced_config_map"
+        case "Secret":
+            api, fn = kube.core, "read_namespaced_secret"
         case "Role":
             api, fn = kube.rbac, "read_namespaced_role"
         case "RoleBinding":
@@ -71,9 +73,14 @@ def test_a_pool_creates_its_objects_owned_by_it(
         ], kind
         assert obj["metadata"]["labels"]["helmhive.dev/pool"] == "claude"
 
-    assert objects["Role"]["rules"] == [{k: v for k, v in rule.items() if v} for rule in RUNNER_ROLE_RULES], (
-        "the runner Role is exactly the contract"
+    expected_role = build_role(PoolRef(name="claude", namespace=namespace, uid=uid), replicas=2)
+    assert objects["Role"]["rules"] == [{k: v for k, v in rule.items() if v} for rule in expected_role["rules"]], (
+        "the runner Role is exactly the contract plus execution"
     )
+    for index in (0, 1):
+        secret = wait_for(lambda i=index: read(kube, "Secret", f"helmhive-sessions-claude-{i}", namespace), timeout=30)
+        assert secret["metadata"]["ownerReferences"][0]["uid"] == uid
+        assert not secret.get("data")
     policy = objects["NetworkPolicy"]["spec"]
     assert policy["policyTypes"] == ["Ingress", "Egress"]
     assert not policy.get("ingress"), "default-deny ingress"
