@@ -151,14 +151,20 @@ class OperatorProcess:
         return records
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def operator(
     cluster: ClusterHandle,
     api_client: client.ApiClient,
     helmhive_install: OperatorIdentity,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
-    """The real operator, running as its own ServiceAccount, for the whole session."""
+    """The real operator, running as its own ServiceAccount, for the test module that uses it.
+
+    Tests elsewhere (the runner's) play the operator's part themselves, so the operator is
+    stopped when its module ends (``tests/operator`` cannot be a package: it would shadow the
+    standard library's ``operator``), and its webhook configurations are removed with it: their
+    ``failurePolicy: Fail`` would otherwise refuse every Profile write once it is gone.
+    """
     core = client.CoreV1Api(api_client)
     token = mint_token(core, helmhive_install.namespace, helmhive_install.service_account, expiration_seconds=6 * 3600)
     workdir = tmp_path_factory.mktemp("operator")
@@ -179,3 +185,13 @@ def operator(
         yield handle
     finally:
         handle.stop()
+        admission = client.AdmissionregistrationV1Api(api_client)
+        for delete in (
+            admission.delete_validating_webhook_configuration,
+            admission.delete_mutating_webhook_configuration,
+        ):
+            try:
+                delete("helmhive.dev")
+            except client.ApiException as err:
+                if err.status != 404:
+                    raise
