@@ -12,7 +12,9 @@ from helmhive.devcluster import cluster
 from helmhive.devcluster.build import BuildError, ensure_binaries
 from helmhive.devcluster.demo import DemoError, Kubectl, ensure_installed, ensure_operator, example_documents
 from helmhive.devcluster.demo import stop_operator as stop_demo_operator
+from helmhive.devcluster.demo_manifests import DEMO_JOB, DEMO_POOL, build_demo_documents
 from helmhive.devcluster.flags import default_state_dir
+from helmhive.devcluster.localpod import LocalPodError, run_pod, stop_pod
 
 
 def _say(text: str) -> None:
@@ -29,6 +31,7 @@ def run(
     """Run Helmhive end to end on a local control plane with the embedded examples."""
     state = state_dir or default_state_dir()
     if stop:
+        stop_pod(name=f"{DEMO_POOL}-0", namespace=namespace, state_dir=state)
         stopped = stop_demo_operator(state)
         names = cluster.stop(state)
         typer.echo(f"stopped operator: {stopped}; stopped components: {', '.join(names) or 'none'}")
@@ -50,12 +53,39 @@ def run(
         _say(f"applying the examples into namespace {namespace}")
         kubectl.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}])
         typer.echo(kubectl.apply([doc for _, doc in example_documents()], namespace=namespace), err=True)
-    except (BuildError, cluster.ClusterError, DemoError) as err:
+        _say("adding a reference runner pool (helmhive-reference-agent: deterministic, not a model)")
+        demo_docs = build_demo_documents()
+        setup = [d for d in demo_docs if d["kind"] != "AgentJob"]
+        typer.echo(kubectl.apply(setup, namespace=namespace), err=True)
+        pod = f"{DEMO_POOL}-0"
+        kubectl.wait_for(f"pod/{pod}", "create", namespace=namespace)
+        _say(f"running pod {pod} locally, as a kubelet would (the local cluster has none)")
+        local = run_pod(name=pod, namespace=namespace, admin_kubeconfig=info.kubeconfig, state_dir=state)
+        typer.echo(f"{pod}: pid {local.record.pid}; log {local.root / 'container.log'}", err=True)
+        kubectl.wait_for(f"runner/{pod}", "create", namespace=namespace)
+        kubectl.wait_for(f"runner/{pod}", "condition=Schedulable", namespace=namespace, timeout=90)
+        _say(f"submitting job {DEMO_JOB} and waiting for it to finish")
+        typer.echo(kubectl.apply([d for d in demo_docs if d["kind"] == "AgentJob"], namespace=namespace), err=True)
+        kubectl.wait_for(f"agentjob/{DEMO_JOB}", "condition=Succeeded", namespace=namespace, timeout=180)
+    except (BuildError, cluster.ClusterError, DemoError, LocalPodError) as err:
         typer.secho(f"demo failed: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from None
     _say("kubectl get envelopes")
     typer.echo(kubectl.run("get", "envelopes"))
     _say(f"kubectl get helmhive -n {namespace}")
     typer.echo(kubectl.run("get", "helmhive", "-n", namespace))
+    _say(f"what {DEMO_JOB} answered, and why check-anthropic-login did not run")
+    typer.echo(kubectl.run("get", "agentjob", DEMO_JOB, "-n", namespace, "-o", "jsonpath={.status.result.summary}"))
+    typer.echo(
+        kubectl.run(
+            "get",
+            "agentjob",
+            "check-anthropic-login",
+            "-n",
+            namespace,
+            "-o",
+            'jsonpath={range .status.conditions[?(@.type=="Routed")]}{.reason}: {.message}{end}',
+        )
+    )
     _say("try it yourself")
     typer.echo(f'eval "$(helmhive dev cluster env --state-dir {state})"\nkubectl get helmhive -n {namespace}')

@@ -156,3 +156,36 @@ def env(state_dir: StateDirOption = None) -> None:
         raise typer.Exit(1)
     typer.echo(f"export KUBECONFIG={shlex.quote(str(info.kubeconfig))}")
     typer.echo(f'export PATH={shlex.quote(str(info.kubectl.parent))}:"$PATH"')
+
+
+@app.command("run-pod")
+def run_pod_cmd(
+    name: Annotated[str, typer.Argument(help="A runner pod (Pending: the local cluster has no kubelet).")],
+    namespace: Annotated[str, typer.Option("--namespace", "-n")] = "default",
+    state_dir: StateDirOption = None,
+) -> None:
+    """Run a runner pod's container as a local process, with the pod's identity, env and volumes."""
+    from helmhive.devcluster.localpod import LocalPodError, run_pod  # noqa: PLC0415 - only this command needs it
+
+    layout = StateLayout(state_dir or default_state_dir())
+    try:
+        pod = run_pod(name=name, namespace=namespace, admin_kubeconfig=layout.admin_kubeconfig, state_dir=layout.root)
+    except (LocalPodError, OSError) as err:
+        _err(f"cannot run pod {namespace}/{name}: {err}")
+        raise typer.Exit(1) from None
+    state = "already running" if pod.reused else "started"
+    typer.echo(f"{namespace}/{name}: {state} as pid {pod.record.pid}; log {pod.root / 'container.log'}")
+
+
+@app.command("stop-pod")
+def stop_pod_cmd(
+    name: Annotated[str, typer.Argument()],
+    namespace: Annotated[str, typer.Option("--namespace", "-n")] = "default",
+    state_dir: StateDirOption = None,
+) -> None:
+    """Stop a pod started by run-pod (SIGTERM, then SIGKILL after 60 s)."""
+    from helmhive.devcluster.localpod import stop_pod  # noqa: PLC0415
+
+    layout = StateLayout(state_dir or default_state_dir())
+    stopped = stop_pod(name=name, namespace=namespace, state_dir=layout.root)
+    typer.echo(f"{namespace}/{name}: {'stopped' if stopped else 'was not running'}")

@@ -41,18 +41,22 @@ class Kubectl:
     binary: Path
     kubeconfig: Path
 
-    def run(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+    def run(self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 120) -> str:
         proc = subprocess.run(
             [str(self.binary), f"--kubeconfig={self.kubeconfig}", *args],
             input=stdin,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=timeout,
             check=False,
         )
         if check and proc.returncode != 0:
             raise DemoError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()[-2000:]}")
         return proc.stdout
+
+    def wait_for(self, target: str, condition: str, *, namespace: str, timeout: int = 60) -> None:
+        """``kubectl wait`` (which also waits for the object to exist), failing with its message."""
+        self.run("wait", "-n", namespace, f"--for={condition}", f"--timeout={timeout}s", target, timeout=timeout + 30)
 
     def apply(self, docs: Iterable[dict[str, Any]], *, namespace: str | None = None) -> str:
         stream = yaml.safe_dump_all(list(docs), sort_keys=False)
