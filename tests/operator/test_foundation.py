@@ -86,11 +86,18 @@ def test_an_edited_envelope_is_restored_and_the_restoration_logged(
         return bool(obj["spec"] == ENVELOPES[next(k for k in ENVELOPES if k.value == "change-review")].to_wire())
 
     wait_for(restored, timeout=15, describe="the operator to restore envelope change-review")
-    messages = [r.get("message", "") for r in operator.log_records()]
-    assert any("restored envelope change-review" in m and "filesystem" in m for m in messages)
-    audits = kube.custom.list_namespaced_custom_object(GROUP, VERSION, "helmhive-system", "auditrecords")["items"]
-    restored_audits = [a for a in audits if a["spec"]["action"] == "EnvelopeRestored"]
-    assert any(a["spec"]["object"]["name"] == "change-review" for a in restored_audits)
+    def restoration_logged() -> bool:
+        messages = [r.get("message", "") for r in operator.log_records()]
+        return any("restored envelope change-review" in m and "filesystem" in m for m in messages)
+
+    wait_for(restoration_logged, timeout=10, describe="the restoration in the operator's log")
+
+    def restoration_audited() -> list[dict[str, Any]]:
+        audits = kube.custom.list_namespaced_custom_object(GROUP, VERSION, "helmhive-system", "auditrecords")["items"]
+        found = [a for a in audits if a["spec"]["action"] == "EnvelopeRestored"]
+        return found if any(a["spec"]["object"]["name"] == "change-review" for a in found) else []
+
+    restored_audits = wait_for(restoration_audited, timeout=10, describe="an EnvelopeRestored audit record")
     assert all(a["spec"]["object"]["kind"] == "Envelope" for a in restored_audits)
 
     kube.custom.delete_cluster_custom_object(GROUP, VERSION, "envelopes", "review-probe")

@@ -347,3 +347,30 @@ def test_pool_counts() -> None:
     assert counts.to_wire() == {"desiredReplicas": 5, "readyReplicas": 2, "schedulableRunners": 1}
     assert not counts.differs_from({"desiredReplicas": 5, "readyReplicas": 2, "schedulableRunners": 1, "x": 1})
     assert counts.differs_from({"desiredReplicas": 5, "readyReplicas": 1, "schedulableRunners": 1})
+
+
+def test_models_summary_puts_the_default_first_and_stays_bounded() -> None:
+    from helmhive.api.runner import ModelCatalogue, ModelEntry, RunnerReport
+    from helmhive.policy.runners import summarise_models
+
+    base = RunnerReport.model_validate(
+        {
+            "provider": "p",
+            "adapter": {"type": "acp", "name": "a", "version": "1"},
+            "authentication": {"state": "Authenticated"},
+            "environmentFingerprint": "x",
+            "podName": "p-0",
+            "reportedAt": "2026-01-01T00:00:00Z",
+        }
+    )
+    two = base.model_copy(
+        update={"catalogue": ModelCatalogue(default="b", models=[ModelEntry(id="a"), ModelEntry(id="b")])}
+    )
+    assert summarise_models(two) == "b,a"
+    many = base.model_copy(
+        update={"catalogue": ModelCatalogue(models=[ModelEntry(id=f"model-{i:03d}") for i in range(64)])}
+    )
+    text = summarise_models(many)
+    assert len(text) <= 256
+    assert text.startswith("model-000,") and text.endswith(",+40")
+    assert summarise_models(None) == ""

@@ -187,7 +187,7 @@ KINDS: tuple[KindDef, ...] = (
             PrinterColumn(name="Status", json_path=".status.reportedStatus"),
             PrinterColumn(name="Auth", json_path=".status.report.authentication.state", priority=1),
             PrinterColumn(name="Provider", json_path=".status.report.provider"),
-            PrinterColumn(name="Models", json_path=".status.report.catalogue.models[*].id"),
+            PrinterColumn(name="Models", json_path=".status.models"),
             PrinterColumn(name="Default", json_path=".status.report.catalogue.default", priority=1),
             PrinterColumn(name="Jobs", json_path=".status.report.activeJobs", type="integer", priority=1),
             _cond("Schedulable", "Schedulable"),

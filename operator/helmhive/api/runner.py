@@ -229,3 +229,5 @@ class RunnerStatus(StatusBase):
     """The Lease's renewTime when the operator last wrote this status (the Lease is the live heartbeat)."""
     registered_at: dt.datetime | None = None
     """The registration (``report.registeredAt``) the operator has audited; a differing report is a new one."""
+    models: Annotated[str, Field(max_length=256)] | None = None
+    """The advertised model ids, default first, for ``kubectl get runners`` (derived from the report)."""

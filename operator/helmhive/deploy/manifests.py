@@ -145,6 +145,7 @@ _OPERATOR_RUNNER_FIELDS = (
     "effectiveControlState",
     "lastHeartbeatTime",
     "registeredAt",
+    "models",
     "observedGeneration",
 )
 

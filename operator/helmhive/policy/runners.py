@@ -272,11 +272,14 @@ def build_runner_status(
         )
         conditions, changed = update.conditions, changed or update.changed
     registered = _registration(observed, observed.report)
+    models = summarise_models(observed.report)
     status: dict[str, Any] = {
         "reportedStatus": derived.reported_status.value,
         "effectiveControlState": derived.effective_control_state.value,
         "conditions": conditions,
     }
+    if models:
+        status["models"] = models
     if generation is not None:
         status["observedGeneration"] = generation
     if derived.heartbeat_time is not None:
@@ -289,8 +292,23 @@ def build_runner_status(
         or observed.effective_control_state != derived.effective_control_state
         or observed.observed_generation != generation
         or observed.registered_at != registered
+        or (observed.models or "") != models
     )
     return RunnerStatusUpdate(status=status, changed=changed)
+
+
+def summarise_models(report: RunnerReport | None, *, limit: int = 256) -> str:
+    """The advertised model ids for the printer column, default first, bounded to ``limit``."""
+    if report is None:
+        return ""
+    ids = [m.id for m in report.catalogue.models]
+    default = report.catalogue.default
+    ordered = ([default] if default else []) + [i for i in ids if i != default]
+    text = ",".join(ordered)
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 8].rsplit(",", 1)[0]
+    return f"{cut},+{len(ordered) - len(cut.split(','))}"
 
 
 @dataclass(frozen=True, kw_only=True)
