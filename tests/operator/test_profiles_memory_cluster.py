@@ -167,6 +167,8 @@ def test_a_job_keeps_its_profile_snapshot_when_the_profile_changes(
         return (_get(kube, namespace, "agentjobs", "review-1").get("status") or {}).get("profile")
 
     binding = wait_for(bound, timeout=30, describe="the job's profile binding")
+    ready = wait_for(_condition_is(kube, namespace, "workspaces", "payments", "Ready", "True"), timeout=40)
+    assert ready["message"] == "1 active profiles resolve"
     assert binding["snapshot"]["instructions"] == "Look for bugs."
     kubectl(
         "patch",

@@ -16,7 +16,7 @@ from typing import Any
 
 import kopf
 
-from helmhive.controller import envelopes, jobs, memory, profiles, routing, runnerpools, runners
+from helmhive.controller import envelopes, jobs, memory, profiles, routing, runnerpools, runners, workspaces
 from helmhive.controller.audit import patch_audit_retention
 from helmhive.controller.kube import API_CONNECTIONS, Kube, load_api_client
 from helmhive.controller.runtime import OperatorConfig, Runtime
@@ -83,6 +83,7 @@ def register_handlers(runtime: Runtime) -> None:
     profiles.register(runtime, operator_username=runtime.config.username)
     memory.register(runtime)
     jobs.register(runtime)
+    workspaces.register(runtime)
     routing.register(runtime)
 
 

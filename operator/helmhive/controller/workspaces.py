@@ -1,0 +1,68 @@
+"""Workspaces: the ``Ready`` condition says whether every active profile resolves.
+
+Re-checked on every change of the workspace and every 30 seconds, since the profiles it
+names change on their own; the status is patched only when the verdict changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from helmhive.api.kinds import kind_by_name
+from helmhive.api.memory import WorkspaceSpec
+from helmhive.api.reasons import ConditionType, Reason
+from helmhive.controller.runtime import Runtime
+from helmhive.policy.conditions import set_condition
+from helmhive.policy.workspaces import WorkspaceVerdict, decide_workspace
+
+__all__ = ["register"]
+
+WORKSPACE = kind_by_name("Workspace")
+PROFILE = kind_by_name("Profile")
+
+
+async def reconcile_workspace(runtime: Runtime, body: kopf.Body) -> None:
+    meta = body["metadata"]
+    status = dict(body.get("status") or {})
+    try:
+        spec = WorkspaceSpec.model_validate(dict(body.get("spec") or {}))
+    except ValidationError as err:
+        verdict = WorkspaceVerdict(
+            ready=False, reason=Reason.INVALID_SPEC, message=str(err.errors()[0]["msg"]), unresolved=[]
+        )
+    else:
+        profiles = {p["metadata"]["name"]: p for p in await runtime.kube.list(PROFILE, meta["namespace"])}
+        verdict = decide_workspace(spec=spec, profiles=profiles)
+    update = set_condition(
+        status.get("conditions"),
+        type=ConditionType.READY,
+        status=verdict.ready,
+        reason=verdict.reason,
+        message=verdict.message,
+        generation=meta.get("generation"),
+        now=runtime.clock(),
+    )
+    if update.changed or status.get("unresolvedProfiles", []) != verdict.unresolved:
+        patch = {
+            "status": {
+                "conditions": update.conditions,
+                "unresolvedProfiles": verdict.unresolved,
+                "observedGeneration": meta.get("generation"),
+            }
+        }
+        await runtime.kube.patch_status(WORKSPACE, meta["name"], patch, namespace=meta["namespace"])
+
+
+def register(runtime: Runtime) -> None:
+    @kopf.on.resume("helmhive.dev", "v1alpha1", "workspaces")
+    @kopf.on.create("helmhive.dev", "v1alpha1", "workspaces")
+    @kopf.on.update("helmhive.dev", "v1alpha1", "workspaces", field="spec")
+    async def workspace_changed(body: kopf.Body, **_: Any) -> None:
+        await reconcile_workspace(runtime, body)
+
+    @kopf.timer("helmhive.dev", "v1alpha1", "workspaces", interval=30.0, initial_delay=5.0)
+    async def workspace_recheck(body: kopf.Body, **_: Any) -> None:
+        await reconcile_workspace(runtime, body)
