@@ -16,7 +16,7 @@ from typing import Any
 
 import kopf
 
-from helmhive.controller import envelopes, jobs, memory, profiles, routing, runnerpools, runners, workspaces
+from helmhive.controller import envelopes, jobs, lost, memory, profiles, routing, runnerpools, runners, workspaces
 from helmhive.controller.audit import patch_audit_retention
 from helmhive.controller.kube import API_CONNECTIONS, Kube, load_api_client
 from helmhive.controller.runtime import OperatorConfig, Runtime
@@ -84,6 +84,7 @@ def register_handlers(runtime: Runtime) -> None:
     memory.register(runtime)
     jobs.register(runtime)
     workspaces.register(runtime)
+    lost.register(runtime)
     routing.register(runtime)
 
 

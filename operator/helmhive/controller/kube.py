@@ -167,6 +167,12 @@ class Kube:
             )
         return await self._call(self.custom.replace_cluster_custom_object, GROUP, VERSION, kind.plural, name, body)
 
+    async def replace_status(self, kind: KindDef, name: str, body: dict[str, Any], namespace: str) -> dict[str, Any]:
+        """PUT the status subresource of a namespaced object; conditional on ``metadata.resourceVersion``."""
+        return await self._call(
+            self.custom.replace_namespaced_custom_object_status, GROUP, VERSION, namespace, kind.plural, name, body
+        )
+
     async def patch_status(
         self, kind: KindDef, name: str, patch: dict[str, Any], namespace: str | None = None
     ) -> dict[str, Any]:

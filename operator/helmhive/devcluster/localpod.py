@@ -141,7 +141,9 @@ def _process_name(namespace: str, name: str) -> str:
     return f"pod-{namespace}-{name}"
 
 
-def run_pod(*, name: str, namespace: str, admin_kubeconfig: Path, state_dir: Path) -> LocalPod:
+def run_pod(
+    *, name: str, namespace: str, admin_kubeconfig: Path, state_dir: Path, tie_to_parent: bool = False
+) -> LocalPod:
     """Start the pod's container locally (or return the one already running)."""
     pid_dir = state_dir / "pids"
     root = state_dir / "pods" / namespace / name
@@ -164,7 +166,13 @@ def run_pod(*, name: str, namespace: str, admin_kubeconfig: Path, state_dir: Pat
     env["PATH"] = os.environ.get("PATH", "")
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     argv = ["env", "-i", *(f"{k}={v}" for k, v in sorted(env.items())), sys.executable, "-m", *command]
-    record = spawn(_process_name(namespace, name), argv, log_path=root / "container.log", pid_dir=pid_dir)
+    record = spawn(
+        _process_name(namespace, name),
+        argv,
+        log_path=root / "container.log",
+        pid_dir=pid_dir,
+        tie_to_parent=tie_to_parent,
+    )
     return LocalPod(name=name, namespace=namespace, root=root, record=record, reused=False)
 
 

@@ -1,0 +1,181 @@
+"""End to end on a real API server: the operator, a runner pod run as a kubelet would, the reference agent.
+
+A RunnerPool's pod (Pending: no kubelet) is started locally by ``helmhive dev run-pod``'s code with
+the pod's own bound token, env and volumes. A connection test is routed to it and answered; then a
+runner killed mid-job leaves its job ended with a named reason, and a job that may have written is
+not re-run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harness.cluster import ClusterHandle
+from harness.kube import Kube
+from harness.kubectl import Kubectl
+from harness.operator import OperatorProcess
+from harness.wait import wait_for
+from helmhive.devcluster.localpod import LocalPod, run_pod, stop_pod
+
+API = "helmhive.dev/v1alpha1"
+
+
+def _docs() -> list[dict[str, Any]]:
+    profile = {
+        "purpose": "End-to-end test.",
+        "instructions": "Answer briefly.",
+        "providerMappings": [{"provider": "reference"}],
+    }
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "reference-token"},
+            "stringData": {"token": "e2e-stand-in"},
+        },
+        {
+            "apiVersion": API,
+            "kind": "RunnerPool",
+            "metadata": {"name": "reference"},
+            "spec": {
+                "provider": "reference",
+                "adapter": {"type": "acp", "acp": {"command": "helmhive-reference-agent"}},
+                "image": "ghcr.io/helmhive/helmhive:test",
+                "credential": {
+                    "secretRef": {"name": "reference-token", "key": "token"},
+                    "envName": "HELMHIVE_REFERENCE_AGENT_TOKEN",
+                },
+                "capabilities": ["structured-output", "diff-review", "workspace-write"],
+                "concurrency": 1,
+                "replicas": 1,
+                "heartbeat": {"leaseDurationSeconds": 5, "renewIntervalSeconds": 1, "reportRefreshSeconds": 60},
+            },
+        },
+        {
+            "apiVersion": API,
+            "kind": "Workspace",
+            "metadata": {"name": "payments"},
+            "spec": {
+                "repository": {"url": "https://git.example.com/payments.git"},
+                "profiles": [
+                    {"jobKind": "connection-test", "profile": "ref-check"},
+                    {"jobKind": "implementation-probe", "profile": "ref-impl"},
+                ],
+            },
+        },
+        {
+            "apiVersion": API,
+            "kind": "Profile",
+            "metadata": {"name": "ref-check"},
+            "spec": {"envelope": "connection-test", **profile},
+        },
+        {
+            "apiVersion": API,
+            "kind": "Profile",
+            "metadata": {"name": "ref-impl"},
+            "spec": {"envelope": "implementation-probe", **profile},
+        },
+    ]
+
+
+def _job(name: str, kind: str, prompt: str) -> dict[str, Any]:
+    return {
+        "apiVersion": API,
+        "kind": "AgentJob",
+        "metadata": {"name": name},
+        "spec": {
+            "workspace": "payments",
+            "jobKind": kind,
+            "request": {"title": name, "prompt": prompt},
+            "timeoutSeconds": 300,
+        },
+    }
+
+
+def _condition(kube: Kube, namespace: str, name: str, ctype: str) -> dict[str, Any] | None:
+    job = kube.custom.get_namespaced_custom_object("helmhive.dev", "v1alpha1", namespace, "agentjobs", name)
+    return next((c for c in (job.get("status") or {}).get("conditions") or [] if c["type"] == ctype), None)
+
+
+@pytest.fixture
+def runner_pod(
+    operator: OperatorProcess, cluster: ClusterHandle, kube: Kube, kubectl: Kubectl, namespace: str, tmp_path: Path
+) -> Iterator[LocalPod]:
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(_docs()))
+    wait_for(lambda: kube.core.read_namespaced_pod("reference-0", namespace), timeout=60, describe="pod reference-0")
+    pod = run_pod(
+        name="reference-0",
+        namespace=namespace,
+        admin_kubeconfig=cluster.kubeconfig,
+        state_dir=tmp_path,
+        tie_to_parent=True,
+    )
+    try:
+
+        def schedulable() -> bool:
+            runner = kube.custom.get_namespaced_custom_object(
+                "helmhive.dev", "v1alpha1", namespace, "runners", "reference-0"
+            )
+            conds = (runner.get("status") or {}).get("conditions") or []
+            return any(c["type"] == "Schedulable" and c["status"] == "True" for c in conds)
+
+        wait_for(schedulable, timeout=90, describe=f"runner reference-0 Schedulable (log {pod.root / 'container.log'})")
+        yield pod
+    finally:
+        stop_pod(name="reference-0", namespace=namespace, state_dir=tmp_path)
+
+
+def test_a_connection_test_is_routed_run_and_answered(
+    runner_pod: LocalPod, kube: Kube, kubectl: Kubectl, namespace: str
+) -> None:
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(_job("hello", "connection-test", "Say hello.")))
+    done = wait_for(
+        lambda: _condition(kube, namespace, "hello", "Succeeded"), timeout=90, describe="job hello to finish"
+    )
+    assert (done["status"], done["reason"]) == ("True", "Completed"), done
+    job = kube.custom.get_namespaced_custom_object("helmhive.dev", "v1alpha1", namespace, "agentjobs", "hello")
+    status = job["status"]
+    assert status["assignment"]["runner"] == "reference-0"
+    assert status["assignment"]["model"] == "reference-small"
+    assert status["assignment"]["modelSource"] == "runner-default"
+    assert status["profile"]["name"] == "ref-check" and status["profile"]["revision"].startswith("ref-check-")
+    assert status["result"]["summary"].startswith(
+        "helmhive-reference-agent: deterministic reference agent, not a model."
+    )
+    table = kubectl("get", "agentjobs", "-n", namespace).stdout
+    assert "reference-0" in table and "reference-small" in table
+
+
+def test_a_runner_killed_mid_job_leaves_a_named_reason_and_a_writing_job_is_not_rerun(
+    runner_pod: LocalPod, kube: Kube, kubectl: Kubectl, namespace: str
+) -> None:
+    job = _job("stuck", "implementation-probe", "Change nothing.\nREFERENCE-AGENT: hang")
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(job))
+    running = wait_for(
+        lambda: (c := _condition(kube, namespace, "stuck", "Running")) and c["status"] == "True" and c, timeout=90
+    )
+    assert running["reason"] == "Started"
+    os.kill(runner_pod.record.pid, signal.SIGKILL)
+
+    ended = wait_for(
+        lambda: (c := _condition(kube, namespace, "stuck", "Succeeded")) and c["status"] == "False" and c,
+        timeout=60,
+        describe="the job to end once its runner's Lease expires",
+    )
+    assert ended["reason"] == "RunnerLost"
+    assert "went Offline" in ended["message"]
+    assert "not re-run" in ended["message"] and "side effects" in ended["message"]
+    status = kube.custom.get_namespaced_custom_object("helmhive.dev", "v1alpha1", namespace, "agentjobs", "stuck")[
+        "status"
+    ]
+    assert status["result"]["outcome"] == "RunnerLost"
+    assert status["assignment"]["runner"] == "reference-0", "a job that may have written keeps its history"
+    events = kube.core.list_namespaced_event(namespace, field_selector="involvedObject.name=stuck")
+    assert any(e.reason == "RunnerLost" for e in events.items)
