@@ -14,6 +14,7 @@ import pytest
 
 from helmhive.controller.routing import Router, RouterSettings, TokenBucket, _Waiting
 from helmhive.controller.runtime import Runtime
+from helmhive.policy.routing_inputs import parse_job
 
 
 def router() -> Router:
@@ -120,3 +121,45 @@ async def test_the_token_bucket_allows_a_burst_then_the_rate() -> None:
     total = time.monotonic() - started
     assert burst < 0.05
     assert total >= 5 / 50.0 * 0.9  # five more tokens at 50 per second take at least 0.1 s
+
+
+def test_a_review_knows_the_implementations_provider_before_the_index_does() -> None:
+    r = router()
+    r.implementations_written[("team", "ch")] = "anthropic"
+    review = job("review")
+    review["spec"] = {
+        "workspace": "shop",
+        "jobKind": "change-review",
+        "request": {"title": "t", "prompt": "p"},
+        "change": {"name": "ch", "stage": "review"},
+    }
+    review["status"]["profile"] = {
+        "name": "p",
+        "revision": "p-1",
+        "hash": "sha256:0",
+        "boundAt": "2026-06-01T12:00:00Z",
+        "snapshot": {
+            "envelope": "change-review",
+            "tools": ["read"],
+            "filesystem": "read",
+            "network": "disabled",
+            "outputContract": {"format": "structured"},
+            "session": {"policy": "fresh"},
+            "memory": {"enabled": False},
+            "requiredLabels": {},
+            "requiredCapabilities": [],
+            "providerMappings": [{"provider": "anthropic"}],
+            "allowModelOverride": False,
+            "instructions": "",
+            "purpose": "p",
+        },
+    }
+    parsed = parse_job(review)
+    assert parsed is not None
+    assert r._avoid_provider(parsed) == "anthropic"
+    # Once the implementation's own event shows its assignment, the index has it.
+    implementation = job("impl", runner="r1")
+    implementation["spec"] = {"change": {"name": "ch", "stage": "implementation"}}
+    implementation["status"]["assignment"]["provider"] = "anthropic"
+    r.observe_job("MODIFIED", implementation)
+    assert r.implementations_written == {}

@@ -191,6 +191,7 @@ class Router:
         self.memory: Mapping[Any, Iterable[NamedMemoryRecord]] = {}
         self.implementations: Mapping[Any, Iterable[str]] = {}
         self.sessions: Mapping[Any, Iterable[SessionBindingView]] = {}
+        self.implementations_written: dict[tuple[str, str], str] = {}  # (namespace, change) -> provider
         # Work queue: queued keys in order, keys being processed, keys to redo after processing.
         self.queued: OrderedDict[JobKey, str] = OrderedDict()
         self.processing: set[JobKey] = set()
@@ -246,6 +247,9 @@ class Router:
         deleted = event_type == "DELETED"
         if deleted or status.get("assignment"):
             self._release(key)  # the index now shows it (or it is gone)
+            implementation = decide_implementation_provider(body)
+            if implementation is not None:
+                self.implementations_written.pop(implementation[0], None)
         holder = None if deleted else decide_assigned_runner(body)
         previous = self.holding.pop(key, None)
         if holder is not None:
@@ -372,7 +376,10 @@ class Router:
         change = job.spec.change
         if change is None or change.stage is not ChangeStage.REVIEW:
             return None
-        return next(iter(self.implementations.get((job.namespace, change.name), ())), None)
+        indexed = next(iter(self.implementations.get((job.namespace, change.name), ())), None)
+        # The index learns of an implementation's assignment from its watch event; this process's own
+        # write is known at once, so a review queued right behind it cannot miss it.
+        return indexed or self.implementations_written.get((job.namespace, change.name))
 
     def decide(self, job: QueuedJob, *, attempts: int) -> RoutingDecision:
         """The pure decision for ``job`` from the indexes and reservations (call under ``self.lock``)."""
@@ -454,6 +461,9 @@ class Router:
             return
         if decision.choice is not None:
             self.holding[key] = decision.choice.runner_key
+            change = job.spec.change
+            if change is not None and change.stage is ChangeStage.IMPLEMENTATION:
+                self.implementations_written[(job.namespace, change.name)] = decision.choice.provider
         stored = self.bodies.get(key)
         if stored is not None and stored["metadata"].get("resourceVersion") == job.resource_version:
             # No newer event arrived while writing: our response is the latest copy.
