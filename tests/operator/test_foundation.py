@@ -86,6 +86,7 @@ def test_an_edited_envelope_is_restored_and_the_restoration_logged(
         return bool(obj["spec"] == ENVELOPES[next(k for k in ENVELOPES if k.value == "change-review")].to_wire())
 
     wait_for(restored, timeout=15, describe="the operator to restore envelope change-review")
+
     def restoration_logged() -> bool:
         messages = [r.get("message", "") for r in operator.log_records()]
         return any("restored envelope change-review" in m and "filesystem" in m for m in messages)

@@ -157,7 +157,15 @@ class RunnerPoolSpec(ApiModel):
     capabilities: Annotated[list[Capability], Field(max_length=32)] = []
     concurrency: Annotated[int, Field(ge=1, le=64)] = 1
     replicas: Annotated[int, Field(ge=0, le=100)] = 1
-    serves_namespaces: LabelSelector = LabelSelector()
+    serves_namespaces: Annotated[
+        LabelSelector,
+        Field(
+            description=(
+                "Namespaces, by label, whose jobs this pool may run besides its own. "
+                "Empty (the default): only the pool's own namespace; a login is never lent cluster-wide by default."
+            )
+        ),
+    ] = LabelSelector()
     control_state: ControlState = ControlState.ACTIVE
     heartbeat: HeartbeatSettings = HeartbeatSettings()
 

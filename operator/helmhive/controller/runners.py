@@ -266,10 +266,11 @@ def register(runtime: Runtime) -> None:
 
     # Kopf hands each index to handlers as a keyword argument named by its id.
     @kopf.index(GROUP, VERSION, "runners", id="runners_by_pool")
-    def runners_by_pool(*, body: kopf.Body, **_: Any) -> dict[tuple[str, str], RunnerView] | None:
+    def runners_by_pool(*, body: kopf.Body, **_: Any) -> dict[tuple[str, str], RunnerView]:
         view = build_runner_view(body)
         if view is None:
-            return None
+            # An empty dict drops the object from the index; None would keep its previous value.
+            return {}
         return {(view.namespace, view.spec.pool_ref.name): view}
 
     @kopf.index("coordination.k8s.io", "v1", "leases", id="runner_leases", labels={RUNNER_LABEL: kopf.PRESENT})
