@@ -18,15 +18,23 @@ from __future__ import annotations
 import asyncio
 import builtins
 import datetime as dt
-import json
-import os
 from collections.abc import Callable
 from typing import Any, cast
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from helmhive.api.kinds import GROUP, VERSION, KindDef
+from helmhive.kubeclient import (
+    API_CONNECTIONS,
+    Conflict,
+    Forbidden,
+    Invalid,
+    KubeError,
+    NotFound,
+    load_api_client,
+    translate_api_error,
+)
 
 __all__ = [
     "API_CONNECTIONS",
@@ -56,58 +64,6 @@ _BUILTIN_KINDS: dict[tuple[str, str], tuple[str, str]] = {
 }
 
 
-class KubeError(RuntimeError):
-    """An API call failed; ``status`` is the HTTP status and ``message`` the server's words."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"{status}: {message}")
-        self.status = status
-        self.message = message
-
-
-class NotFound(KubeError):
-    pass
-
-
-class Conflict(KubeError):
-    pass
-
-
-class Forbidden(KubeError):
-    pass
-
-
-class Invalid(KubeError):
-    pass
-
-
-def _translate(exc: ApiException) -> KubeError:
-    try:
-        message = json.loads(exc.body or "{}").get("message", "") or str(exc.reason)
-    except (ValueError, AttributeError):
-        message = str(exc.reason)
-    cls: type[KubeError] = {404: NotFound, 409: Conflict, 403: Forbidden, 422: Invalid}.get(
-        int(exc.status or 0), KubeError
-    )
-    return cls(int(exc.status or 0), message)
-
-
-API_CONNECTIONS = 32
-"""Connections kept per API client: as many as the operator's API threads, so none is discarded."""
-
-
-def load_api_client(kubeconfig: str | None = None, *, connections: int = API_CONNECTIONS) -> Any:
-    """Return an ApiClient from ``kubeconfig``, ``$KUBECONFIG`` or the in-cluster identity."""
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    configuration = client.Configuration()
-    if path:
-        config.load_kube_config(config_file=path, client_configuration=configuration)  # type: ignore[no-untyped-call]
-    else:
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    configuration.connection_pool_maxsize = connections
-    return client.ApiClient(configuration)
-
-
 class Kube:
     """Async wrapper over the synchronous client, for custom objects and a few core kinds."""
 
@@ -126,7 +82,7 @@ class Kube:
             result = await asyncio.to_thread(fn, *args, **kwargs)
             return cast(dict[str, Any], result)
         except ApiException as exc:
-            raise _translate(exc) from exc
+            raise translate_api_error(exc) from exc
 
     # Custom objects -----------------------------------------------------------------
     async def get(self, kind: KindDef, name: str, namespace: str | None = None) -> dict[str, Any]:

@@ -23,17 +23,25 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import json
-import os
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import urllib3
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from helmhive.api.kinds import API_VERSION, GROUP, VERSION
+from helmhive.kubeclient import (
+    Conflict,
+    Forbidden,
+    Invalid,
+    KubeError,
+    NotFound,
+    Unavailable,
+    load_api_client,
+    translate_api_error,
+)
 
 __all__ = [
     "FIELD_MANAGER",
@@ -57,62 +65,6 @@ MAX_MESSAGE = 1024
 T = TypeVar("T")
 
 
-class KubeError(RuntimeError):
-    """An API call failed; ``status`` is the HTTP status (0 without one), ``message`` the server's words."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"{status}: {message}")
-        self.status = status
-        self.message = message
-
-
-class NotFound(KubeError):
-    pass
-
-
-class Conflict(KubeError):
-    pass
-
-
-class Forbidden(KubeError):
-    pass
-
-
-class Invalid(KubeError):
-    pass
-
-
-class Unavailable(KubeError):
-    pass
-
-
-def _translate(exc: ApiException) -> KubeError:
-    status = int(exc.status or 0)
-    try:
-        message = json.loads(exc.body or "{}").get("message", "") or str(exc.reason)
-    except (ValueError, AttributeError):
-        message = str(exc.reason)
-    classes: dict[int, type[KubeError]] = {
-        400: Invalid,
-        401: Forbidden,
-        403: Forbidden,
-        404: NotFound,
-        409: Conflict,
-        422: Invalid,
-    }
-    cls = classes.get(status, Unavailable if status == 429 or status >= 500 or status == 0 else KubeError)
-    return cls(status, message[:MAX_MESSAGE])
-
-
-def load_api_client(kubeconfig: str | None = None) -> Any:
-    """An ApiClient from ``kubeconfig`` (or ``$KUBECONFIG``), else the pod's in-cluster identity."""
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    if path:
-        return config.new_client_from_config(config_file=path)  # type: ignore[no-untyped-call]
-    config.load_incluster_config()  # type: ignore[no-untyped-call]
-    return client.ApiClient()
-
-
 class RunnerKube:
     """The runner's API calls, scoped to one namespace. Every method may raise a :class:`KubeError`."""
 
@@ -131,7 +83,7 @@ class RunnerKube:
         try:
             return await asyncio.to_thread(fn, *args, **kwargs)
         except ApiException as exc:
-            raise _translate(exc) from exc
+            raise translate_api_error(exc) from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise Unavailable(0, f"{type(exc).__name__}: {exc}"[:MAX_MESSAGE]) from exc
 
@@ -259,7 +211,7 @@ class RunnerKube:
                 except Exception as exc:  # the thread must survive any client hiccup
                     if stop.is_set():
                         break  # shutting down: the client was closed under the watch, nothing to report
-                    error = _translate(exc) if isinstance(exc, ApiException) else None
+                    error = translate_api_error(exc) if isinstance(exc, ApiException) else None
                     on_error(error or Unavailable(0, f"{type(exc).__name__}: {exc}"[:MAX_MESSAGE]))
                     stop.wait(delay)
                     delay = min(delay * 2, max_backoff_s)
