@@ -1,11 +1,12 @@
 """Workspaces: the ``Ready`` condition says whether every active profile resolves.
 
-Re-checked on every change of the workspace and every 30 seconds, since the profiles it
-names change on their own; the status is patched only when the verdict changes.
+Re-checked on every change of the workspace, whenever a profile's conditions change in its
+namespace, and every 30 seconds as a backstop; the status is patched only when the verdict changes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -24,7 +25,7 @@ WORKSPACE = kind_by_name("Workspace")
 PROFILE = kind_by_name("Profile")
 
 
-async def reconcile_workspace(runtime: Runtime, body: kopf.Body) -> None:
+async def reconcile_workspace(runtime: Runtime, body: Mapping[str, Any]) -> None:
     meta = body["metadata"]
     status = dict(body.get("status") or {})
     try:
@@ -62,6 +63,12 @@ def register(runtime: Runtime) -> None:
     @kopf.on.update("helmhive.dev", "v1alpha1", "workspaces", field="spec")
     async def workspace_changed(body: kopf.Body, **_: Any) -> None:
         await reconcile_workspace(runtime, body)
+
+    @kopf.on.event("helmhive.dev", "v1alpha1", "profiles")
+    async def profile_validity_changed(namespace: str | None, **_: Any) -> None:
+        # A profile turning Valid (or not) changes its workspaces' readiness now, not at the next tick.
+        for workspace in await runtime.kube.list(WORKSPACE, namespace):
+            await reconcile_workspace(runtime, workspace)
 
     @kopf.timer("helmhive.dev", "v1alpha1", "workspaces", interval=30.0, initial_delay=5.0)
     async def workspace_recheck(body: kopf.Body, **_: Any) -> None:
