@@ -39,6 +39,16 @@ class OperatorIdentity:
         return f"system:serviceaccount:{self.namespace}:{self.service_account}"
 
 
+def _deny_binding(policy_name: str) -> dict[str, Any]:
+    """A cluster-wide binding that makes ``policy_name`` deny what it does not allow."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": policy_name, "labels": dict(_LABELS)},
+        "spec": {"policyName": policy_name, "validationActions": ["Deny"]},
+    }
+
+
 def _rule(groups: list[str], resources: list[str], verbs: list[str]) -> dict[str, Any]:
     return {"apiGroups": groups, "resources": resources, "verbs": verbs}
 
@@ -129,13 +139,7 @@ def build_envelope_policy(identity: OperatorIdentity) -> list[dict[str, Any]]:
             ],
         },
     }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": ENVELOPE_POLICY_NAME, "labels": dict(_LABELS)},
-        "spec": {"policyName": ENVELOPE_POLICY_NAME, "validationActions": ["Deny"]},
-    }
-    return [policy, binding]
+    return [policy, _deny_binding(ENVELOPE_POLICY_NAME)]
 
 
 # The status fields the operator derives; a runner's write must leave each as it was.
@@ -259,13 +263,7 @@ def build_runner_identity_policy() -> list[dict[str, Any]]:
             ],
         },
     }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": RUNNER_POLICY_NAME, "labels": dict(_LABELS)},
-        "spec": {"policyName": RUNNER_POLICY_NAME, "validationActions": ["Deny"]},
-    }
-    return [policy, binding]
+    return [policy, _deny_binding(RUNNER_POLICY_NAME)]
 
 
 def build_install_manifests(identity: OperatorIdentity) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pydantic import SecretStr
 
@@ -51,11 +52,16 @@ def agent_env(config: RunnerConfig, credential: CredentialHolder) -> tuple[dict[
     return env, secret
 
 
-def build_adapter(config: RunnerConfig, credential: CredentialHolder) -> AgentAdapter:
-    """The adapter runner.json asks for, with the credential in the agent's environment."""
-    env, secret_env = agent_env(config, credential)
-    home = Path(env["HOME"])
-    home.mkdir(parents=True, exist_ok=True)
+def _make_adapter(
+    config: RunnerConfig,
+    env: dict[str, str],
+    secret_env: Any,
+    *,
+    cwd: str,
+    cli_extra: dict[str, Any],
+    acp_extra: dict[str, Any],
+) -> AgentAdapter:
+    """The adapter runner.json asks for; ``*_extra`` hold the per-use settings (sandbox, fs root)."""
     spec = config.file.adapter
     if spec.type is AdapterType.CLAUDE_CLI:
         cli = spec.claude_cli
@@ -66,6 +72,7 @@ def build_adapter(config: RunnerConfig, credential: CredentialHolder) -> AgentAd
                 env=env,
                 secret_env=secret_env,
                 request_timeout_s=config.env.probe_timeout_seconds,
+                **cli_extra,
             )
         )
     assert spec.acp is not None
@@ -75,11 +82,20 @@ def build_adapter(config: RunnerConfig, credential: CredentialHolder) -> AgentAd
             args=tuple(spec.acp.args),
             env=env,
             secret_env=secret_env,
-            cwd=str(home),
-            probe_cwd=str(home),
+            cwd=cwd,
+            probe_cwd=cwd,
             request_timeout_s=config.env.probe_timeout_seconds,
+            **acp_extra,
         )
     )
+
+
+def build_adapter(config: RunnerConfig, credential: CredentialHolder) -> AgentAdapter:
+    """The adapter runner.json asks for, with the credential in the agent's environment."""
+    env, secret_env = agent_env(config, credential)
+    home = Path(env["HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    return _make_adapter(config, env, secret_env, cwd=str(home), cli_extra={}, acp_extra={})
 
 
 def build_job_adapter(config: RunnerConfig, credential: CredentialHolder, plan: SandboxPlan) -> AgentAdapter:
@@ -87,32 +103,12 @@ def build_job_adapter(config: RunnerConfig, credential: CredentialHolder, plan: 
     env, secret_env = agent_env(config, credential)
     env["TMPDIR"] = str(plan.tmpdir)
     wrapper = build_wrapper(plan)
-    spec = config.file.adapter
-    if spec.type is AdapterType.CLAUDE_CLI:
-        cli = spec.claude_cli
-        return ClaudeCliAdapter(
-            ClaudeCliConfig(
-                path=cli.path if cli else "claude",
-                extra_args=tuple(cli.extra_args) if cli else (),
-                env=env,
-                secret_env=secret_env,
-                cwd=str(plan.workdir),
-                request_timeout_s=config.env.probe_timeout_seconds,
-                wrapper=wrapper,
-            )
-        )
-    assert spec.acp is not None
-    return AcpAdapter(
-        AcpAdapterConfig(
-            command=spec.acp.command,
-            args=tuple(spec.acp.args),
-            env=env,
-            secret_env=secret_env,
-            cwd=str(plan.workdir),
-            probe_cwd=str(plan.workdir),
-            request_timeout_s=config.env.probe_timeout_seconds,
-            wrapper=wrapper,
-            fs_root=str(plan.workdir),
-            fs_access=_FS_ACCESS[plan.fs_access],
-        )
+    workdir = str(plan.workdir)
+    return _make_adapter(
+        config,
+        env,
+        secret_env,
+        cwd=workdir,
+        cli_extra={"cwd": workdir, "wrapper": wrapper},
+        acp_extra={"wrapper": wrapper, "fs_root": workdir, "fs_access": _FS_ACCESS[plan.fs_access]},
     )
