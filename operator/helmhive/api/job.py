@@ -1,4 +1,4 @@
-"""The AgentJob and Change kinds: one job of one kind, and a governed change of three jobs.
+"""The AgentJob kind: one job of one kind (the Change kind is in :mod:`helmhive.api.change`).
 
 A job's request is immutable once created (CEL rules in the CRD); only ``spec.cancel``
 may change. Routing, assignment, session and result are written to status by the
@@ -17,13 +17,21 @@ from helmhive.api.common import (
     DNS_LABEL_PATTERN,
     ApiModel,
     JobKind,
-    LongText,
     Message,
     Name,
     ReasoningEffort,
     ShortText,
     StatusBase,
-    Url,
+)
+from helmhive.api.governed import (
+    MAX_CHECKS,
+    ArtifactRef,
+    ChangeRef,
+    ChangeStage,
+    CheckEvidence,
+    CheckSpec,
+    PatchRef,
+    SourceRef,
 )
 from helmhive.api.memory import ServiceName
 from helmhive.api.profile import EffectiveProfile, ModelId, ProviderName
@@ -35,15 +43,14 @@ __all__ = [
     "Assignment",
     "Candidate",
     "ChangeRef",
-    "ChangeRequest",
-    "ChangeSpec",
     "ChangeStage",
-    "ChangeStatus",
     "CheckEvidence",
+    "CheckSpec",
     "JobRequest",
     "JobResult",
     "ModelOverride",
     "ModelSource",
+    "PatchRef",
     "ProfileBinding",
     "RoutingStatus",
     "SessionMode",
@@ -52,7 +59,6 @@ __all__ = [
     "immutable_fields",
 ]
 
-COMMIT_PATTERN = r"^[0-9a-f]{40}([0-9a-f]{24})?$"
 ReasonText = Annotated[str, StringConstraints(max_length=160)]
 NamespaceName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)]
 
@@ -74,13 +80,6 @@ def immutable_fields(*names: str, kind: str) -> dict[str, Any]:
     return {"x-kubernetes-validations": rules}
 
 
-class SourceRef(ApiModel):
-    """An exact source: a git repository and a full commit id."""
-
-    repository: Url
-    commit: Annotated[str, StringConstraints(pattern=COMMIT_PATTERN, max_length=64)]
-
-
 class JobRequest(ApiModel):
     title: ShortText
     prompt: Annotated[str, StringConstraints(min_length=1, max_length=32768)]
@@ -94,19 +93,6 @@ class ModelOverride(ApiModel):
     reasoning_effort: ReasoningEffort | None = None
 
 
-class ChangeStage(enum.StrEnum):
-    PLANNING = "planning"
-    IMPLEMENTATION = "implementation"
-    REVIEW = "review"
-
-
-class ChangeRef(ApiModel):
-    """Set on the jobs a Change creates."""
-
-    name: Name
-    stage: ChangeStage
-
-
 class AgentJobSpec(ApiModel):
     model_config = ConfigDict(
         json_schema_extra=immutable_fields(
@@ -118,6 +104,8 @@ class AgentJobSpec(ApiModel):
             "model",
             "source",
             "change",
+            "checks",
+            "patch",
             "timeoutSeconds",
             kind="AgentJob",
         )
@@ -131,6 +119,10 @@ class AgentJobSpec(ApiModel):
     model: ModelOverride | None = None
     source: SourceRef | None = None
     change: ChangeRef | None = None
+    checks: Annotated[list[CheckSpec], Field(max_length=MAX_CHECKS)] = []
+    """Run by the runner on the patched tree after the agent's turn (implementation jobs only)."""
+    patch: PatchRef | None = None
+    """The patch a review job rebuilds the patched tree from, verified by its SHA-256."""
     timeout_seconds: Annotated[int, Field(ge=10, le=86400)] = 1800
     cancel: bool = False
 
@@ -214,17 +206,6 @@ class SessionStatus(ApiModel):
     mode: SessionMode
 
 
-class ArtifactRef(ApiModel):
-    """A large output kept in an owned ConfigMap (or Secret), referenced from status."""
-
-    kind: Annotated[str, Field(pattern=r"^(ConfigMap|Secret)$", max_length=16)]
-    name: Name
-    key: Annotated[str, Field(max_length=253)]
-    bytes: Annotated[int, Field(ge=0)]
-    sha256: Annotated[str, Field(max_length=64)]
-    truncated: bool = False
-
-
 class JobResult(ApiModel):
     outcome: ReasonText
     summary: Annotated[str, Field(max_length=4096)] = ""
@@ -233,6 +214,10 @@ class JobResult(ApiModel):
     ] = None
     artifacts: Annotated[list[ArtifactRef], Field(max_length=8)] = []
     validation_errors: Annotated[list[Message], Field(max_length=20)] = []
+    patch: PatchRef | None = None
+    """Implementation jobs: the patch the runner computed with git against the exact commit."""
+    checks: Annotated[list[CheckEvidence], Field(max_length=MAX_CHECKS)] = []
+    """Implementation jobs: the evidence of each check, in the order declared."""
     started_at: dt.datetime | None = None
     completed_at: dt.datetime | None = None
 
@@ -244,39 +229,3 @@ class AgentJobStatus(StatusBase):
     session: SessionStatus | None = None
     result: JobResult | None = None
     attempts: Annotated[int, Field(ge=0)] = 0
-
-
-class ChangeRequest(ApiModel):
-    title: ShortText
-    description: LongText
-
-
-class ChangeSpec(ApiModel):
-    model_config = ConfigDict(
-        json_schema_extra=immutable_fields("workspace", "request", "criteria", "source", "service", kind="Change")
-    )
-
-    workspace: Name
-    request: ChangeRequest
-    criteria: Annotated[
-        list[Annotated[str, StringConstraints(min_length=1, max_length=1024)]],
-        Field(min_length=1, max_length=32),
-    ]
-    source: SourceRef
-    service: ServiceName | None = None
-
-
-class CheckEvidence(ApiModel):
-    name: ShortText
-    passed: bool
-    summary: Message = ""
-
-
-class ChangeStatus(StatusBase):
-    stage: ChangeStage | None = None
-    jobs: Annotated[dict[str, Name], Field(max_length=3)] = {}
-    plan_summary: Annotated[str, Field(max_length=4096)] = ""
-    patch: ArtifactRef | None = None
-    review_verdict: Annotated[str, Field(pattern=r"^(approve|request-changes)$", max_length=32)] | None = None
-    review_provider_differs: bool | None = None
-    check_evidence: Annotated[list[CheckEvidence], Field(max_length=16)] = []

@@ -12,8 +12,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from helmhive.api.audit import AuditRecordSpec
+from helmhive.api.change import ChangeSpec, ChangeStatus
 from helmhive.api.envelope import EnvelopeSpec, EnvelopeStatus
-from helmhive.api.job import AgentJobSpec, AgentJobStatus, ChangeSpec, ChangeStatus
+from helmhive.api.job import AgentJobSpec, AgentJobStatus
 from helmhive.api.memory import MemoryRecordSpec, MemoryRecordStatus, WorkspaceSpec, WorkspaceStatus
 from helmhive.api.profile import ProfileSpec, ProfileStatus
 from helmhive.api.runner import RunnerPoolSpec, RunnerPoolStatus, RunnerSpec, RunnerStatus
@@ -226,9 +227,12 @@ KINDS: tuple[KindDef, ...] = (
         description="A governed change: plan, implement and review an immutable request at an exact commit.",
         columns=(
             PrinterColumn(name="Workspace", json_path=".spec.workspace"),
-            PrinterColumn(name="Stage", json_path=".status.stage"),
+            PrinterColumn(name="Iteration", json_path=".status.iteration", type="integer"),
             _cond("Ready", "Ready"),
-            PrinterColumn(name="Verdict", json_path=".status.reviewVerdict"),
+            _reason("Reason", "Ready", priority=0),
+            PrinterColumn(name="Verdict", json_path=".status.review.verdict"),
+            PrinterColumn(name="Patch-Bytes", json_path=".status.patch.bytes", type="integer", priority=1),
+            PrinterColumn(name="Plan", json_path=".status.plan.digest", priority=1),
             _AGE,
         ),
     ),

@@ -38,7 +38,9 @@ class ConditionType(enum.StrEnum):
     SUCCEEDED = "Succeeded"
     # Change
     PLANNED = "Planned"
+    APPROVED = "Approved"
     IMPLEMENTED = "Implemented"
+    CHECKED = "Checked"
     REVIEWED = "Reviewed"
     # Workspace
     PROFILES_RESOLVED = "ProfilesResolved"
@@ -162,6 +164,37 @@ class Reason(enum.StrEnum):
     MAY_HAVE_SIDE_EFFECTS = "MayHaveSideEffects"
     NOT_RETRYABLE = "NotRetryable"
     RETRY_LIMIT_REACHED = "RetryLimitReached"
+    # The exact source, fetched by the runner (added with governed changes)
+    REPOSITORY_NOT_FOUND = "RepositoryNotFound"
+    COMMIT_NOT_FOUND = "CommitNotFound"
+    SOURCE_UNAVAILABLE = "SourceUnavailable"
+    SOURCE_AUTH_FAILED = "SourceAuthFailed"
+    SOURCE_MISMATCH = "SourceMismatch"
+    SOURCE_REQUIRED = "SourceRequired"
+    # Patches and checks, computed and run by the runner
+    NO_CHANGES = "NoChanges"
+    PATCH_TOO_LARGE = "PatchTooLarge"
+    PATCH_UNAVAILABLE = "PatchUnavailable"
+    PATCH_DIGEST_MISMATCH = "PatchDigestMismatch"
+    PATCH_DOES_NOT_APPLY = "PatchDoesNotApply"
+    CHECKS_PASSED = "ChecksPassed"
+    CHECKS_FAILED = "ChecksFailed"
+    NO_CHECKS = "NoChecks"
+    # The Change controller
+    WAITING_FOR_WORKSPACE = "WaitingForWorkspace"
+    PLAN_READY = "PlanReady"
+    AWAITING_APPROVAL = "AwaitingApproval"
+    APPROVAL_DIGEST_MISMATCH = "ApprovalDigestMismatch"
+    APPROVED_AUTOMATICALLY = "ApprovedAutomatically"
+    APPROVED_MANUALLY = "ApprovedManually"
+    PATCH_READY = "PatchReady"
+    REVIEW_APPROVED = "ReviewApproved"
+    CHANGES_REQUESTED = "ChangesRequested"
+    PLANNING_FAILED = "PlanningFailed"
+    IMPLEMENTATION_FAILED = "ImplementationFailed"
+    REVIEW_FAILED = "ReviewFailed"
+    JOB_MISSING = "JobMissing"
+    INVALID_STAGE_OUTPUT = "InvalidStageOutput"
 
 
 _DETAIL_RE = re.compile(r"[^A-Za-z0-9_,:]+")

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from helmhive.api.job import ArtifactRef
+from helmhive.api.governed import ArtifactRef
 
 __all__ = [
     "ARTIFACTS_TOTAL_MAX_BYTES",

@@ -53,10 +53,11 @@ from jsonschema.exceptions import ValidationError as SchemaValidationError  # ty
 from pydantic import BaseModel
 from pydantic import ValidationError as ModelValidationError
 
+from helmhive.api.change import ChangeSpec
 from helmhive.api.common import JobKind
 from helmhive.api.crdgen import build_offline_schema
 from helmhive.api.envelope import EnvelopeSpec
-from helmhive.api.job import AgentJobSpec, ChangeSpec
+from helmhive.api.job import AgentJobSpec
 from helmhive.api.kinds import API_VERSION, GROUP, KINDS, KindDef
 from helmhive.api.memory import MemoryRecordSpec, WorkspaceSpec
 from helmhive.api.profile import ProfileSpec
