@@ -248,7 +248,9 @@ def test_a_change_implementation_records_its_provider_for_the_review() -> None:
     body = job_body("impl", runner="r1")
     body["spec"]["change"] = {"name": "ch", "stage": "implementation"}
     body["status"]["assignment"]["provider"] = "openai"
-    assert decide_implementation_provider(body) == (("team", "ch"), "openai")
+    assert decide_implementation_provider(body) == (("team", "ch", 1), "openai")
+    body["spec"]["change"]["iteration"] = 2
+    assert decide_implementation_provider(body) == (("team", "ch", 2), "openai")
     body["spec"]["change"]["stage"] = "review"
     assert decide_implementation_provider(body) is None
 

@@ -125,7 +125,7 @@ async def test_the_token_bucket_allows_a_burst_then_the_rate() -> None:
 
 def test_a_review_knows_the_implementations_provider_before_the_index_does() -> None:
     r = router()
-    r.implementations_written[("team", "ch")] = "anthropic"
+    r.implementations_written[("team", "ch", 1)] = "anthropic"
     review = job("review")
     review["spec"] = {
         "workspace": "shop",

@@ -35,6 +35,11 @@ class AuditAction(enum.StrEnum):
     MEMORY_INJECTED = "MemoryInjected"
     SESSION_RESET = "SessionReset"
     ENVELOPE_RESTORED = "EnvelopeRestored"
+    CHANGE_PLANNED = "ChangePlanned"
+    CHANGE_APPROVED = "ChangeApproved"
+    CHANGE_IMPLEMENTED = "ChangeImplemented"
+    CHANGE_REVIEWED = "ChangeReviewed"
+    CHANGE_STAGE_FAILED = "ChangeStageFailed"
 
 
 class AuditActor(ApiModel):

@@ -82,7 +82,8 @@ def immutable_fields(*names: str, kind: str) -> dict[str, Any]:
 
 class JobRequest(ApiModel):
     title: ShortText
-    prompt: Annotated[str, StringConstraints(min_length=1, max_length=32768)]
+    prompt: Annotated[str, StringConstraints(min_length=1, max_length=131072)]
+    """At most 128 KiB: a governed job's request carries its whole context (criteria, plan, evidence)."""
 
 
 class ModelOverride(ApiModel):

@@ -255,7 +255,7 @@ async def _gather(
     avoid = None
     if job.spec.change is not None and job.spec.change.stage is ChangeStage.REVIEW:
         providers = dict(f for f in (decide_implementation_provider(j) for j in jobs) if f)
-        avoid = providers.get((namespace, job.spec.change.name))
+        avoid = providers.get((namespace, job.spec.change.name, job.spec.change.iteration))
     sessions = [
         v
         for v in (parse_session_binding(b) for b in await _list(kube, SESSION, namespace, notes))

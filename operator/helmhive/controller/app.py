@@ -16,7 +16,18 @@ from typing import Any
 
 import kopf
 
-from helmhive.controller import envelopes, jobs, lost, memory, profiles, routing, runnerpools, runners, workspaces
+from helmhive.controller import (
+    changes,
+    envelopes,
+    jobs,
+    lost,
+    memory,
+    profiles,
+    routing,
+    runnerpools,
+    runners,
+    workspaces,
+)
 from helmhive.controller.audit import patch_audit_retention
 from helmhive.controller.kube import API_CONNECTIONS, Kube, load_api_client
 from helmhive.controller.runtime import OperatorConfig, Runtime
@@ -86,6 +97,7 @@ def register_handlers(runtime: Runtime) -> None:
     workspaces.register(runtime)
     lost.register(runtime)
     routing.register(runtime)
+    changes.register(runtime)
 
 
 async def _audit_retention_loop(runtime: Runtime, logger: kopf.Logger, interval: float = 600.0) -> None:

@@ -92,11 +92,17 @@ class Kube:
             )
         return await self._call(self.custom.get_cluster_custom_object, GROUP, VERSION, kind.plural, name)
 
-    async def list(self, kind: KindDef, namespace: str | None = None) -> list[dict[str, Any]]:
+    async def list(
+        self, kind: KindDef, namespace: str | None = None, *, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """List from the API server (a consistent read, not a cache)."""
+        extra = {"label_selector": label_selector} if label_selector else {}
         if kind.namespaced and namespace is not None:
-            body = await self._call(self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, kind.plural)
+            body = await self._call(
+                self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, kind.plural, **extra
+            )
         else:
-            body = await self._call(self.custom.list_cluster_custom_object, GROUP, VERSION, kind.plural)
+            body = await self._call(self.custom.list_cluster_custom_object, GROUP, VERSION, kind.plural, **extra)
         items: list[dict[str, Any]] = body.get("items", [])
         return items
 

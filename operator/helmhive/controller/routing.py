@@ -191,7 +191,7 @@ class Router:
         self.memory: Mapping[Any, Iterable[NamedMemoryRecord]] = {}
         self.implementations: Mapping[Any, Iterable[str]] = {}
         self.sessions: Mapping[Any, Iterable[SessionBindingView]] = {}
-        self.implementations_written: dict[tuple[str, str], str] = {}  # (namespace, change) -> provider
+        self.implementations_written: dict[tuple[str, str, int], str] = {}  # (namespace, change, iteration) -> provider
         # Work queue: queued keys in order, keys being processed, keys to redo after processing.
         self.queued: OrderedDict[JobKey, str] = OrderedDict()
         self.processing: set[JobKey] = set()
@@ -376,10 +376,11 @@ class Router:
         change = job.spec.change
         if change is None or change.stage is not ChangeStage.REVIEW:
             return None
-        indexed = next(iter(self.implementations.get((job.namespace, change.name), ())), None)
+        key = (job.namespace, change.name, change.iteration)
+        indexed = next(iter(self.implementations.get(key, ())), None)
         # The index learns of an implementation's assignment from its watch event; this process's own
         # write is known at once, so a review queued right behind it cannot miss it.
-        return indexed or self.implementations_written.get((job.namespace, change.name))
+        return indexed or self.implementations_written.get(key)
 
     def decide(self, job: QueuedJob, *, attempts: int) -> RoutingDecision:
         """The pure decision for ``job`` from the indexes and reservations (call under ``self.lock``)."""
@@ -463,7 +464,7 @@ class Router:
             self.holding[key] = decision.choice.runner_key
             change = job.spec.change
             if change is not None and change.stage is ChangeStage.IMPLEMENTATION:
-                self.implementations_written[(job.namespace, change.name)] = decision.choice.provider
+                self.implementations_written[(job.namespace, change.name, change.iteration)] = decision.choice.provider
         stored = self.bodies.get(key)
         if stored is not None and stored["metadata"].get("resourceVersion") == job.resource_version:
             # No newer event arrived while writing: our response is the latest copy.
@@ -683,7 +684,7 @@ def register(runtime: Runtime, router: Router | None = None) -> Router:
         return {runner: (str(body["metadata"]["namespace"]), str(body["metadata"]["name"]))}
 
     @kopf.index(GROUP, VERSION, "agentjobs", id="routing_implementations")
-    async def routing_implementations(body: kopf.Body, **_: Any) -> dict[tuple[str, str], str]:
+    async def routing_implementations(body: kopf.Body, **_: Any) -> dict[tuple[str, str, int], str]:
         found = decide_implementation_provider(body)
         return {found[0]: found[1]} if found is not None else {}
 

@@ -71,6 +71,19 @@ _REVIEW_SCHEMA: dict[str, Any] = {
         "verdict": {"enum": ["approve", "request-changes"]},
         "summary": {"type": "string", "maxLength": 4000},
         "findings": _FINDINGS,
+        "criteria": {
+            "type": "array",
+            "maxItems": 32,
+            "items": {
+                "type": "object",
+                "required": ["criterion", "met"],
+                "properties": {
+                    "criterion": {"type": "integer", "minimum": 0, "maximum": 31},
+                    "met": {"type": "boolean"},
+                    "note": {"type": "string", "maxLength": 1000},
+                },
+            },
+        },
     },
 }
 _PLAN_SCHEMA: dict[str, Any] = {

@@ -320,8 +320,11 @@ def decide_active_jobs(
     return counts
 
 
-def decide_implementation_provider(body: Mapping[str, Any]) -> tuple[tuple[str, str], str] | None:
-    """For a change's implementation job with an assignment: ((namespace, change), provider)."""
+def decide_implementation_provider(body: Mapping[str, Any]) -> tuple[tuple[str, str, int], str] | None:
+    """For a change's implementation job with an assignment: ((namespace, change, iteration), provider).
+
+    The iteration is part of the key: each iteration's review avoids its own implementation's provider.
+    """
     spec = body.get("spec") or {}
     change = spec.get("change") or {}
     if change.get("stage") != ChangeStage.IMPLEMENTATION.value or not change.get("name"):
@@ -330,7 +333,11 @@ def decide_implementation_provider(body: Mapping[str, Any]) -> tuple[tuple[str, 
     if not provider:
         return None
     namespace = (body.get("metadata") or {}).get("namespace") or ""
-    return (str(namespace), str(change["name"])), str(provider)
+    try:
+        iteration = int(change.get("iteration") or 1)
+    except (TypeError, ValueError):
+        return None
+    return (str(namespace), str(change["name"]), iteration), str(provider)
 
 
 def decide_needs_routing(body: Mapping[str, Any]) -> bool:
