@@ -12,38 +12,19 @@ import json
 from typing import Annotated, Any, cast
 
 import typer
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from rich.console import Console
 from rich.table import Table
 
-from helmhive.api.audit import AuditAction, AuditActor, AuditState
+from helmhive.api.audit import AuditAction, AuditState
 from helmhive.api.kinds import GROUP, VERSION
+from helmhive.cli.kubeapi import KubeconfigOption, NamespaceOption, api_error, load_api, whoami
 from helmhive.policy.audit import build_audit_record
 from helmhive.policy.sessions import sessions_secret_name
 
 app = typer.Typer(no_args_is_help=True, help="List and reset session bindings.")
 PLURAL = "sessionbindings"
-
-KubeconfigOption = Annotated[str | None, typer.Option(envvar="KUBECONFIG", help="Kubeconfig to use.")]
-NamespaceOption = Annotated[str, typer.Option("--namespace", "-n", help="Namespace of the bindings.")]
-
-
-def _api(kubeconfig: str | None) -> client.ApiClient:
-    try:
-        return cast(client.ApiClient, config.new_client_from_config(config_file=kubeconfig))  # type: ignore[no-untyped-call]
-    except Exception as err:
-        typer.secho(f"cannot load kubeconfig: {err}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(2) from None
-
-
-def _fail(err: ApiException, what: str) -> typer.Exit:
-    try:
-        message = json.loads(err.body or "{}").get("message") or err.reason
-    except ValueError:
-        message = err.reason
-    typer.secho(f"{what}: {err.status} {message}", fg=typer.colors.RED, err=True)
-    return typer.Exit(1)
 
 
 @app.command("list")
@@ -53,7 +34,7 @@ def list_bindings(
     output: Annotated[str, typer.Option("--output", "-o", help="table or json")] = "table",
 ) -> None:
     """List the session bindings of a namespace."""
-    api = _api(kubeconfig)
+    api = load_api(kubeconfig)
     try:
         listed = cast(
             dict[str, Any],
@@ -61,7 +42,7 @@ def list_bindings(
         )
         items: list[dict[str, Any]] = listed["items"]
     except ApiException as err:
-        raise _fail(err, "listing session bindings") from None
+        raise api_error(err, "listing session bindings") from None
     rows = [
         {
             "name": b["metadata"]["name"],
@@ -93,21 +74,6 @@ def list_bindings(
     Console().print(table)
 
 
-def _whoami(api: client.ApiClient) -> AuditActor:
-    try:
-        review = client.AuthenticationV1Api(api).create_self_subject_review(
-            client.V1SelfSubjectReview(api_version="authentication.k8s.io/v1", kind="SelfSubjectReview")
-        )
-        info = review.status.user_info if review.status is not None else None
-        if info is None:
-            return AuditActor(username="unknown")
-        return AuditActor(
-            username=info.username or "unknown", uid=info.uid or None, groups=list(info.groups or [])[:16]
-        )
-    except ApiException:
-        return AuditActor(username="unknown")
-
-
 @app.command()
 def reset(
     name: Annotated[str, typer.Argument(help="The binding's name (sb-…).")],
@@ -115,12 +81,12 @@ def reset(
     kubeconfig: KubeconfigOption = None,
 ) -> None:
     """Forget a binding's stored session, so its next job starts a fresh chain; audited."""
-    api = _api(kubeconfig)
+    api = load_api(kubeconfig)
     custom = client.CustomObjectsApi(api)
     try:
         binding = cast(dict[str, Any], custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name))
     except ApiException as err:
-        raise _fail(err, f"session binding {namespace}/{name}") from None
+        raise api_error(err, f"session binding {namespace}/{name}") from None
     status = binding.get("status") or {}
     secret = status.get("secretName") or sessions_secret_name(binding["spec"]["runner"])
     key = status.get("secretKey") or name
@@ -128,7 +94,7 @@ def reset(
         client.CoreV1Api(api).patch_namespaced_secret(secret, namespace, [{"op": "remove", "path": f"/data/{key}"}])
     except ApiException as err:
         if err.status not in (404, 422):  # no Secret, or no such key: nothing stored to forget
-            raise _fail(err, f"removing the stored session from Secret {secret}") from None
+            raise api_error(err, f"removing the stored session from Secret {secret}") from None
     now = dt.datetime.now(dt.UTC)
     patch = {
         "status": {
@@ -142,7 +108,7 @@ def reset(
         record = build_audit_record(
             action=AuditAction.SESSION_RESET,
             obj=binding,
-            actor=_whoami(api),
+            actor=whoami(api),
             before=AuditState(value="stored" if status.get("stored") else "empty"),
             after=AuditState(value="empty"),
             message=f"session binding {name} reset: its next job starts a fresh session",
@@ -151,7 +117,7 @@ def reset(
         )
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "auditrecords", record)
     except ApiException as err:
-        raise _fail(err, f"resetting {namespace}/{name}") from None
+        raise api_error(err, f"resetting {namespace}/{name}") from None
     typer.echo(
         f"reset {namespace}/{name} (runner {binding['spec']['runner']}, profile {binding['spec']['profile']}): "
         "the next job on it starts a fresh session"

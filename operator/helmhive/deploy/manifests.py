@@ -23,6 +23,8 @@ __all__ = [
 _LABELS = {"app.kubernetes.io/name": "helmhive", "app.kubernetes.io/part-of": "helmhive"}
 ENVELOPE_POLICY_NAME = "helmhive-envelopes-read-only"
 RUNNER_POLICY_NAME = "helmhive-runner-identity"
+CHANGE_APPROVAL_POLICY_NAME = "helmhive-change-approval"
+CHANGE_APPROVER_ROLE = "helmhive-change-approver"
 
 
 class OperatorIdentity:
@@ -266,6 +268,73 @@ def build_runner_identity_policy() -> list[dict[str, Any]]:
     return [policy, _deny_binding(RUNNER_POLICY_NAME)]
 
 
+def build_change_approval(identity: OperatorIdentity) -> list[dict[str, Any]]:
+    """Who may approve a Change's plan: the ``approve`` verb, in their own name.
+
+    A ValidatingAdmissionPolicy lets ``spec.approvedPlan`` be set, changed or removed only by a
+    principal RBAC allows the ``approve`` verb on ``changes.helmhive.dev`` (the pattern of
+    CertificateSigningRequest approval), and only with ``by`` equal to their own username, so the
+    operator's audit of who approved which digest is the API server's word, not the client's.
+    The ``helmhive-change-approver`` ClusterRole grants it; bind it to the people who approve.
+    """
+    del identity  # the operator never approves
+    changed = (
+        "request.operation == 'CREATE' ? has(object.spec.approvedPlan) : "
+        "object.spec.?approvedPlan != oldObject.spec.?approvedPlan"
+    )
+    allowed = (
+        "authorizer.group('helmhive.dev').resource('changes').namespace(object.metadata.namespace)"
+        ".name(object.metadata.name).check('approve').allowed()"
+    )
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": CHANGE_APPROVAL_POLICY_NAME, "labels": dict(_LABELS)},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [GROUP],
+                        "apiVersions": ["*"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["changes"],
+                    }
+                ]
+            },
+            "variables": [{"name": "approvalChanged", "expression": changed}],
+            "validations": [
+                {
+                    "expression": f"!variables.approvalChanged || {allowed}",
+                    "messageExpression": (
+                        "request.userInfo.username + ' may not approve change ' + object.metadata.name + "
+                        "': approving needs the approve verb on changes.helmhive.dev (ClusterRole "
+                        f"{CHANGE_APPROVER_ROLE})'"
+                    ),
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": (
+                        "!variables.approvalChanged || !has(object.spec.approvedPlan) || "
+                        "object.spec.approvedPlan.by == request.userInfo.username"
+                    ),
+                    "messageExpression": (
+                        "'spec.approvedPlan.by must be the approver's own username (' + request.userInfo.username + ')'"
+                    ),
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    }
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": CHANGE_APPROVER_ROLE, "labels": dict(_LABELS)},
+        "rules": [_rule([GROUP], ["changes"], ["get", "list", "watch", "patch", "approve"])],
+    }
+    return [policy, _deny_binding(CHANGE_APPROVAL_POLICY_NAME), role]
+
+
 def build_install_manifests(identity: OperatorIdentity) -> list[dict[str, Any]]:
     """Everything a cluster needs besides the CRDs and the operator's Deployment."""
     namespace = {
@@ -279,4 +348,5 @@ def build_install_manifests(identity: OperatorIdentity) -> list[dict[str, Any]]:
         *build_envelope_policy(identity),
         *build_runner_identity_policy(),
         *build_runner_execution_policy(),
+        *build_change_approval(identity),
     ]
