@@ -21,6 +21,7 @@ from helmhive.api.common import DNS_LABEL_PATTERN, ApiModel, Name, Url
 
 __all__ = [
     "CHECK_OUTPUT_TAIL_MAX",
+    "COMMIT_MESSAGE",
     "COMMIT_PATTERN",
     "MAX_CHECKS",
     "ArtifactRef",
@@ -35,6 +36,7 @@ __all__ = [
 ]
 
 COMMIT_PATTERN = r"^[0-9a-f]{40}([0-9a-f]{24})?$"
+COMMIT_MESSAGE = "commit must be a full commit id (40 lowercase hex digits, or 64), never a branch, tag or short id"
 MAX_CHECKS = 8
 CHECK_OUTPUT_TAIL_MAX = 4096
 """Characters of a check's output kept in status (the end of it); the whole output is hashed."""
@@ -46,7 +48,22 @@ class SourceRef(ApiModel):
     """An exact source: a git repository and a full commit id (never a branch, tag or short id)."""
 
     repository: Url
-    commit: Annotated[str, StringConstraints(pattern=COMMIT_PATTERN, max_length=64)]
+    commit: Annotated[
+        str,
+        StringConstraints(pattern=COMMIT_PATTERN, max_length=64),
+        Field(
+            json_schema_extra={
+                "x-kubernetes-validations": [
+                    {
+                        "rule": f"self.matches('{COMMIT_PATTERN}')",
+                        "message": COMMIT_MESSAGE,
+                        "reason": "FieldValueInvalid",
+                    }
+                ]
+            }
+        ),
+    ]
+    """The full commit id: 40 hex digits (64 for SHA-256 repositories). Never a branch, tag or short id."""
 
 
 class ArtifactRef(ApiModel):

@@ -350,7 +350,8 @@ def _schema_violations(error: SchemaValidationError) -> Iterator[Violation]:
         "enum": lambda: f"{_short(repr(instance), 80)} is not one of: {', '.join(map(str, value))}",
         "const": lambda: f"must be {value!r}",
         "type": lambda: f"must be {'an' if str(value)[0] in 'aeiou' else 'a'} {value}, not {_type_name(instance)}",
-        "pattern": lambda: f"{_short(repr(instance), 80)} does not match {value}",
+        "pattern": lambda: f"{_short(repr(instance), 80)} does not match {value}"
+        + (f": {hint}" if (hint := _cel_message(error.schema)) else ""),
         "minLength": lambda: "must not be empty" if value == 1 else f"must have at least {value} characters",
         "minItems": lambda: f"must have at least {value} item{'s' if value != 1 else ''}",
     }
@@ -594,6 +595,12 @@ def _check_envelope(obj: _Object, spec: EnvelopeSpec) -> None:
                 "remove this object or make it equal to `kubectl get envelope "
                 f"{obj.name} -o yaml`",
             )
+
+
+def _cel_message(schema: Any) -> str:
+    """The message of a field's own CEL rule, which says in words what its pattern means."""
+    rules = schema.get("x-kubernetes-validations") if isinstance(schema, dict) else None
+    return str(rules[0].get("message") or "") if isinstance(rules, list) and rules else ""
 
 
 def _type_name(value: Any) -> str:
