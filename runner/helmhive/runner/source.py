@@ -1,0 +1,712 @@
+"""The exact source of a governed change: one commit, fetched by the runner before the agent starts.
+
+:func:`ensure_source` puts exactly ``commit`` of ``repository`` into a job's work tree, outside
+the sandbox and before the agent runs (``docs/source.md``):
+
+1. **Cache.** Each runner keeps an object cache under ``cache_dir``: one bare repository per
+   repository URL and object format, named by a hash of them (``<hash>.git``). A fetched commit
+   is kept under ``refs/helmhive/<commit>``; a later job at that commit is served from the cache
+   without contacting the server.
+2. **Fetch.** ``git fetch --depth=1 <url> <commit>``: that commit and its tree, nothing else.
+   A server that refuses a want by id (protocol v0 without ``uploadpack.allow*SHA1InWant``), or
+   shallow fetches, gets one full fetch of its branches and tags instead; the commit must then
+   be there.
+3. **Materialise.** A fresh git dir outside the work tree takes that one commit from the cache
+   (a local shallow fetch: its own objects, so evicting the cache later cannot break a running
+   job); the work tree is checked out from it, detached, and ``HEAD`` must equal ``commit``.
+4. **Bound.** After a fetch, least-recently-used repositories are evicted while the cache is
+   over ``max_cache_bytes``; never the one in use, nor one another job holds at that moment.
+
+Errors: everything that goes wrong with the source is a :class:`SourceError` whose ``reason``
+is a fixed :class:`~helmhive.api.reasons.Reason`::
+
+    SourceError
+      reason RepositoryNotFound   the server has no such repository (404, "not exported")
+             CommitNotFound       the repository has no such commit (or other object format)
+             SourceUnavailable    server down, unreachable, timed out, cache busy
+             SourceAuthFailed     401/403, or the credentials Secret is unusable
+             SourceMismatch       HEAD is not the requested commit after checkout
+             InvalidSpec          an unsupported or credential-bearing URL, a malformed commit
+
+Safety. git runs with an environment built here, not inherited: no system or global config,
+``HOME`` an empty directory (so no ``.netrc``), no terminal prompt, no credential helper or
+askpass, no hooks, only the ``https``/``http``/``git`` transports for the server (``file`` only
+for the local copy from the cache), objects checked with ``transfer.fsckObjects``, no
+submodules. Git credentials go only into that environment (``GIT_CONFIG_*`` -> an
+``http.extraHeader``): never into a URL, argv, a git config file or the work tree, and only
+over https (or plain http to a loopback address). Whatever git says is redacted before it
+reaches a message or a log.
+
+Pure helpers are ``build_*`` / ``decide_*``; :func:`ensure_source` does the I/O (synchronous:
+callers run it in a thread).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import hashlib
+import ipaddress
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from pydantic import SecretStr
+
+from helmhive.api.governed import COMMIT_PATTERN
+from helmhive.api.reasons import Reason
+from helmhive.runner.adapters.decisions import redact
+from helmhive.runner.logs import fields
+
+__all__ = [
+    "DEFAULT_MAX_CACHE_BYTES",
+    "CacheEntry",
+    "GitCredentials",
+    "SourceCheckout",
+    "SourceError",
+    "build_cache_key",
+    "build_git_env",
+    "decide_evictions",
+    "decide_failure",
+    "decide_repository_problem",
+    "ensure_source",
+]
+
+log = logging.getLogger("helmhive.runner.source")
+
+DEFAULT_MAX_CACHE_BYTES = 2 * 1024**3
+SCHEMES = ("https", "http", "git")
+MAX_CREDENTIAL_CHARS = 4096
+MAX_GIT_MESSAGE = 600
+SOURCE_REF = "refs/helmhive/source"
+"""In the job's git dir: the commit that was checked out (the runner diffs against it)."""
+_CACHE_REF = "refs/helmhive/"
+_USED_MARKER = "helmhive-last-used"
+_URL_MARKER = "helmhive-repository"
+_LOCK_POLL_S = 0.1
+
+# Applied to every git run (through GIT_CONFIG_*, never argv): nothing user-configured, nothing
+# interactive, nothing that executes a program named by a repository or the environment.
+_SAFE_CONFIG: tuple[tuple[str, str], ...] = (
+    ("credential.helper", ""),
+    ("core.askPass", ""),
+    ("core.hooksPath", os.devnull),
+    ("core.fsmonitor", "false"),
+    ("core.autocrlf", "false"),
+    ("core.symlinks", "true"),
+    ("protocol.version", "2"),
+    ("transfer.fsckObjects", "true"),
+    ("fetch.recurseSubmodules", "false"),
+    ("submodule.recurse", "false"),
+    ("fetch.unpackLimit", "1"),  # keep packs: a fetch cut short leaves nothing half-written
+    ("gc.auto", "0"),
+    ("maintenance.auto", "false"),
+    ("advice.detachedHead", "false"),
+)
+# Which transports git may use. The repository URL comes from a Change, so a local path or
+# file:// (the runner's own files) and ext:: (a command) must never be fetched from.
+_REMOTE_PROTOCOLS = (("protocol.allow", "never"), *((f"protocol.{s}.allow", "always") for s in SCHEMES))
+_LOCAL_PROTOCOLS = (("protocol.allow", "never"), ("protocol.file.allow", "always"))
+
+# What git prints for each failure (LANG=C). Checked in this order; the first match wins.
+_FAILURES: tuple[tuple[Reason, tuple[str, ...]], ...] = (
+    (
+        Reason.SOURCE_AUTH_FAILED,
+        (
+            "could not read username",
+            "could not read password",
+            "authentication failed",
+            "returned error: 401",
+            "returned error: 403",
+        ),
+    ),
+    (
+        Reason.REPOSITORY_NOT_FOUND,
+        (
+            "returned error: 404",
+            "' not found",
+            "does not appear to be a git repository",
+            "repository not exported",
+            "no such repository",
+            "repository not found",
+        ),
+    ),
+    (
+        Reason.COMMIT_NOT_FOUND,
+        (
+            "not our ref",
+            "couldn't find remote ref",
+            "no such remote ref",
+            "mismatched algorithms",
+            "unadvertised object",
+        ),
+    ),
+)
+# A server that cannot serve one commit by id, or shallow: fetch everything instead.
+_REFUSES_SHALLOW_BY_ID = (
+    "does not allow request for unadvertised object",
+    "does not support shallow",
+    "dumb http transport does not support shallow",
+)
+
+
+class SourceError(Exception):
+    """The source could not be provided; ``reason`` is fixed, ``message`` never holds a credential."""
+
+    def __init__(self, reason: Reason, message: str) -> None:
+        super().__init__(f"{reason.value}: {message}")
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True, kw_only=True)
+class GitCredentials:
+    """A username and password (or token) for a private repository over HTTPS (Basic auth)."""
+
+    username: str
+    password: SecretStr
+
+    def __post_init__(self) -> None:
+        problem = _credential_problem(self.username, self.password.get_secret_value())
+        if problem is not None:
+            raise ValueError(problem)
+
+    @classmethod
+    def from_dir(cls, path: Path) -> GitCredentials | None:
+        """Read ``username`` and ``password`` from a mounted Secret; None if ``path`` is not a directory.
+
+        A present directory without both keys, or with unusable values, is a
+        :class:`SourceError` (``SourceAuthFailed``) naming the key, never showing a value.
+        """
+        if not path.is_dir():
+            return None
+        values: dict[str, str] = {}
+        for key in ("username", "password"):
+            try:
+                raw = (path / key).read_bytes()[: MAX_CREDENTIAL_CHARS + 2]
+            except OSError as exc:
+                raise SourceError(
+                    Reason.SOURCE_AUTH_FAILED,
+                    f"the git credentials Secret mounted at {path} has no readable key {key!r} "
+                    f"({exc.strerror or type(exc).__name__})",
+                ) from None
+            # Secrets made with `echo` end with a newline; nothing else is trimmed from a password.
+            values[key] = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+        problem = _credential_problem(values["username"].strip(), values["password"])
+        if problem is not None:
+            raise SourceError(Reason.SOURCE_AUTH_FAILED, f"the git credentials Secret mounted at {path}: {problem}")
+        return cls(username=values["username"].strip(), password=SecretStr(values["password"]))
+
+    def authorization(self) -> str:
+        """The ``Authorization`` header value (secret: only for git's environment)."""
+        pair = f"{self.username}:{self.password.get_secret_value()}".encode()
+        return "Basic " + base64.b64encode(pair).decode("ascii")
+
+    def secrets(self) -> list[str]:
+        """Every form in which this credential could show up in git's output."""
+        password = self.password.get_secret_value()
+        return [password, self.authorization(), self.authorization().removeprefix("Basic "), _b64(password)]
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode("ascii")
+
+
+def _credential_problem(username: str, password: str) -> str | None:
+    if not username:
+        return "the key 'username' is empty"
+    if not password:
+        return "the key 'password' is empty"
+    if ":" in username:
+        return "the username may not contain ':' (Basic auth)"
+    if len(username) > MAX_CREDENTIAL_CHARS or len(password) > MAX_CREDENTIAL_CHARS:
+        return f"username and password are limited to {MAX_CREDENTIAL_CHARS} characters"
+    # A control character would split the header git sends (header injection).
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in username + password):
+        return "username and password may not contain control characters or line breaks"
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceCheckout:
+    """Where the source is: a git dir outside the work tree, and the work tree at ``commit``."""
+
+    git_dir: Path
+    work_tree: Path
+    commit: str
+    fetched: bool
+    """False when served from this runner's cache without contacting the server."""
+    bytes_fetched: int | None
+    """Bytes the fetch added to the cache (the packs received); None when nothing was fetched."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheEntry:
+    """One cached repository: its key (directory name), size on disk and last use (epoch seconds)."""
+
+    key: str
+    size: int
+    last_used: float
+
+
+# --- pure -------------------------------------------------------------------------------------
+
+
+def decide_repository_problem(repository: str) -> str | None:
+    """Why ``repository`` cannot be fetched from, or None. Never repeats a credential it carries."""
+    if len(repository) > 2048:
+        return "the repository URL is longer than 2048 characters"
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in repository):
+        return "the repository URL contains whitespace or control characters"
+    try:
+        parts = urlsplit(repository)
+        _ = parts.port
+    except ValueError:
+        return "the repository URL is not a valid URL"
+    if parts.scheme not in SCHEMES:
+        shown = parts.scheme or "a local path"
+        return f"unsupported repository URL scheme {shown!r}: use {', '.join(SCHEMES)}"
+    if "@" in parts.netloc:
+        return (
+            "the repository URL carries credentials: remove them and name a git credentials Secret "
+            "in the RunnerPool (spec.source.credentialsSecret)"
+        )
+    if not parts.hostname:
+        return "the repository URL has no host"
+    if parts.query or parts.fragment or repository.endswith(("?", "#")):
+        return "the repository URL may not have a query or fragment"
+    return None
+
+
+def build_cache_key(repository: str, object_format: str) -> str:
+    """The cache directory's name for a repository URL and object format (a hash, no URL text)."""
+    digest = hashlib.sha256(f"{object_format}\0{repository}".encode()).hexdigest()[:32]
+    return f"{digest}.git"
+
+
+def _object_format(commit: str) -> str | None:
+    if not re.fullmatch(COMMIT_PATTERN, commit):
+        return None
+    return "sha1" if len(commit) == 40 else "sha256"
+
+
+def _sends_credentials(repository: str) -> bool:
+    """Credentials go over https, or plain http to a loopback address; never to git:// or other http."""
+    parts = urlsplit(repository)
+    if parts.scheme == "https":
+        return True
+    if parts.scheme != "http" or parts.hostname is None:
+        return False
+    if parts.hostname == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(parts.hostname).is_loopback
+    except ValueError:
+        return False
+
+
+def build_git_env(
+    *, home: Path, path: str, config: Sequence[tuple[str, str]] = (), authorization: str | None = None
+) -> dict[str, str]:
+    """git's whole environment: nothing inherited but ``PATH``; ``config`` and the safe defaults
+    through ``GIT_CONFIG_*``; ``authorization`` (a header value) as an ``http.extraHeader``."""
+    entries = [*_SAFE_CONFIG, *config]
+    if authorization is not None:
+        # Redirects would carry the header to another host; with credentials, none are followed.
+        entries += [("http.followRedirects", "false"), ("http.extraHeader", f"Authorization: {authorization}")]
+    env = {
+        "PATH": path,
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home),
+        "LANG": "C",
+        "LC_ALL": "C",
+        "LANGUAGE": "C",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_PROTOCOL_FROM_USER": "0",
+        "GIT_CONFIG_COUNT": str(len(entries)),
+    }
+    for index, (key, value) in enumerate(entries):
+        env[f"GIT_CONFIG_KEY_{index}"] = key
+        env[f"GIT_CONFIG_VALUE_{index}"] = value
+    return env
+
+
+def decide_failure(stderr: str) -> Reason:
+    """The reason for a failed fetch from what git printed (LANG=C); unknown failures are unavailability."""
+    text = stderr.lower()
+    for reason, needles in _FAILURES:
+        if any(needle in text for needle in needles):
+            return reason
+    return Reason.SOURCE_UNAVAILABLE
+
+
+def decide_evictions(entries: Sequence[CacheEntry], *, max_bytes: int, keep: str) -> list[str]:
+    """The keys to evict, least recently used first, until the total fits ``max_bytes``; never ``keep``."""
+    total = sum(entry.size for entry in entries)
+    evicted: list[str] = []
+    for entry in sorted(entries, key=lambda e: (e.last_used, e.key)):
+        if total <= max_bytes:
+            break
+        if entry.key == keep:
+            continue
+        evicted.append(entry.key)
+        total -= entry.size
+    return evicted
+
+
+_USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@]+@")
+_BASIC = re.compile(r"(?i)(basic|bearer)\s+[A-Za-z0-9+/=._~-]+")
+
+
+def _redacted(text: str, secrets: Sequence[str]) -> str:
+    text = redact(text, secrets)
+    text = _USERINFO.sub(r"\1", text)
+    return _BASIC.sub(r"\1 [REDACTED]", text)
+
+
+def _git_said(stderr: str, secrets: Sequence[str]) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    text = _redacted(" / ".join(lines), secrets)
+    return text if len(text) <= MAX_GIT_MESSAGE else "..." + text[-MAX_GIT_MESSAGE:]
+
+
+# --- I/O --------------------------------------------------------------------------------------
+
+
+class _Timeout(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class _Result:
+    code: int
+    stdout: str
+    stderr: str
+
+
+def _run_git(args: Sequence[str], *, env: Mapping[str, str], deadline: float, cwd: Path | None = None) -> _Result:
+    """Run git with exactly ``env``; kill its whole process group at ``deadline``.
+
+    Not gitpython's ``Git.execute``: it merges the runner's entire environment into git's, and
+    a stray ``GIT_*`` variable there (a trace, a proxy command, an askpass) must not reach a
+    fetch that carries a credential. The process group matters: ``git fetch`` over http runs
+    ``git-remote-http`` as a child that would otherwise outlive a timeout.
+    """
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise _Timeout()
+    with subprocess.Popen(
+        ["git", *args],
+        env=dict(env),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    ) as process:
+        try:
+            out, err = process.communicate(timeout=remaining)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise _Timeout() from None
+    return _Result(process.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+
+
+@contextlib.contextmanager
+def _locked(path: Path, *, deadline: float | None) -> Iterator[bool]:
+    """Hold an exclusive lock on ``path``; yield False at once if busy and ``deadline`` is None."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if deadline is None:
+                    yield False
+                    return
+                if time.monotonic() >= deadline:
+                    raise _Timeout() from None
+                time.sleep(_LOCK_POLL_S)
+        yield True
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _tree_size(path: Path) -> int:
+    total = 0
+    for directory, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(directory, name)).st_size
+    return total
+
+
+def _cache_entries(cache_dir: Path) -> list[CacheEntry]:
+    entries = []
+    for repo in cache_dir.glob("*.git"):
+        try:
+            last_used = (repo / _USED_MARKER).stat().st_mtime
+        except OSError:
+            last_used = 0.0
+        entries.append(CacheEntry(key=repo.name, size=_tree_size(repo), last_used=last_used))
+    return entries
+
+
+def _evict(cache_dir: Path, *, max_bytes: int, keep: str) -> None:
+    for key in decide_evictions(_cache_entries(cache_dir), max_bytes=max_bytes, keep=keep):
+        with _locked(cache_dir / f"{key}.lock", deadline=None) as held:
+            if not held:  # another job is using it right now
+                log.info("source cache: in use, not evicted", extra=fields(cache_key=key))
+                continue
+            size = _tree_size(cache_dir / key)
+            shutil.rmtree(cache_dir / key, ignore_errors=True)
+            log.info("source cache: evicted", extra=fields(cache_key=key, bytes=size, max_bytes=max_bytes))
+
+
+class _Git:
+    """git runs for one :func:`ensure_source` call: one environment, one deadline, redaction."""
+
+    def __init__(
+        self, *, home: Path, credentials: GitCredentials | None, repository: str, deadline: float, timeout_s: float
+    ) -> None:
+        path = os.environ.get("PATH", os.defpath)
+        authorization = credentials.authorization() if credentials and _sends_credentials(repository) else None
+        self.remote_env = build_git_env(home=home, path=path, config=_REMOTE_PROTOCOLS, authorization=authorization)
+        self.local_env = build_git_env(home=home, path=path, config=_LOCAL_PROTOCOLS)
+        self.secrets = credentials.secrets() if credentials is not None else []
+        self.deadline = deadline
+        self.timeout_s = timeout_s
+        self.repository = repository
+
+    def local(self, *args: str) -> _Result:
+        return self._run(args, self.local_env)
+
+    def remote(self, *args: str) -> _Result:
+        return self._run(args, self.remote_env)
+
+    def _run(self, args: Sequence[str], env: Mapping[str, str]) -> _Result:
+        try:
+            return _run_git(args, env=env, deadline=self.deadline)
+        except _Timeout:
+            raise SourceError(
+                Reason.SOURCE_UNAVAILABLE,
+                f"fetching {self.repository} did not finish within {self.timeout_s:g} s",
+            ) from None
+
+    def check(self, result: _Result, what: str) -> _Result:
+        """``result`` if git succeeded; else a SourceError (SourceUnavailable) saying ``what`` failed."""
+        if result.code == 0:
+            return result
+        raise SourceError(Reason.SOURCE_UNAVAILABLE, f"{what} failed: {self.said(result.stderr)}")
+
+    def said(self, stderr: str) -> str:
+        return _git_said(stderr, self.secrets) or "git printed nothing"
+
+
+def _fetch_failure(git: _Git, result: _Result, commit: str) -> SourceError:
+    reason = decide_failure(result.stderr)
+    said = git.said(result.stderr)
+    repo = git.repository
+    messages = {
+        Reason.SOURCE_AUTH_FAILED: (
+            f"{repo} refused the git credentials: {said}"
+            if git.secrets
+            else f"{repo} needs credentials and this runner has none (RunnerPool spec.source.credentialsSecret): {said}"
+        ),
+        Reason.REPOSITORY_NOT_FOUND: f"repository {repo} was not found: {said}",
+        Reason.COMMIT_NOT_FOUND: f"commit {commit} was not found in {repo}: {said}",
+        Reason.SOURCE_UNAVAILABLE: f"{repo} could not be fetched: {said}",
+    }
+    if reason is Reason.SOURCE_AUTH_FAILED and git.secrets and not _sends_credentials(repo):
+        messages[reason] = f"{repo} needs credentials, and they are sent only over https: {said}"
+    return SourceError(reason, messages.get(reason, f"{repo}: {said}"))
+
+
+def _has_commit(git: _Git, cache: Path, commit: str) -> bool:
+    return git.local(f"--git-dir={cache}", "cat-file", "-e", f"{commit}^{{commit}}").code == 0
+
+
+def _cached(git: _Git, cache: Path, commit: str) -> bool:
+    """Whether the cache holds ``commit`` whole: under its own ref, or on a branch of an earlier full fetch.
+
+    A bare object is not enough: only what a ref reaches passed git's connectivity check.
+    """
+    ref = f"{_CACHE_REF}{commit}"
+    if git.local(f"--git-dir={cache}", "rev-parse", "--verify", "--quiet", ref).code == 0:
+        return True
+    if not _has_commit(git, cache, commit):
+        return False
+    upstream = git.local(
+        f"--git-dir={cache}", "for-each-ref", "--count=1", "--format=%(refname)", "--contains", commit, "refs/upstream/"
+    )
+    if upstream.code != 0 or not upstream.stdout.strip():
+        return False
+    git.check(git.local(f"--git-dir={cache}", "update-ref", ref, commit), "recording the commit in the cache")
+    return True
+
+
+def _fetch(git: _Git, *, cache: Path, commit: str) -> None:
+    """Fetch ``commit`` into the cache (shallow by id, else everything) and keep it under a ref."""
+    common = ("fetch", "--no-tags", "--no-recurse-submodules", "--no-write-fetch-head", "--no-auto-gc")
+    ref = f"{_CACHE_REF}{commit}"
+    shallow = git.remote(
+        f"--git-dir={cache}", *common, "--depth=1", "--end-of-options", git.repository, f"+{commit}:{ref}"
+    )
+    if shallow.code == 0:
+        return
+    if not any(needle in shallow.stderr.lower() for needle in _REFUSES_SHALLOW_BY_ID):
+        raise _fetch_failure(git, shallow, commit)
+    log.info(
+        "source: the server refuses a shallow fetch by id; fetching all branches and tags",
+        extra=fields(repository=git.repository, commit=commit),
+    )
+    full = git.remote(
+        f"--git-dir={cache}",
+        *common,
+        "--end-of-options",
+        git.repository,
+        "+refs/heads/*:refs/upstream/heads/*",
+        "+refs/tags/*:refs/upstream/tags/*",
+    )
+    if full.code != 0:
+        raise _fetch_failure(git, full, commit)
+    if not _has_commit(git, cache, commit):
+        raise SourceError(
+            Reason.COMMIT_NOT_FOUND,
+            f"commit {commit} is not on any branch or tag of {git.repository} (fetched in full)",
+        )
+    git.check(git.local(f"--git-dir={cache}", "update-ref", ref, commit), "recording the commit in the cache")
+
+
+def _materialise(git: _Git, *, cache: Path, commit: str, object_format: str, git_dir: Path, work_tree: Path) -> None:
+    """A fresh git dir holding only ``commit`` (from the cache), and the work tree checked out at it.
+
+    The work tree has no ``.git``: the git dir lives elsewhere, out of the agent's reach, so the
+    agent can neither rewrite history nor misreport its changes -- the runner later diffs the
+    work tree against this commit with ``git --git-dir=<git_dir> --work-tree=<work_tree>``.
+    """
+    init = git.local("init", "--quiet", "--bare", "--template=", f"--object-format={object_format}", str(git_dir))
+    git.check(init, f"creating the git dir ({object_format})")
+    git.check(git.local(f"--git-dir={git_dir}", "config", "core.bare", "false"), "configuring the git dir")
+    copy = git.local(
+        f"--git-dir={git_dir}",
+        "fetch",
+        "--no-tags",
+        "--no-recurse-submodules",
+        "--no-write-fetch-head",
+        "--no-auto-gc",
+        "--depth=1",
+        "--end-of-options",
+        cache.resolve().as_uri(),
+        f"+{_CACHE_REF}{commit}:{SOURCE_REF}",
+    )
+    git.check(copy, "copying the commit from the cache")
+    work_tree.mkdir(parents=True, exist_ok=True)
+    tree = (f"--git-dir={git_dir}", f"--work-tree={work_tree}")
+    git.check(git.local(*tree, "checkout", "--quiet", "--force", "--detach", SOURCE_REF), "checking out the commit")
+    head = git.local(f"--git-dir={git_dir}", "rev-parse", "--verify", "HEAD^{commit}")
+    if head.code != 0 or head.stdout.strip() != commit:
+        got = head.stdout.strip() or "nothing"
+        raise SourceError(Reason.SOURCE_MISMATCH, f"the work tree's HEAD is {got}, not the requested {commit}")
+
+
+def _check_paths(git_dir: Path, work_tree: Path) -> None:
+    g, w = git_dir.resolve(), work_tree.resolve()
+    if g == w or g.is_relative_to(w) or w.is_relative_to(g):
+        raise ValueError(f"git_dir {git_dir} and work_tree {work_tree} must be separate, neither inside the other")
+    if git_dir.exists() and any(git_dir.iterdir()):
+        raise ValueError(f"git_dir {git_dir} must be absent or empty")
+    if work_tree.exists() and any(work_tree.iterdir()):
+        raise ValueError(f"work_tree {work_tree} must be absent or empty")
+
+
+def ensure_source(
+    *,
+    cache_dir: Path,
+    repository: str,
+    commit: str,
+    git_dir: Path,
+    work_tree: Path,
+    credentials: GitCredentials | None,
+    timeout_s: float = 300.0,
+    max_cache_bytes: int = DEFAULT_MAX_CACHE_BYTES,
+) -> SourceCheckout:
+    """Check out exactly ``commit`` of ``repository`` into ``work_tree``, its git dir at ``git_dir``.
+
+    Served from the runner's cache under ``cache_dir`` when that commit was fetched before (no
+    server contact); otherwise fetched shallow (or in full from a server that cannot do that),
+    then the cache is bounded to ``max_cache_bytes``. ``timeout_s`` bounds the whole call,
+    waiting for the cache included. ``git_dir`` and ``work_tree`` must be absent or empty and
+    separate (else ValueError). Raises :class:`SourceError` with a named reason otherwise.
+    """
+    problem = decide_repository_problem(repository)
+    if problem is not None:
+        raise SourceError(Reason.INVALID_SPEC, problem)
+    object_format = _object_format(commit)
+    if object_format is None:
+        raise SourceError(Reason.INVALID_SPEC, "the commit must be a full 40- or 64-hex lowercase object id")
+    _check_paths(git_dir, work_tree)
+    started = time.monotonic()
+    deadline = started + timeout_s
+    cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    key = build_cache_key(repository, object_format)
+    cache = cache_dir / key
+    context = {"repository": repository, "commit": commit, "cache_key": key}
+    # An empty HOME for git (no .netrc, no config), inside the cache the agent cannot reach.
+    with tempfile.TemporaryDirectory(prefix=".home-", dir=cache_dir) as home:
+        git = _Git(
+            home=Path(home), credentials=credentials, repository=repository, deadline=deadline, timeout_s=timeout_s
+        )
+        try:
+            with _locked(cache_dir / f"{key}.lock", deadline=deadline):
+                if not (cache / "HEAD").exists():
+                    created = git.local(
+                        "init", "--quiet", "--bare", "--template=", f"--object-format={object_format}", str(cache)
+                    )
+                    git.check(created, f"creating the source cache ({object_format})")
+                    (cache / _URL_MARKER).write_text(repository + "\n")
+                fetched: int | None = None
+                if _cached(git, cache, commit):
+                    log.info("source: served from the runner's cache", extra=fields(**context))
+                else:
+                    log.info("source: fetching", extra=fields(**context))
+                    before = _tree_size(cache / "objects")
+                    _fetch(git, cache=cache, commit=commit)
+                    fetched = max(0, _tree_size(cache / "objects") - before)
+                (cache / _USED_MARKER).touch()  # its mtime is the last use, for eviction
+                _materialise(
+                    git, cache=cache, commit=commit, object_format=object_format, git_dir=git_dir, work_tree=work_tree
+                )
+        except _Timeout:
+            raise SourceError(
+                Reason.SOURCE_UNAVAILABLE,
+                f"the runner's source cache for {repository} stayed busy for {timeout_s:g} s",
+            ) from None
+        except SourceError as err:
+            log.warning("source: failed", extra=fields(**context, reason=err.reason.value, error=err.message))
+            raise
+    if fetched is not None:
+        _evict(cache_dir, max_bytes=max_cache_bytes, keep=key)
+    seconds = round(time.monotonic() - started, 3)
+    log.info(
+        "source: checked out",
+        extra=fields(**context, fetched=fetched is not None, bytes_fetched=fetched, seconds=seconds),
+    )
+    return SourceCheckout(
+        git_dir=git_dir, work_tree=work_tree, commit=commit, fetched=fetched is not None, bytes_fetched=fetched
+    )
