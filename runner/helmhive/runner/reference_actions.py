@@ -1,7 +1,9 @@
-"""What the reference agent does with its own access when a prompt asks it to: write, read, connect.
+"""What the reference agent does with its own access when a prompt asks it to: write, read, connect,
+and apply a governed implementation's edit directives to its work tree.
 
 These run inside the agent's process, so under a job's sandbox they show what the sandbox
 allows: each returns a short verdict (``written``, ``denied (EACCES)``...), never file content.
+Which edits apply, and with what content, is decided in :mod:`reference_rules`.
 """
 
 from __future__ import annotations
@@ -9,10 +11,12 @@ from __future__ import annotations
 import errno
 import os
 import socket
+from collections.abc import Callable, Mapping
+from typing import Final
 
 from helmhive.runner import reference_rules as rules
 
-__all__ = ["connect", "errno_name", "read_direct", "write_direct"]
+__all__ = ["apply_edit", "apply_edits", "connect", "errno_name", "read_direct", "write_direct"]
 
 
 def errno_name(exc: OSError) -> str:
@@ -50,3 +54,90 @@ def connect(port: int) -> str:
         return (
             f"denied ({errno_name(exc)})" if exc.errno in (errno.EACCES, errno.EPERM) else f"failed ({errno_name(exc)})"
         )
+
+
+def apply_edits(cwd: str, governed: rules.GovernedPrompt) -> tuple[rules.EditOutcome, ...]:
+    """Apply a governed implementation prompt's edit directives in ``cwd``, in order.
+
+    Edits that are unsafe, malformed or whose condition is unmet are reported, not applied.
+    """
+    outcomes: list[rules.EditOutcome] = []
+    for edit in governed.edits:
+        reason = rules.edit_skip_reason(edit, has_findings=governed.has_findings)
+        outcomes.append(rules.EditOutcome(edit=edit, changed=False, result=reason) if reason else apply_edit(cwd, edit))
+    return tuple(outcomes)
+
+
+def apply_edit(cwd: str, edit: rules.Edit) -> rules.EditOutcome:
+    """Apply one valid edit below ``cwd``; a path that resolves outside it (a symlink) is refused."""
+    root = os.path.realpath(cwd)
+    target = os.path.join(root, edit.path)
+    if not _inside(root, os.path.realpath(target)):
+        return rules.EditOutcome(edit=edit, changed=False, result="refused (outside the work tree)")
+    try:
+        changed, result = _EDITS[edit.action](target, edit)
+    except OSError as exc:
+        return rules.EditOutcome(edit=edit, changed=False, result=_os_verdict(exc))
+    return rules.EditOutcome(edit=edit, changed=changed, result=result)
+
+
+def _inside(root: str, path: str) -> bool:
+    return path == root or path.startswith(root + os.sep)
+
+
+def _os_verdict(exc: OSError) -> str:
+    denied = exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+    return f"denied ({errno_name(exc)})" if denied else f"failed ({errno_name(exc)})"
+
+
+def _append_line(target: str, edit: rules.Edit) -> tuple[bool, str]:
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    existed = os.path.exists(target)
+    with open(target, "a+b") as fh:
+        fh.seek(0, os.SEEK_END)
+        gap = b""
+        if fh.tell():
+            fh.seek(-1, os.SEEK_END)
+            gap = b"" if fh.read(1) == b"\n" else b"\n"
+        fh.write(gap + edit.text.encode("utf-8") + b"\n")
+    return True, "appended" if existed else "created"
+
+
+def _replace_text(target: str, edit: rules.Edit) -> tuple[bool, str]:
+    try:
+        with open(target, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        return False, "file missing"
+    old, new = edit.text.encode("utf-8"), edit.new.encode("utf-8")
+    count = data.count(old)
+    if not count:
+        return False, "old text not found"
+    if old == new:
+        return False, "unchanged (old and new text are equal)"
+    with open(target, "wb") as fh:
+        fh.write(data.replace(old, new))
+    return True, f"replaced {count} occurrence(s)"
+
+
+def _delete_file(target: str, edit: rules.Edit) -> tuple[bool, str]:
+    try:
+        os.remove(target)
+    except FileNotFoundError:
+        return False, "already absent"
+    return True, "deleted"
+
+
+def _write_bytes(target: str, edit: rules.Edit) -> tuple[bool, str]:
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(target, "wb") as fh:
+        fh.write(rules.pseudo_random_bytes(edit.path, edit.size))
+    return True, f"written ({edit.size} bytes)"
+
+
+_EDITS: Final[Mapping[rules.EditAction, Callable[[str, rules.Edit], tuple[bool, str]]]] = {
+    "APPEND-LINE": _append_line,
+    "REPLACE-TEXT": _replace_text,
+    "DELETE-FILE": _delete_file,
+    "WRITE-BYTES": _write_bytes,
+}

@@ -2,7 +2,8 @@
 
 It is a real Agent Client Protocol peer built on the ``acp`` package, and it is a reference
 agent, not a model: its answers follow the fixed rule in :mod:`helmhive.runner.reference_rules`
-(documented in ``docs/reference-agent.md``). Environment variables select failure behaviours so
+(documented in ``docs/reference-agent.md``), including a governed change's plan, implementation
+(edit directives in the request, applied to its cwd) and review. Environment variables select failure behaviours so
 every path of a runner's adapter can be exercised:
 
 ``HELMHIVE_REFERENCE_AGENT_STATE_DIR``
@@ -335,6 +336,10 @@ class ReferenceAgent:
                 return cancelled
         turn = len(session.history) + 1
         self._record_prompt(text, turn)
+        governed = rules.parse_governed(text)
+        # Edit directives are applied in the implementation stage only, never in planning or review.
+        implementing = governed is not None and governed.stage == "implementation"
+        edits = actions.apply_edits(session.cwd, governed) if governed is not None and implementing else ()
         reply = rules.render_reply(
             text,
             turn=turn,
@@ -347,6 +352,7 @@ class ReferenceAgent:
             },
             connect_results={port: actions.connect(port) for port in directives.connects},
             read_results={path: actions.read_direct(path) for path in directives.read_files},
+            edit_results=edits,
             invalid_output="invalid-output" in self._settings.modes,
         )
         await self._conn.session_update(session_id, acp.update_agent_message_text(reply))
