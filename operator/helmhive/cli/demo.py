@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -12,13 +15,75 @@ from helmhive.devcluster import cluster
 from helmhive.devcluster.build import BuildError, ensure_binaries
 from helmhive.devcluster.demo import DemoError, Kubectl, ensure_installed, ensure_operator, example_documents
 from helmhive.devcluster.demo import stop_operator as stop_demo_operator
-from helmhive.devcluster.demo_manifests import DEMO_JOB, DEMO_POOL, build_demo_documents
+from helmhive.devcluster.demo_git import ensure_demo_repository, ensure_git_daemon, stop_git_daemon
+from helmhive.devcluster.demo_manifests import (
+    DEMO_CHANGE,
+    DEMO_JOB,
+    DEMO_POOL,
+    DEMO_REVIEW_POOL,
+    build_change_documents,
+    build_demo_documents,
+)
 from helmhive.devcluster.flags import default_state_dir
 from helmhive.devcluster.localpod import LocalPodError, run_pod, stop_pod
 
 
 def _say(text: str) -> None:
     typer.secho(f"==> {text}", fg=typer.colors.CYAN, err=True)
+
+
+def _helmhive(*args: str, kubeconfig: Path) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "helmhive", *args, "--kubeconfig", str(kubeconfig)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return proc.stdout + (proc.stderr if proc.returncode else "")
+
+
+def _governed_change(kubectl: Kubectl, state: Path, namespace: str, kubeconfig: Path) -> None:
+    """Plan, approve, implement, check and review a change of the demo's own git repository."""
+    _say("governed change: making a small git repository and serving it with git daemon on 127.0.0.1")
+    bare, commit = ensure_demo_repository(state)
+    url = ensure_git_daemon(state, bare)
+    typer.echo(f"{url} at commit {commit}", err=True)
+    docs = build_change_documents(repository=url, commit=commit)
+    typer.echo(kubectl.apply([d for d in docs if d["kind"] != "Change"], namespace=namespace), err=True)
+    pod = f"{DEMO_REVIEW_POOL}-0"
+    kubectl.wait_for(f"pod/{pod}", "create", namespace=namespace)
+    _say(f"running pod {pod} (a second provider name, so the review can go elsewhere)")
+    run_pod(name=pod, namespace=namespace, admin_kubeconfig=kubeconfig, state_dir=state)
+    kubectl.wait_for(f"runner/{pod}", "create", namespace=namespace)
+    kubectl.wait_for(f"runner/{pod}", "condition=Schedulable", namespace=namespace, timeout=90)
+    _say(f"applying Change {DEMO_CHANGE}: plan, automatic approval, implementation, checks, review")
+    typer.echo(kubectl.apply([d for d in docs if d["kind"] == "Change"], namespace=namespace), err=True)
+    last = ""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        ready = kubectl.run(
+            "get",
+            "change",
+            DEMO_CHANGE,
+            "-n",
+            namespace,
+            "-o",
+            'jsonpath={range .status.conditions[?(@.type=="Ready")]}{.status} {.reason}: {.message}{end}',
+            check=False,
+        ).strip()
+        if ready and ready != last:
+            typer.echo(f"   {DEMO_CHANGE}: Ready={ready}", err=True)
+            last = ready
+        if ready.startswith("True") or (ready.startswith("False") and ready.split()[1].rstrip(":") in _FINAL):
+            return
+        time.sleep(1)
+    raise DemoError(f"change {DEMO_CHANGE} did not finish within 300 s (last: {last})")
+
+
+_FINAL = frozenset(
+    {"ChangesRequested", "ChecksFailed", "PlanningFailed", "ImplementationFailed", "ReviewFailed", "JobMissing"}
+)
 
 
 def run(
@@ -31,7 +96,9 @@ def run(
     """Run Helmhive end to end on a local control plane with the embedded examples."""
     state = state_dir or default_state_dir()
     if stop:
-        stop_pod(name=f"{DEMO_POOL}-0", namespace=namespace, state_dir=state)
+        for pool in (DEMO_POOL, DEMO_REVIEW_POOL):
+            stop_pod(name=f"{pool}-0", namespace=namespace, state_dir=state)
+        stop_git_daemon(state)
         stopped = stop_demo_operator(state)
         names = cluster.stop(state)
         typer.echo(f"stopped operator: {stopped}; stopped components: {', '.join(names) or 'none'}")
@@ -67,9 +134,15 @@ def run(
         _say(f"submitting job {DEMO_JOB} and waiting for it to finish")
         typer.echo(kubectl.apply([d for d in demo_docs if d["kind"] == "AgentJob"], namespace=namespace), err=True)
         kubectl.wait_for(f"agentjob/{DEMO_JOB}", "condition=Succeeded", namespace=namespace, timeout=180)
-    except (BuildError, cluster.ClusterError, DemoError, LocalPodError) as err:
+        _governed_change(kubectl, state, namespace, info.kubeconfig)
+    except (BuildError, cluster.ClusterError, DemoError, LocalPodError, OSError) as err:
         typer.secho(f"demo failed: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from None
+    _show(kubectl, namespace, state, info.kubeconfig)
+
+
+def _show(kubectl: Kubectl, namespace: str, state: Path, kubeconfig: Path) -> None:
+    """What the demo made: envelopes, the workspace's objects, the answers, the change and its patch."""
     _say("kubectl get envelopes")
     typer.echo(kubectl.run("get", "envelopes"))
     _say(f"kubectl get helmhive -n {namespace}")
@@ -87,5 +160,10 @@ def run(
             'jsonpath={range .status.conditions[?(@.type=="Routed")]}{.reason}: {.message}{end}',
         )
     )
+    _say(f"kubectl helmhive change status {DEMO_CHANGE} -n {namespace}")
+    typer.echo(_helmhive("change", "status", DEMO_CHANGE, "-n", namespace, kubeconfig=kubeconfig))
+    _say(f"kubectl helmhive change patch {DEMO_CHANGE} -n {namespace} | head -n 25")
+    patch = _helmhive("change", "patch", DEMO_CHANGE, "-n", namespace, kubeconfig=kubeconfig)
+    typer.echo("\n".join(patch.splitlines()[:25]))
     _say("try it yourself")
     typer.echo(f'eval "$(helmhive dev cluster env --state-dir {state})"\nkubectl get helmhive -n {namespace}')
