@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from helmhive.policy.runnerpool import (
     GENERATION_ANNOTATION,
     MAX_POOL_NAME,
     RUNNER_ROLE_RULES,
+    SOURCE_CREDENTIALS_DIR,
     PoolRef,
     build_config_map,
     build_pool_objects,
@@ -215,6 +217,21 @@ def test_runner_environment_and_credential_mounts() -> None:
     assert "HELMHIVE_CREDENTIAL_FILE" not in volume_env
 
 
+def test_a_git_credentials_secret_is_mounted_read_only_for_the_runner() -> None:
+    without = build_stateful_set(POOL, spec(), credential_generation=1)["spec"]["template"]["spec"]
+    assert "HELMHIVE_SOURCE_CREDENTIALS_DIR" not in {e["name"] for e in without["containers"][0]["env"]}
+    assert "source-credentials" not in {v["name"] for v in without["volumes"]}
+    sts = build_stateful_set(POOL, spec(source={"credentialsSecret": {"name": "git-login"}}), credential_generation=1)
+    pod = sts["spec"]["template"]["spec"]
+    assert _env(sts)["HELMHIVE_SOURCE_CREDENTIALS_DIR"] == SOURCE_CREDENTIALS_DIR
+    volume = next(v for v in pod["volumes"] if v["name"] == "source-credentials")
+    assert volume["secret"] == {"secretName": "git-login", "defaultMode": 0o440, "optional": True}
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "source-credentials")
+    assert mount == {"name": "source-credentials", "mountPath": SOURCE_CREDENTIALS_DIR, "readOnly": True}
+    # Apart from the one mount and its variable, the pod is the same, and runner.json does not change.
+    assert build_runner_config(spec(source={"credentialsSecret": {"name": "git-login"}})) == build_runner_config(spec())
+
+
 def test_stable_identities_and_parallel_pods() -> None:
     sts = build_stateful_set(POOL, spec(), credential_generation=1)["spec"]
     assert sts["replicas"] == 3
@@ -335,7 +352,10 @@ def test_runner_identity_policy_is_installed_and_checks_the_bound_pod_name() -> 
 # --- The other side of the contract ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("wire", [SECRET_SPEC, VOLUME_SPEC], ids=["secret", "volume"])
+GIT_SPEC: dict[str, Any] = {**SECRET_SPEC, "source": {"credentialsSecret": {"name": "git-login"}}}
+
+
+@pytest.mark.parametrize("wire", [SECRET_SPEC, VOLUME_SPEC, GIT_SPEC], ids=["secret", "volume", "git-credentials"])
 def test_the_runner_program_accepts_the_operators_runner_json_and_environment(wire: dict[str, Any]) -> None:
     pool_spec = spec(wire)
     container = build_stateful_set(POOL, pool_spec, credential_generation=3)["spec"]["template"]["spec"]["containers"][
@@ -354,3 +374,5 @@ def test_the_runner_program_accepts_the_operators_runner_json_and_environment(wi
     assert (config.env.runner_name, config.env.pool, config.env.credential_generation) == ("claude-0", "claude", 3)
     assert config.file.provider == "anthropic"
     assert config.file.concurrency == 2
+    has_git = pool_spec.source.credentials_secret is not None
+    assert config.env.source_credentials_dir == (Path(SOURCE_CREDENTIALS_DIR) if has_git else None)

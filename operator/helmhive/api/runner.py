@@ -43,6 +43,7 @@ __all__ = [
     "HeartbeatSettings",
     "ModelCatalogue",
     "ModelEntry",
+    "PoolSourceSpec",
     "ReportedStatus",
     "RunnerPoolSpec",
     "RunnerPoolStatus",
@@ -117,6 +118,21 @@ class CredentialSpec(ApiModel):
     )
 
 
+class PoolSourceSpec(ApiModel):
+    """How the pool's runners fetch a governed change's exact source (see docs/source.md)."""
+
+    credentials_secret: Annotated[
+        LocalObjectRef | None,
+        Field(
+            description=(
+                "A Secret in the pool's namespace with keys `username` and `password` (a password or token) for "
+                "private git repositories over HTTPS. Mounted read-only for the runner's own fetch; "
+                "never given to the agent."
+            )
+        ),
+    ] = None
+
+
 class HeartbeatSettings(ApiModel):
     lease_duration_seconds: Annotated[int, Field(ge=5, le=600)] = 20
     renew_interval_seconds: Annotated[int, Field(ge=1, le=120)] = 5
@@ -153,6 +169,7 @@ class RunnerPoolSpec(ApiModel):
             }
         ),
     ]
+    source: PoolSourceSpec = PoolSourceSpec()
     placement_labels: LabelMap = {}
     capabilities: Annotated[list[Capability], Field(max_length=32)] = []
     concurrency: Annotated[int, Field(ge=1, le=64)] = 1

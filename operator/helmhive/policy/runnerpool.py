@@ -27,6 +27,7 @@ __all__ = [
     "RUNNER_NAME_PREFIX",
     "RUNNER_ROLE_RULES",
     "SESSIONS_SECRET_PREFIX",
+    "SOURCE_CREDENTIALS_DIR",
     "PoolRef",
     "build_config_map",
     "build_network_policy",
@@ -51,6 +52,8 @@ CONFIG_HASH_ANNOTATION = "helmhive.dev/config-hash"
 CONFIG_DIR = "/etc/helmhive"
 CONFIG_PATH = f"{CONFIG_DIR}/runner.json"
 CREDENTIAL_DIR = "/var/run/helmhive/credential"
+SOURCE_CREDENTIALS_DIR = "/var/run/helmhive/source-credentials"
+"""Where the pool's git credentials Secret is mounted (read-only), for the runner's source fetch."""
 STATE_DIR = "/var/lib/helmhive"
 HOME_DIR = "/home/runner"
 RUNNER_UID = 65532
@@ -248,6 +251,8 @@ def _env(pool: str, spec: RunnerPoolSpec) -> list[dict[str, Any]]:
         env.append({"name": "HELMHIVE_CREDENTIAL_FILE", "value": file})
     if directory:
         env.append({"name": "HELMHIVE_CREDENTIAL_DIR", "value": directory})
+    if spec.source.credentials_secret is not None:
+        env.append({"name": "HELMHIVE_SOURCE_CREDENTIALS_DIR", "value": SOURCE_CREDENTIALS_DIR})
     env += [
         {"name": "HELMHIVE_STATE_DIR", "value": STATE_DIR},
         {"name": "HOME", "value": HOME_DIR},
@@ -257,7 +262,7 @@ def _env(pool: str, spec: RunnerPoolSpec) -> list[dict[str, Any]]:
 
 
 def _volumes(pool: str, spec: RunnerPoolSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(volumes, volumeMounts): config, scratch, home and tmp emptyDirs, and the credential."""
+    """(volumes, volumeMounts): config, scratch, home and tmp emptyDirs, the credential, and git credentials."""
     volumes: list[dict[str, Any]] = [
         {"name": "config", "configMap": {"name": runner_resource_name(pool)}},
         {"name": "state", "emptyDir": {}},
@@ -280,6 +285,13 @@ def _volumes(pool: str, spec: RunnerPoolSpec) -> tuple[list[dict[str, Any]], lis
     elif cred.volume is not None:
         volumes.append({"name": "credential", "persistentVolumeClaim": {"claimName": cred.volume.claim_name}})
         mounts.append({"name": "credential", "mountPath": cred.volume.mount_path})
+    git = spec.source.credentials_secret
+    if git is not None:
+        # Optional and without `items`: a missing Secret or key fails only the jobs that fetch a
+        # source, with a named reason, instead of keeping every pod of the pool from starting.
+        secret = {"secretName": git.name, "defaultMode": 0o440, "optional": True}
+        volumes.append({"name": "source-credentials", "secret": secret})
+        mounts.append({"name": "source-credentials", "mountPath": SOURCE_CREDENTIALS_DIR, "readOnly": True})
     return volumes, mounts
 
 

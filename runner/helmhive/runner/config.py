@@ -4,8 +4,8 @@ Two sources, both read once at startup (see ``docs/runner-program.md``):
 
 - the **environment**: who this runner is (``HELMHIVE_RUNNER_NAME``, ``HELMHIVE_NAMESPACE``,
   ``HELMHIVE_POOL``), where its files are (``HELMHIVE_RUNNER_CONFIG``, ``HELMHIVE_CREDENTIAL_FILE``
-  or ``HELMHIVE_CREDENTIAL_DIR``, ``HELMHIVE_STATE_DIR``), the credential generation, and a few
-  tunables;
+  or ``HELMHIVE_CREDENTIAL_DIR``, ``HELMHIVE_STATE_DIR``, the git credentials in
+  ``HELMHIVE_SOURCE_CREDENTIALS_DIR``), the credential generation, and a few tunables;
 - **runner.json**, written by the operator into the ConfigMap ``helmhive-runner-<pool>``: the
   pool-derived settings (provider, adapter, placement labels, capabilities, concurrency,
   heartbeat settings), in the API's camelCase.
@@ -52,6 +52,7 @@ ENV = {
     "credential_generation": "HELMHIVE_CREDENTIAL_GENERATION",
     "credential_file": "HELMHIVE_CREDENTIAL_FILE",
     "credential_dir": "HELMHIVE_CREDENTIAL_DIR",
+    "source_credentials_dir": "HELMHIVE_SOURCE_CREDENTIALS_DIR",
     "state_dir": "HELMHIVE_STATE_DIR",
     "kubeconfig": "KUBECONFIG",
     "image": "HELMHIVE_RUNNER_IMAGE",
@@ -82,6 +83,9 @@ class RunnerEnvironment(BaseModel):
     credential_generation: Annotated[int, Field(ge=0)] = 0
     credential_file: Path | None = None
     credential_dir: Path | None = None
+    source_credentials_dir: Path | None = None
+    """The mounted git credentials Secret (``username``, ``password``) for private repositories;
+    read only by the runner's source fetch (:mod:`helmhive.runner.source`)."""
     state_dir: Path = Path("/var/lib/helmhive-runner")
     kubeconfig: Path | None = None
     image: Annotated[str, Field(max_length=512)] = ""
