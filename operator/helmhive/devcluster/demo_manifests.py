@@ -72,8 +72,8 @@ def build_change_documents(*, repository: str, commit: str) -> list[dict[str, An
             "APPEND-LINE: refunds.py :: _SEEN: dict[str, dict[str, object]] = {}",
             "APPEND-LINE: refunds.py :: ",
             "APPEND-LINE: refunds.py :: ",
-            "APPEND-LINE: refunds.py :: def refund_once(idempotency_key: str, order_id: str, amount: int) -> dict:",
-            "APPEND-LINE: refunds.py ::     return _SEEN.setdefault(idempotency_key, refund(order_id, amount))",
+            "APPEND-LINE: refunds.py :: def refund_once(idempotency_key: str, order_id: str, amount: int) -> "
+            "dict[str, object]: return _SEEN.setdefault(idempotency_key, refund(order_id, amount))",
         ]
     )
     return [
