@@ -195,6 +195,8 @@ class Reason(enum.StrEnum):
     REVIEW_FAILED = "ReviewFailed"
     JOB_MISSING = "JobMissing"
     INVALID_STAGE_OUTPUT = "InvalidStageOutput"
+    # Patches made by the runner (added with the governed runner side)
+    PATCH_NOT_TEXT = "PatchNotText"
 
 
 _DETAIL_RE = re.compile(r"[^A-Za-z0-9_,:]+")

@@ -1,11 +1,13 @@
 """What an agent is told, and how its answer is checked against the output contract. Pure.
 
-The prompt has four labelled parts, always in this order:
+The prompt has these labelled parts, always in this order:
 
 1. the profile's instructions (the platform team's words);
 2. the job's request (title and prompt);
 3. the injected memory block, labelled as context and not authority (absent when none);
-4. the output contract: for structured output, the exact JSON Schema the answer must satisfy.
+4. further context sections the runner adds, each starting with its own ``## `` heading
+   (a review job's ``## Patch``; absent for other jobs);
+5. the output contract: for structured output, the exact JSON Schema the answer must satisfy.
 
 Structured output is one JSON document. The answer may wrap it in a fenced code block; the
 first JSON object found is checked with ``jsonschema`` (draft 2020-12). A failed check
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,8 +41,15 @@ _MAX_ERRORS = 20
 _FENCE = re.compile(r"```(?:json)?\s*\n(.*?)\n```", re.DOTALL)
 
 
-def build_agent_prompt(*, instructions: str, request: JobRequest, memory_context: str, contract: OutputContract) -> str:
-    """Return the full prompt for one job."""
+def build_agent_prompt(
+    *,
+    instructions: str,
+    request: JobRequest,
+    memory_context: str,
+    contract: OutputContract,
+    context_sections: Sequence[str] = (),
+) -> str:
+    """Return the full prompt for one job; ``context_sections`` go just before the output contract."""
     parts = [
         "## Instructions (from the platform team's profile)",
         instructions.strip() or "(none)",
@@ -50,6 +60,9 @@ def build_agent_prompt(*, instructions: str, request: JobRequest, memory_context
     ]
     if memory_context.strip():
         parts += ["", memory_context.strip()]
+    for section in context_sections:
+        if section.strip():
+            parts += ["", section.strip("\n")]
     parts += ["", "## Output contract"]
     if contract.format is OutputFormat.STRUCTURED:
         parts += [

@@ -6,6 +6,11 @@ ConfigMap owned by the job: at most 256 KiB per artifact and 768 KiB in all, und
 ConfigMap may hold and etcd's 1.5 MiB object limit. Nothing is cut silently: a cut artifact
 says ``truncated: true`` and carries the size and SHA-256 of the *whole* content, and a cut
 summary ends with a marker.
+
+Some artifacts must never be cut: a patch is stored whole or not at all. They are passed as
+``whole``, are budgeted first, and each may be at most :data:`PATCH_MAX_BYTES`
+(:data:`ARTIFACT_MAX_BYTES`); the caller refuses a larger one (``PatchTooLarge``) before it
+gets here, and this module raises ``ValueError`` rather than cut one.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ __all__ = [
     "ARTIFACTS_TOTAL_MAX_BYTES",
     "ARTIFACT_MAX_BYTES",
     "INLINE_OUTPUT_MAX_BYTES",
+    "PATCH_MAX_BYTES",
     "SUMMARY_MAX_CHARS",
     "BoundedResult",
     "build_bounded_result",
@@ -31,6 +37,8 @@ SUMMARY_MAX_CHARS = 4096
 INLINE_OUTPUT_MAX_BYTES = 16 * 1024
 ARTIFACT_MAX_BYTES = 256 * 1024
 ARTIFACTS_TOTAL_MAX_BYTES = 768 * 1024
+PATCH_MAX_BYTES = ARTIFACT_MAX_BYTES
+"""The largest patch an implementation job may produce (bytes of ``git diff --binary``); never cut."""
 _CUT = "\n…[cut: the full text is in the transcript artifact]"
 
 
@@ -57,11 +65,14 @@ def build_bounded_result(
     text: str,
     output: dict[str, Any] | None,
     extra: Mapping[str, str] | None = None,
+    whole: Mapping[str, str] | None = None,
 ) -> BoundedResult:
     """Split a job's answer into bounded status fields and an owned artifact ConfigMap.
 
     ``job`` is the AgentJob object (for the name, namespace and owner reference); ``extra``
-    holds further artifacts by key, such as ``patch.diff``.
+    holds further artifacts by key (cut like the transcript if too large); ``whole`` holds
+    artifacts stored byte for byte or not at all, such as ``patch.diff`` (``ValueError`` if one
+    is over :data:`ARTIFACT_MAX_BYTES`).
     """
     meta = job["metadata"]
     name = f"{meta['name'][:230]}-artifacts"
@@ -76,12 +87,24 @@ def build_bounded_result(
             pieces["output.json"] = encoded
             inline = None
     pieces.update(extra or {})
+    kept = dict(whole or {})
+    for key, content in kept.items():
+        if len(content.encode()) > ARTIFACT_MAX_BYTES:
+            raise ValueError(f"artifact {key} is over {ARTIFACT_MAX_BYTES} bytes and may not be cut")
+        pieces.pop(key, None)
+    if sum(len(c.encode()) for c in kept.values()) > ARTIFACTS_TOTAL_MAX_BYTES:
+        raise ValueError(f"whole artifacts over {ARTIFACTS_TOTAL_MAX_BYTES} bytes in all may not be cut")
     artifacts: list[ArtifactRef] = []
     data: dict[str, str] = {}
-    budget = ARTIFACTS_TOTAL_MAX_BYTES
-    for key, content in sorted(pieces.items()):
-        stored, truncated = _cut_utf8(content, min(ARTIFACT_MAX_BYTES, budget))
-        budget -= len(stored.encode())
+    budget = ARTIFACTS_TOTAL_MAX_BYTES - sum(len(c.encode()) for c in kept.values())
+    # Whole artifacts first (they fit: at most 256 KiB each, and they are budgeted up front).
+    ordered = [*sorted(kept.items()), *sorted(pieces.items())]
+    for key, content in ordered:
+        if key in kept:
+            stored, truncated = content, False
+        else:
+            stored, truncated = _cut_utf8(content, min(ARTIFACT_MAX_BYTES, max(budget, 0)))
+            budget -= len(stored.encode())
         data[key] = stored
         artifacts.append(
             ArtifactRef(
@@ -93,6 +116,7 @@ def build_bounded_result(
                 truncated=truncated,
             )
         )
+    artifacts.sort(key=lambda a: a.key)
     config_map = None
     if data:
         config_map = {
