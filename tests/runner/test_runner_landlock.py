@@ -159,7 +159,8 @@ def test_the_sandbox_plan_follows_the_effective_profile(tmp_path: Path) -> None:
     assert {"Read", "Edit", "Write", "kind:read", "kind:edit"} <= claude and "Bash" not in claude
     policy = build_landlock_policy(plan)
     assert policy["tcpConnect"] == [443] and "/dev" in policy["devices"]
-    assert build_wrapper(plan, python="/py")[:4] == ("/py", "-m", "helmhive.runner.landlock", "--policy")
+    # -P: the launcher starts in the checkout, which must not be on its import path
+    assert build_wrapper(plan, python="/py")[:5] == ("/py", "-P", "-m", "helmhive.runner.landlock", "--policy")
     assert build_wrapper(_plan(tmp_path, landlock_abi=0)) == ()
 
 

@@ -1,7 +1,10 @@
 """The job sandbox: a per-job working directory, the tools offered, and the agent's Landlock policy.
 
 Each job gets ``<state>/jobs/<namespace>.<name>.<uid8>/`` with ``work/`` (the agent's cwd and
-the only place its ``fs/*`` client methods reach) and ``tmp/`` (its ``TMPDIR``). What the agent
+the only place its ``fs/*`` client methods reach) and ``tmp/`` (its ``TMPDIR``). A job with an
+exact source also has ``source.git/`` (the git dir of the checkout in ``work/``, which holds no
+``.git``) and ``runner/`` (the runner's scratch: a private index, the patch file); neither, nor
+the runner's ``<state>/source-cache/``, is ever granted to the agent or a check. What the agent
 may do follows the job's *effective profile* (the snapshot bound at queue time):
 
 ============  ===========================================================================
@@ -19,7 +22,12 @@ only the system directories, the runtime's own install, its HOME and the granted
 the runner's state (the credential copy), not the ServiceAccount token, not other jobs.
 See ``docs/security.md`` for exactly what is and is not enforced.
 
-``build_*`` functions are pure; :func:`prepare_sandbox` and :func:`remove_sandbox` touch disk.
+The launcher runs as ``python -P -m helmhive.runner.landlock``: ``-P`` keeps the working
+directory (the job's checkout, which the repository's authors control) off the import path, so a
+planted ``helmhive`` package there cannot run before the ruleset is in force.
+
+``build_*`` functions are pure; :func:`create_sandbox`, :func:`seal_sandbox`,
+:func:`prepare_sandbox` and :func:`remove_sandbox` touch disk.
 """
 
 from __future__ import annotations
@@ -39,17 +47,23 @@ from helmhive.api.runner import AdapterType
 from helmhive.runner.config import LandlockMode, SandboxSettings
 
 __all__ = [
+    "SOURCE_CACHE_DIR",
     "SYSTEM_READ_PATHS",
     "SandboxPlan",
     "build_allowed_tools",
+    "build_check_policy",
     "build_landlock_policy",
+    "build_launcher",
     "build_sandbox_plan",
     "build_wrapper",
+    "create_sandbox",
     "job_dir_name",
     "prepare_sandbox",
     "remove_sandbox",
     "runtime_read_paths",
     "sandbox_refusal",
+    "seal_sandbox",
+    "source_cache_dir",
 ]
 
 SYSTEM_READ_PATHS = (
@@ -70,6 +84,8 @@ SYSTEM_READ_PATHS = (
 ``/root`` or ``/tmp`` (ServiceAccount tokens and other processes' files live there)."""
 
 DEVICE_PATHS = ("/dev",)
+SOURCE_CACHE_DIR = "source-cache"
+"""Below the runner's state dir: the git objects fetched for exact sources, shared by its jobs."""
 
 # The Claude CLI names its tools instead of using ACP's tool kinds.
 _CLAUDE_TOOLS: dict[ToolKind, tuple[str, ...]] = {
@@ -106,6 +122,20 @@ class SandboxPlan:
     @property
     def fs_access(self) -> str:
         return self.filesystem.value
+
+    @property
+    def git_dir(self) -> Path:
+        """The git dir of the job's checkout in ``workdir`` (outside it, never granted)."""
+        return self.root / "source.git"
+
+    @property
+    def scratch(self) -> Path:
+        """The runner's own files for this job (a private index, a patch file), never granted."""
+        return self.root / "runner"
+
+
+def source_cache_dir(state_dir: Path) -> Path:
+    return state_dir / SOURCE_CACHE_DIR
 
 
 def job_dir_name(*, namespace: str, name: str, uid: str) -> str:
@@ -161,7 +191,10 @@ def build_sandbox_plan(
     """
     root = state_dir / "jobs" / job_dir
     workdir, tmpdir, home = root / "work", root / "tmp", state_dir / "home"
-    secrets = [str(p) for p in protected]
+    # The runner's git state is not a secret, but the agent must not reach it: it could
+    # rewrite what the patch is computed against.
+    private = (root / "source.git", root / "runner", source_cache_dir(state_dir))
+    secrets = [str(p) for p in (*protected, *private)]
     runtime = [p for p in runtime_paths if not any(_contains(p, secret) for secret in secrets)]
     read = [*SYSTEM_READ_PATHS, *runtime, *settings.read_paths]
     write = [str(home), str(tmpdir), *settings.write_paths]
@@ -213,12 +246,31 @@ def build_landlock_policy(plan: SandboxPlan) -> dict[str, Any]:
     }
 
 
+def build_check_policy(plan: SandboxPlan) -> dict[str, Any]:
+    """The policy a check runs under: the agent's reads, writes only in the tree and the job's tmp,
+    no TCP ``connect`` at all and no ``bind`` (no provider port either: a check needs none)."""
+    return {
+        "read": list(plan.read_paths),
+        "write": [str(plan.workdir), str(plan.tmpdir)],
+        "devices": list(plan.device_paths),
+        "tcpConnect": [],
+    }
+
+
+def build_launcher(policy: dict[str, Any], *, python: str = sys.executable) -> tuple[str, ...]:
+    """``python -P -m helmhive.runner.landlock --policy JSON --``: the prefix of a sandboxed command.
+
+    ``-P``: the command's working directory is the job's checkout; it must not be on the
+    launcher's import path."""
+    encoded = json.dumps(policy, separators=(",", ":"))
+    return (python, "-P", "-m", "helmhive.runner.landlock", "--policy", encoded, "--")
+
+
 def build_wrapper(plan: SandboxPlan, *, python: str = sys.executable) -> tuple[str, ...]:
     """The launcher prefix for the agent's command line (empty when running without Landlock)."""
     if not plan.landlock:
         return ()
-    policy = json.dumps(build_landlock_policy(plan), separators=(",", ":"))
-    return (python, "-m", "helmhive.runner.landlock", "--policy", policy, "--")
+    return build_launcher(build_landlock_policy(plan), python=python)
 
 
 def _chmod_tree(path: Path, *, writable: bool) -> None:
@@ -235,14 +287,26 @@ def _chmod_tree(path: Path, *, writable: bool) -> None:
     path.chmod(0o755 if writable else 0o555)
 
 
-def prepare_sandbox(plan: SandboxPlan) -> None:
-    """Create the job's directories; a read or none workspace is made read-only (mode bits too)."""
+def create_sandbox(plan: SandboxPlan) -> None:
+    """Create the job's directories afresh (an empty, writable ``workdir`` for the checkout)."""
     remove_sandbox(plan)
     plan.workdir.mkdir(parents=True, exist_ok=True)
     plan.tmpdir.mkdir(parents=True, exist_ok=True)
+    plan.scratch.mkdir(parents=True, exist_ok=True)
     plan.home.mkdir(parents=True, exist_ok=True)
     plan.tmpdir.chmod(0o700)
+    plan.scratch.chmod(0o700)
+
+
+def seal_sandbox(plan: SandboxPlan) -> None:
+    """Apply the filesystem mode to ``workdir`` and all it holds: read-only unless ``write``."""
     _chmod_tree(plan.workdir, writable=plan.filesystem is FilesystemAccess.WRITE)
+
+
+def prepare_sandbox(plan: SandboxPlan) -> None:
+    """Create the job's directories; a read or none workspace is made read-only (mode bits too)."""
+    create_sandbox(plan)
+    seal_sandbox(plan)
 
 
 def remove_sandbox(plan: SandboxPlan) -> None:
