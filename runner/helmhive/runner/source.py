@@ -70,6 +70,7 @@ from helmhive.runner.logs import fields
 
 __all__ = [
     "DEFAULT_MAX_CACHE_BYTES",
+    "SOURCE_REF",
     "CacheEntry",
     "GitCredentials",
     "SourceCheckout",
