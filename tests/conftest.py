@@ -2,7 +2,8 @@
 
 ``tests/`` is on ``sys.path`` (pytest's rootdir conftest handling), so test modules
 import helpers with ``from harness import wait_for, Kubectl, ...``. ``pytester`` is
-enabled for the harness's own tests.
+enabled for the harness's own tests; ``harness.gitserver`` gives every test real git servers
+(``git_daemon``, ``git_http``) on loopback.
 """
 
-pytest_plugins = ["harness.plugin", "pytester"]
+pytest_plugins = ["harness.plugin", "harness.gitserver", "pytester"]

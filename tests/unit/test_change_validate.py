@@ -76,3 +76,23 @@ def test_approval_iterations_and_checks_are_checked_with_field_paths(tmp_path: P
 def test_an_approval_must_name_a_plan_digest(tmp_path: Path) -> None:
     code, out = validate(tmp_path, change("a" * 40, approvedPlan={"digest": "abc", "by": "alice"}))
     assert code == 1 and "spec.approvedPlan.digest" in out
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://user:secret@git.example.com/a.git", "ssh://git.example.com/a.git", "file:///srv/a.git", "/srv/a.git"],
+)
+def test_a_repository_with_credentials_or_another_scheme_is_refused(tmp_path: Path, url: str) -> None:
+    doc = change("a" * 40)
+    doc["spec"]["source"]["repository"] = url  # type: ignore[index]
+    code, out = validate(tmp_path, doc)
+    assert code == 1 and "spec.source.repository" in out and "no credentials" in out
+    assert "secret@" not in out.split("does not match")[-1]
+
+
+@pytest.mark.parametrize("url", ["https://git.example.com/acme/payments.git", "git://127.0.0.1:9418/shop.git"])
+def test_an_https_or_git_url_is_accepted(tmp_path: Path, url: str) -> None:
+    doc = change("a" * 40)
+    doc["spec"]["source"]["repository"] = url  # type: ignore[index]
+    code, out = validate(tmp_path, doc)
+    assert code == 0, out

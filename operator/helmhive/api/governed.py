@@ -17,13 +17,15 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints
 
-from helmhive.api.common import DNS_LABEL_PATTERN, ApiModel, Name, Url
+from helmhive.api.common import DNS_LABEL_PATTERN, ApiModel, Name
 
 __all__ = [
     "CHECK_OUTPUT_TAIL_MAX",
     "COMMIT_MESSAGE",
     "COMMIT_PATTERN",
     "MAX_CHECKS",
+    "REPOSITORY_MESSAGE",
+    "REPOSITORY_PATTERN",
     "ArtifactRef",
     "ChangeRef",
     "ChangeStage",
@@ -37,6 +39,11 @@ __all__ = [
 
 COMMIT_PATTERN = r"^[0-9a-f]{40}([0-9a-f]{24})?$"
 COMMIT_MESSAGE = "commit must be a full commit id (40 lowercase hex digits, or 64), never a branch, tag or short id"
+REPOSITORY_PATTERN = r"^(https?|git)://[^@/?# ]+/[^?# ]*$"
+REPOSITORY_MESSAGE = (
+    "repository must be an https://, http:// or git:// URL with no credentials, query or fragment "
+    "(credentials come from the runner pool's Secret)"
+)
 MAX_CHECKS = 8
 CHECK_OUTPUT_TAIL_MAX = 4096
 """Characters of a check's output kept in status (the end of it); the whole output is hashed."""
@@ -47,7 +54,22 @@ Sha256Hex = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$", max_leng
 class SourceRef(ApiModel):
     """An exact source: a git repository and a full commit id (never a branch, tag or short id)."""
 
-    repository: Url
+    repository: Annotated[
+        str,
+        StringConstraints(min_length=1, max_length=2048, pattern=REPOSITORY_PATTERN),
+        Field(
+            json_schema_extra={
+                "x-kubernetes-validations": [
+                    {
+                        "rule": f"self.matches('{REPOSITORY_PATTERN}')",
+                        "message": REPOSITORY_MESSAGE,
+                        "reason": "FieldValueInvalid",
+                    }
+                ]
+            }
+        ),
+    ]
+    """An ``https://``, ``http://`` or ``git://`` URL without credentials (those come from the pool's Secret)."""
     commit: Annotated[
         str,
         StringConstraints(pattern=COMMIT_PATTERN, max_length=64),

@@ -363,6 +363,7 @@ def _schema_violations(error: SchemaValidationError) -> Iterator[Violation]:
     )
 
 
+_CEL_MATCHES = re.compile(r"^self\.matches\('([^'\\]*)'\)$")
 _CEL_CONDITIONAL = re.compile(r"^self\.(\w+) == '([^']*)' \? has\(self\.(\w+)\) : !has\(self\.(\w+)\)$")
 _CEL_EXACTLY_ONE = re.compile(r"^has\(self\.(\w+)\) != has\(self\.(\w+)\)$")
 _CEL_KEYS = re.compile(r"^self\.all\(k, (.+)\)$")
@@ -373,7 +374,7 @@ def cel_rule_supported(rule: str) -> bool:
     """Whether offline validation evaluates ``rule`` (transition rules need no offline check)."""
     if "oldSelf" in rule:
         return True
-    if _CEL_CONDITIONAL.match(rule) or _CEL_EXACTLY_ONE.match(rule):
+    if _CEL_CONDITIONAL.match(rule) or _CEL_EXACTLY_ONE.match(rule) or _CEL_MATCHES.match(rule):
         return True
     keys = _CEL_KEYS.match(rule)
     if keys is None:
@@ -383,6 +384,8 @@ def cel_rule_supported(rule: str) -> bool:
 
 def _cel_holds(rule: str, value: Any) -> bool | None:
     """Evaluate a create-time rule of a supported form; None when it does not apply."""
+    if (m := _CEL_MATCHES.match(rule)) and isinstance(value, str):
+        return re.search(m.group(1), value) is not None
     if "oldSelf" in rule or not isinstance(value, dict):
         return None
     if m := _CEL_CONDITIONAL.match(rule):
