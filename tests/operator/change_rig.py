@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from harness.cluster import ClusterHandle
-from harness.gitserver import GitDaemon, GitRepo
+from harness.gitserver import GitDaemon, GitHttpServer, GitRepo
 from harness.kube import Kube
 from harness.kubectl import Kubectl
 from harness.wait import wait_for
@@ -31,6 +31,8 @@ from helmhive.devcluster.localpod import LocalPod, run_pod, stop_pod
 API = "helmhive.dev/v1alpha1"
 GROUP, VERSION = "helmhive.dev", "v1alpha1"
 PROVIDER_CANARY = "canary-provider-key-7f3a9c"
+GIT_USER = "ci-bot"
+GIT_CANARY = "canary-git-password-51e0d2"
 SESSION_PREFIX = "canary-sess-"
 SOURCE = {
     "app.py": "def refund(key):\n    return key\n",
@@ -60,6 +62,7 @@ def pool(name: str, provider: str, **extra: Any) -> dict[str, Any]:
             },
             "placementLabels": {"domain": "code"},
             "capabilities": ["structured-output", "diff-review", "workspace-write"],
+            "source": {"credentialsSecret": {"name": "git-credentials"}},
             "concurrency": 1,
             "replicas": 1,
             "heartbeat": {"leaseDurationSeconds": 10, "renewIntervalSeconds": 2, "reportRefreshSeconds": 60},
@@ -104,8 +107,15 @@ def base_docs() -> list[dict[str, Any]]:
         {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{n}-token"}, "stringData": {"token": tok}}
         for n, tok in (("alpha", PROVIDER_CANARY), ("beta", PROVIDER_CANARY + "-b"))
     ]
+    git = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "git-credentials"},
+        "stringData": {"username": GIT_USER, "password": GIT_CANARY},
+    }
     return [
         *secrets,
+        git,
         pool("alpha", "alpha"),
         pool("beta", "beta"),
         profile("plan", "change-planning", ["alpha"]),
@@ -139,11 +149,18 @@ class ChangeRig:
     kubectl: Kubectl
     repo: GitRepo
     daemon: GitDaemon
+    http: GitHttpServer
     pods: dict[str, LocalPod] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
+        """The repository over ``git daemon`` (anonymous)."""
         return self.daemon.url_for(self.repo)
+
+    @property
+    def private_url(self) -> str:
+        """The repository over smart HTTP that needs the pools' git credentials."""
+        return self.http.url_for(self.repo)
 
     def apply(self, *docs: dict[str, Any]) -> None:
         self.kubectl("apply", "-n", self.namespace, "-f", "-", input=yaml.safe_dump_all(list(docs)))
@@ -202,8 +219,11 @@ def change_rig(
     *, cluster: ClusterHandle, kube: Kube, kubectl: Kubectl, namespace: str, tmp_path: Path
 ) -> Iterator[ChangeRig]:
     repo = GitRepo.create(root=tmp_path / "git", name="payments", files=SOURCE)
-    with GitDaemon(root=tmp_path / "git") as daemon:
-        rig = ChangeRig(namespace=namespace, kube=kube, kubectl=kubectl, repo=repo, daemon=daemon)
+    with (
+        GitDaemon(root=tmp_path / "git") as daemon,
+        GitHttpServer(root=tmp_path / "git", username=GIT_USER, password=GIT_CANARY) as http,
+    ):
+        rig = ChangeRig(namespace=namespace, kube=kube, kubectl=kubectl, repo=repo, daemon=daemon, http=http)
         rig.apply(*base_docs())
         try:
             for name in ("alpha-0", "beta-0"):

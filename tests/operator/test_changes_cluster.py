@@ -7,8 +7,10 @@ its conditions. The patch is read back through ``helmhive change patch`` and app
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,7 +27,17 @@ from harness.kubectl import Kubectl
 from harness.operator import OperatorProcess
 from harness.wait import wait_for
 
-from .change_rig import GROUP, PROVIDER_CANARY, SESSION_PREFIX, SOURCE, VERSION, ChangeRig, change, change_rig
+from .change_rig import (
+    GIT_CANARY,
+    GROUP,
+    PROVIDER_CANARY,
+    SESSION_PREFIX,
+    SOURCE,
+    VERSION,
+    ChangeRig,
+    change,
+    change_rig,
+)
 
 FINAL = (
     "ReviewApproved",
@@ -70,7 +82,7 @@ def fresh_clone(rig: ChangeRig, commit: str, where: Path) -> Path:
 
 
 def test_a_governed_change_is_planned_implemented_checked_and_reviewed_on_another_provider(
-    rig: ChangeRig, cluster: ClusterHandle, tmp_path: Path
+    rig: ChangeRig, cluster: ClusterHandle, operator: OperatorProcess, tmp_path: Path
 ) -> None:
     commit = rig.repo.head()
     description = (
@@ -83,7 +95,8 @@ def test_a_governed_change_is_planned_implemented_checked_and_reviewed_on_anothe
         {"name": "marker", "command": ["sh", "-c", "grep -q idempotent app.py && echo found"], "timeoutSeconds": 60},
         {"name": "blob", "command": ["test", "-f", "data/blob.bin"]},
     ]
-    rig.apply(change("refunds", rig.url, commit, description, checks=checks))
+    # A private repository: the runners fetch it with the pool's git credentials over smart HTTP.
+    rig.apply(change("refunds", rig.private_url, commit, description, checks=checks))
     obj = rig.wait_ready("refunds", final=FINAL)
     status = obj["status"]
     assert conditions(obj) == {
@@ -120,7 +133,7 @@ def test_a_governed_change_is_planned_implemented_checked_and_reviewed_on_anothe
         owner = body["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["name"], owner["uid"]) == ("Change", "refunds", obj["metadata"]["uid"])
         assert body["spec"]["change"]["stage"] == stage
-        assert body["spec"]["source"] == {"repository": rig.url, "commit": commit}
+        assert body["spec"]["source"] == {"repository": rig.private_url, "commit": commit}
         assert body["status"]["session"]["mode"] == "fresh"
         assert body["status"]["assignment"].get("memoryIds", []) == []
     assert job(rig, "refunds-review-1")["spec"]["patch"]["sha256"] == status["patch"]["sha256"]
@@ -165,10 +178,12 @@ def test_a_governed_change_is_planned_implemented_checked_and_reviewed_on_anothe
     assert by_action["ChangeReviewed"]["details"]["verdict"] == "approve"
     assert by_action["ChangeReviewed"]["details"]["provider"] == "beta"
 
-    sweep_canaries(rig, cluster, outputs=[printed.stdout, shown.stdout, shown.stderr])
+    assert any(r.authorized for r in rig.http.requests), "the runners fetched with the pool's credential"
+    assert not any(r.authorized is False for r in rig.http.requests), "no fetch went out without it"
+    sweep_canaries(rig, cluster, operator, outputs=[printed.stdout, shown.stdout, shown.stderr])
 
 
-def sweep_canaries(rig: ChangeRig, cluster: ClusterHandle, *, outputs: list[bytes]) -> None:
+def sweep_canaries(rig: ChangeRig, cluster: ClusterHandle, operator: OperatorProcess, *, outputs: list[bytes]) -> None:
     """Every object in the namespace (status included), every Event, the logs and the CLI's output: no canary."""
     api = rig.kube.api_client
     texts: list[str] = []
@@ -188,24 +203,19 @@ def sweep_canaries(rig: ChangeRig, cluster: ClusterHandle, *, outputs: list[byte
         texts.append(json.dumps(data))
     for pod in rig.pods.values():
         texts.append((pod.root / "container.log").read_text(errors="replace"))
+    texts.append(operator.log_path.read_text(errors="replace"))
+    events = rig.kube.core.list_namespaced_event(rig.namespace)
+    assert events.items, "the sweep reads Events"
+    texts.append(json.dumps(rig.kube.api_client.sanitize_for_serialization(events)))
     texts += [o.decode(errors="replace") for o in outputs]
-    session_ids = [s for s in _stored_session_ids(rig) if s]
-    assert session_ids, "the runners stored native session ids (the canary is planted in them)"
+    # Every native session id the reference agent makes starts with the planted prefix; the prefix alone
+    # appears in the pools' configuration, a whole id must appear nowhere.
+    session_id = re.compile(re.escape(SESSION_PREFIX) + "[0-9a-f]{32}")
     for text in texts:
         assert PROVIDER_CANARY not in text
-        assert SESSION_PREFIX not in text
-        for sid in session_ids:
-            assert sid not in text
-
-
-def _stored_session_ids(rig: ChangeRig) -> list[str]:
-    import base64
-
-    found = []
-    for secret in rig.kube.core.list_namespaced_secret(rig.namespace).items:
-        if secret.metadata.name.startswith("helmhive-sessions-"):
-            found += [base64.b64decode(v).decode(errors="replace") for v in (secret.data or {}).values()]
-    return found
+        assert GIT_CANARY not in text
+        assert base64.b64encode(f"ci-bot:{GIT_CANARY}".encode()).decode() not in text
+        assert session_id.search(text) is None, session_id.search(text)
 
 
 def _namespaced_resources(api: client.ApiClient) -> list[tuple[str, str]]:
