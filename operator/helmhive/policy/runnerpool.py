@@ -80,7 +80,7 @@ EXECUTION_ROLE_RULES: tuple[dict[str, Any], ...] = (
     {"apiGroups": [GROUP], "resources": ["memoryrecords"], "verbs": ["get"]},
     {"apiGroups": [GROUP], "resources": ["sessionbindings"], "verbs": ["get", "create"]},
     {"apiGroups": [GROUP], "resources": ["sessionbindings/status"], "verbs": ["get", "patch"]},
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create"]},
 )
 """What a runner needs to run its jobs. Each pod's writes are narrowed further by the
 ``helmhive-runner-execution`` admission policy (its own jobs, bindings, Secret, artifacts)."""

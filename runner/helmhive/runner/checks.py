@@ -113,7 +113,7 @@ def resolve_command(command: str, *, workdir: Path, path: str = CHECK_PATH) -> s
             if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
                 return candidate
         return None
-    candidate = command if os.path.isabs(command) else os.path.join(workdir, command)
+    candidate = os.path.normpath(command if os.path.isabs(command) else os.path.join(workdir, command))
     if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
         return candidate
     return None

@@ -8,11 +8,15 @@
 2. resolve the session and the memory (:mod:`helmhive.runner.jobcontext`), build the prompt
    with :func:`helmhive.policy.prompts.build_agent_prompt`;
 3. mark the job ``Running`` (reason ``Started``, ``result.startedAt``, ``status.session``);
-4. run the turn with a fresh, sandboxed agent; keep the native session id in the runner's
+4. prepare the working directory: with ``spec.source``, the exact commit checked out (and a
+   review's patch applied) by the runner before the agent starts (:mod:`helmhive.runner.governed`);
+5. run the turn with a fresh, sandboxed agent; keep the native session id in the runner's
    Secret; check the answer against the output contract, with at most one repair turn in the
    same session (``OutputContractViolated`` after that);
-5. write the bounded result (large parts into the job's owned ConfigMap) and end the job:
-   ``Succeeded``/``Ready`` True with ``Completed``, or False with a named reason.
+6. for ``change-implementation``, with the agent gone: compute the patch and run the checks;
+7. write the bounded result (large parts into the job's owned ConfigMap,
+   :mod:`helmhive.runner.jobresult`) and end the job: ``Succeeded``/``Ready`` True with
+   ``Completed``, or False with a named reason.
 
 ``spec.timeoutSeconds`` (``TimedOut``), ``spec.cancel`` and deletion (``Cancelled``) and the
 runner stopping (``Interrupted``) cancel the ACP turn. Every status write is a merge patch
@@ -29,16 +33,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from helmhive.api.common import JobKind
 from helmhive.api.envelope import OutputFormat
 from helmhive.api.job import AgentJobSpec
 from helmhive.api.reasons import Reason, detailed
 from helmhive.policy.prompts import MAX_REPAIR_TURNS, build_repair_prompt, check_output
 from helmhive.policy.results import build_bounded_result
 from helmhive.policy.sessions import SessionIntent
-from helmhive.runner.adapters.base import AgentAdapter, TurnOutcome, TurnRequest, TurnResult
+from helmhive.runner.adapters.base import AgentAdapter, CancelOrigin, TurnOutcome, TurnRequest, TurnResult
 from helmhive.runner.agents import JobAdapterFactory
 from helmhive.runner.config import RunnerConfig
+from helmhive.runner.governed import ImplementationSteps, ensure_job_workspace, run_implementation_steps
 from helmhive.runner.jobcontext import JobSession, PreparedJob, prepare_job
+from helmhive.runner.jobresult import ensure_job_result
 from helmhive.runner.jobstatus import (
     CancelCause,
     Verdict,
@@ -49,10 +56,7 @@ from helmhive.runner.jobstatus import (
 )
 from helmhive.runner.kube import Conflict, KubeError, NotFound, RunnerKube
 from helmhive.runner.logs import fields
-from helmhive.runner.sandbox import (
-    prepare_sandbox,
-    remove_sandbox,
-)
+from helmhive.runner.sandbox import remove_sandbox
 from helmhive.runner.sessions import SessionStore
 
 __all__ = ["AGENT_JOBS", "ExecutionContext", "JobExecution"]
@@ -76,6 +80,15 @@ class ExecutionContext:
     @property
     def runner(self) -> str:
         return self.config.env.runner_name
+
+
+@dataclass(frozen=True, kw_only=True)
+class Accepted:
+    """A turn whose answer met the output contract."""
+
+    turn: TurnResult
+    document: dict[str, Any] | None
+    turns: int
 
 
 class JobExecution:
@@ -211,7 +224,7 @@ class JobExecution:
         if isinstance(prepared, Verdict):
             await self._finish(prepared)
             return skipped
-        spec, assignment, plan, session = prepared.spec, prepared.assignment, prepared.plan, prepared.session
+        spec, plan, session = prepared.spec, prepared.plan, prepared.session
         message = prepared.message
         started = await self._patch(
             lambda obj: (
@@ -239,14 +252,27 @@ class JobExecution:
         if prepared.dropped:
             note = f"not injected: {', '.join(prepared.dropped)}"[:1000]
             await self._event(started, Reason.MEMORY_DROPPED, note, warning=True)
-        try:
-            await asyncio.to_thread(prepare_sandbox, plan)
-        except OSError as exc:
-            await asyncio.to_thread(remove_sandbox, plan)
-            why = f"the job's working directory could not be prepared: {exc.strerror or exc}"
-            await self._finish(Verdict(succeeded=False, reason=Reason.SANDBOX_UNAVAILABLE, message=why))
-            return skipped
         timer = asyncio.create_task(self._deadline(spec.timeout_seconds))
+        try:
+            verdict, result, last = await self._execute(prepared, cancel=cancel, job=started)
+        finally:
+            timer.cancel()
+            await asyncio.to_thread(remove_sandbox, plan)
+        await self._finish(verdict, result)
+        return last
+
+    async def _execute(
+        self, prepared: PreparedJob, *, cancel: asyncio.Event, job: dict[str, Any]
+    ) -> tuple[Verdict, dict[str, Any], TurnResult]:
+        """Prepare the tree, run the agent, and for an implementation make the patch and run the checks."""
+        spec, plan, session = prepared.spec, prepared.plan, prepared.session
+        problem = await ensure_job_workspace(
+            plan=plan, source=spec.source, patch=prepared.review_patch, config=self.ctx.config
+        )
+        if problem is not None:
+            return problem, {"summary": problem.message[:4096]}, TurnResult(outcome=TurnOutcome.CANCELLED)
+        if cancel.is_set():  # cancelled, timed out or stopped while the source was fetched
+            return self._failed(TurnResult(outcome=TurnOutcome.CANCELLED, cancel_origin=CancelOrigin.CALLER), spec)
         adapter = self.ctx.job_adapter(plan)
         try:
             base = TurnRequest(
@@ -254,20 +280,38 @@ class JobExecution:
                 cwd=str(plan.workdir),
                 session_id=session.stored_id,
                 fork=session.intent is SessionIntent.FORK,
-                model=assignment.model,
-                effort=assignment.reasoning_effort.value if assignment.reasoning_effort else None,
+                model=prepared.assignment.model,
+                effort=prepared.assignment.reasoning_effort.value if prepared.assignment.reasoning_effort else None,
                 allowed_tools=plan.allowed_tools,
             )
-            verdict, result, last = await self._converse(
-                adapter=adapter, request=base, cancel=cancel, job=started, session=session, prepared=prepared
+            outcome = await self._converse(
+                adapter=adapter, request=base, cancel=cancel, job=job, session=session, prepared=prepared
             )
-        finally:
-            timer.cancel()
+        finally:  # the agent is gone before the runner reads what it left
             with contextlib.suppress(Exception):
                 await adapter.close()
-            await asyncio.to_thread(remove_sandbox, plan)
-        await self._finish(verdict, result)
-        return last
+        if not isinstance(outcome, Accepted):
+            return outcome
+        turn, document, turns = outcome.turn, outcome.document, outcome.turns
+        steps: ImplementationSteps | None = None
+        if spec.job_kind is JobKind.CHANGE_IMPLEMENTATION:
+            found = await run_implementation_steps(
+                plan=plan, spec=spec, landlock_abi=self.ctx.landlock_abi, cancel=cancel
+            )
+            if isinstance(found, Verdict):
+                return found, {"summary": found.message[:4096]}, turn
+            if found.checks.cancelled:
+                stopped = TurnResult(outcome=TurnOutcome.CANCELLED, cancel_origin=CancelOrigin.CALLER)
+                verdict, failed, _ = self._failed(stopped, spec)
+                return verdict, failed, turn
+            steps = found
+        stored = await ensure_job_result(
+            kube=self.ctx.kube, job=job, text=turn.text, document=document, turns=turns, steps=steps
+        )
+        if stored.checks_event is not None:
+            reason, note = stored.checks_event
+            await self._event(job, reason, note, warning=reason is Reason.CHECKS_FAILED)
+        return stored.verdict, stored.result, turn
 
     async def _deadline(self, seconds: int) -> None:
         await asyncio.sleep(seconds)
@@ -301,7 +345,8 @@ class JobExecution:
         job: dict[str, Any],
         session: JobSession,
         prepared: PreparedJob,
-    ) -> tuple[Verdict, dict[str, Any], TurnResult]:
+    ) -> tuple[Verdict, dict[str, Any], TurnResult] | Accepted:
+        """The turn (and at most one repair turn): a failure's (verdict, result, turn), or the accepted answer."""
         spec, contract = prepared.spec, prepared.binding.snapshot.output_contract
         turn = await adapter.run_turn(request, cancel)
         await self._keep(turn, session, new_chain=session.intent is SessionIntent.FRESH, job=self.name)
@@ -332,23 +377,7 @@ class JobExecution:
             )[:1000]
             failed = {"summary": bounded.summary, "validationErrors": list(check.errors)[:20]}
             return Verdict(succeeded=False, reason=Reason.OUTPUT_CONTRACT_VIOLATED, message=message), failed, turn
-        attempt = int((job.get("status") or {}).get("attempts") or 0)
-        bounded = build_bounded_result(job=job, text=turn.text, output=check.document)
-        config_map = bounded.config_map
-        artifacts = [a.to_wire() for a in bounded.artifacts]
-        if config_map is not None:
-            if attempt > 0:  # a re-run keeps its own artifacts beside the earlier attempt's
-                config_map["metadata"]["name"] = f"{config_map['metadata']['name']}-{attempt}"
-                artifacts = [{**a, "name": config_map["metadata"]["name"]} for a in artifacts]
-            try:
-                await self.ctx.kube.create_config_map(config_map)
-            except KubeError as exc:
-                why = f"the artifacts ConfigMap {config_map['metadata']['name']} was not created: {exc.message}"
-                verdict = Verdict(succeeded=False, reason=Reason.ARTIFACT_STORE_FAILED, message=why[:1000])
-                return verdict, {"summary": bounded.summary}, turn
-        result: dict[str, Any] = {"summary": bounded.summary, "output": bounded.output, "artifacts": artifacts}
-        message = f"the agent answered in {turns} turn(s)" + (" (one repair turn)" if turns > 1 else "")
-        return Verdict(succeeded=True, reason=Reason.COMPLETED, message=message), result, turn
+        return Accepted(turn=turn, document=check.document, turns=turns)
 
     def _failed(self, turn: TurnResult, spec: AgentJobSpec) -> tuple[Verdict, dict[str, Any], TurnResult]:
         verdict = decide_turn_failure(result=turn, cause=self.cause, timeout_s=spec.timeout_seconds)

@@ -12,6 +12,10 @@ fails the job closed (``InvalidSpec``, ``SandboxUnavailable``, ``SessionNotFound
   credential generation; the operator's ``status.session``, when it wrote one, wins on the
   mode (it must name the same binding). Resume and fork need the id stored in the runner's
   Secret; without one they fail closed (``SessionNotFound``), never silently fresh.
+* **Governed work** (:mod:`helmhive.runner.governed`). A governed job without ``spec.source``
+  fails closed (``SourceRequired``). A review job's patch is read and its SHA-256 checked here,
+  before the job is marked Running (``PatchUnavailable``, ``PatchDigestMismatch``); the prompt
+  shows it in a ``## Patch`` section before the output contract.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 
 from pydantic import SecretStr, ValidationError
 
+from helmhive.api.common import JobKind
 from helmhive.api.job import AgentJobSpec, Assignment, ProfileBinding, SessionMode
 from helmhive.api.memory import MemoryRecordSpec
 from helmhive.api.reasons import ConditionType, Reason
@@ -33,6 +38,13 @@ from helmhive.policy.memory import MemorySelection, NamedMemoryRecord, select_me
 from helmhive.policy.prompts import build_agent_prompt
 from helmhive.policy.sessions import SessionDecision, SessionIntent, decide_session
 from helmhive.runner.config import RunnerConfig
+from helmhive.runner.governed import (
+    ReviewPatch,
+    decide_governed_problem,
+    display_repository,
+    git_credential_dir,
+    load_review_patch,
+)
 from helmhive.runner.jobstatus import Verdict
 from helmhive.runner.kube import KubeError, NotFound, RunnerKube
 from helmhive.runner.sandbox import (
@@ -212,12 +224,15 @@ class PreparedJob:
     injected: int
     dropped: list[str]
     message: str
+    review_patch: ReviewPatch | None = None
+    """A review job's verified patch, applied to its checkout before the agent starts."""
 
 
 def _protected(config: RunnerConfig) -> list[Path]:
     """The runner's own secrets on disk, which no sandbox path may expose."""
     env = config.env
-    return [env.state_dir / "credential", *(p for p in (env.credential_file, env.kubeconfig) if p is not None)]
+    files = (env.credential_file, env.kubeconfig, git_credential_dir(config))
+    return [env.state_dir / "credential", *(p for p in files if p is not None)]
 
 
 async def prepare_job(
@@ -235,6 +250,9 @@ async def prepare_job(
     if isinstance(parsed, Verdict):
         return parsed
     snapshot, settings = parsed.binding.snapshot, config.file.sandbox
+    problem = decide_governed_problem(spec=parsed.spec, filesystem=snapshot.filesystem)
+    if problem is not None:
+        return problem
     name = str((job.get("metadata") or {}).get("name") or "")
     plan = build_sandbox_plan(
         state_dir=config.env.state_dir,
@@ -262,6 +280,12 @@ async def prepare_job(
     )
     if isinstance(session, Verdict):
         return session
+    review: ReviewPatch | None = None
+    if parsed.spec.job_kind is JobKind.CHANGE_REVIEW and parsed.spec.patch is not None:
+        loaded = await load_review_patch(kube=kube, ref=parsed.spec.patch)
+        if isinstance(loaded, Verdict):
+            return loaded
+        review = loaded
     selection, dropped = await load_memory(
         kube=kube, ids=list(parsed.assignment.memory_ids), spec=parsed.spec, binding=parsed.binding, now=now
     )
@@ -270,12 +294,17 @@ async def prepare_job(
         request=parsed.spec.request,
         memory_context=selection.context,
         contract=snapshot.output_contract,
+        context_sections=[review.section] if review is not None else (),
     )
     memory = f"memory: {len(selection.records)} injected" + (f", dropped {', '.join(dropped)}" if dropped else "")
     sandbox = "landlock" if plan.landlock else "no landlock (permission bits and ACP checks only)"
+    source = parsed.spec.source
+    where = f"; source {display_repository(source.repository)} at {source.commit}" if source is not None else ""
+    if review is not None:
+        where += f", patch sha256 {review.ref.sha256[:16]}… ({review.ref.bytes} bytes)"
     message = (
         f"{parsed.spec.job_kind.value}, session {session.mode.value}, filesystem {plan.fs_access}, "
-        f"network {plan.network.value}, sandbox {sandbox}; {memory}"
+        f"network {plan.network.value}, sandbox {sandbox}; {memory}{where}"
     )[:900]
     return PreparedJob(
         spec=parsed.spec,
@@ -287,4 +316,5 @@ async def prepare_job(
         injected=len(selection.records),
         dropped=dropped,
         message=message,
+        review_patch=review,
     )

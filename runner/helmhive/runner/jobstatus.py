@@ -200,6 +200,8 @@ def build_running_status(
             "output": None,
             "artifacts": None,
             "validationErrors": None,
+            "patch": None,
+            "checks": None,
             "completedAt": None,
         },
     }
@@ -235,6 +237,8 @@ def build_final_status(
         "output": None,
         "artifacts": None,
         "validationErrors": None,
+        "patch": None,
+        "checks": None,
         **dict(result),
         "outcome": verdict.reason,
         "completedAt": iso(now),

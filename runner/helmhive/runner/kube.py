@@ -265,6 +265,11 @@ class RunnerKube:
     async def create_config_map(self, body: dict[str, Any]) -> None:
         await self._call(self._core.create_namespaced_config_map, self.namespace, body)
 
+    async def get_config_map_data(self, name: str) -> dict[str, str]:
+        """A ConfigMap's ``data`` (a review job's patch, from the implementation job's artifacts)."""
+        config_map = await self._call(self._core.read_namespaced_config_map, name, self.namespace)
+        return {str(key): str(value) for key, value in (config_map.data or {}).items()}
+
     # Lease -----------------------------------------------------------------------------
     def _wire(self, obj: Any) -> dict[str, Any]:
         return cast(dict[str, Any], self.api_client.sanitize_for_serialization(obj))
