@@ -109,6 +109,7 @@ class ExecutionRig:
         env: dict[str, str] | None = None,
         concurrency: int = 1,
         secret: bool = True,
+        runner_env: dict[str, str] | None = None,
     ) -> Runner:
         rig = RunnerRig(
             kube=self.kube,
@@ -122,7 +123,7 @@ class ExecutionRig:
         runner_json = reference_runner_json(mode=mode, agent_state=rig.agent_state, concurrency=concurrency)
         runner_json["adapter"]["acp"]["env"] += [{"name": k, "value": v} for k, v in (env or {}).items()]
         runner_json["sandbox"] = {"writePaths": [str(rig.agent_state)]}
-        proc = rig.start(runner_json)
+        proc = rig.start(runner_json, extra_env=runner_env)
         rig.wait_registered(proc)
         runner = Runner(rig=rig, proc=proc, runner_json=runner_json)
         self.runners.append(runner)
@@ -141,6 +142,7 @@ class ExecutionRig:
         timeout: int = 120,
         service: str | None = None,
         workspace: str = "payments",
+        spec_extra: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Create a job and route it to ``runner`` (a runner of pool ``pool-a``) as the operator would:
         the profile binding, then the assignment."""
@@ -154,6 +156,7 @@ class ExecutionRig:
         }
         if service:
             spec["service"] = service
+        spec.update(spec_extra or {})  # governed jobs: source, change, checks, patch
         self.kube.custom.create_namespaced_custom_object(
             GROUP,
             VERSION,

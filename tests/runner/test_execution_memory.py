@@ -10,7 +10,10 @@ from typing import Any
 
 from helmhive.api.common import JobKind
 
+from .execution_governed import GovernedRig, governed
 from .execution_harness import ExecutionRig, condition
+
+__all__ = ["governed"]  # a fixture (governed jobs need a source to check out)
 
 MEMORY = {"memory": {"enabled": True, "maxSensitivity": "internal"}}
 
@@ -89,7 +92,7 @@ def test_memory_is_injected_as_context_and_stale_records_are_dropped(execution: 
     assert dropped.type == "Warning" and "deleted-since (NotFound)" in dropped.message
 
 
-def test_a_governed_job_is_told_no_memory(execution: ExecutionRig) -> None:
+def test_a_governed_job_is_told_no_memory(execution: ExecutionRig, governed: GovernedRig) -> None:
     _record(execution, "money", "Money is integer cents.")
     runner = execution.start_runner()
     execution.create_job(
@@ -98,6 +101,7 @@ def test_a_governed_job_is_told_no_memory(execution: ExecutionRig) -> None:
         kind=JobKind.CHANGE_PLANNING,
         prompt="Plan the change.",
         memory_ids=["money"],  # even if routing named it, the runner does not inject it
+        spec_extra={"source": governed.source(governed.repo("app", {"README.md": "# app\n"}))},
     )
     job = execution.wait_finished("planning")
     assert condition(job, "Succeeded")["status"] == "True", job["status"]

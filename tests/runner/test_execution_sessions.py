@@ -17,7 +17,10 @@ from typing import Any
 from harness import ClusterHandle
 from helmhive.api.common import JobKind
 
+from .execution_governed import GovernedRig, governed
 from .execution_harness import ExecutionRig, Runner, condition
+
+__all__ = ["governed"]  # a fixture (governed jobs need a source to check out)
 
 CANARY = "canary-sid-5e7a91"
 RESUME = {"session": {"policy": "resume"}}
@@ -149,10 +152,13 @@ def test_resume_without_the_stored_id_fails_closed(execution: ExecutionRig) -> N
     assert runner.methods().count("session/prompt") == 1
 
 
-def test_governed_jobs_always_start_fresh(execution: ExecutionRig) -> None:
+def test_governed_jobs_always_start_fresh(execution: ExecutionRig, governed: GovernedRig) -> None:
     runner = execution.start_runner()
+    source = governed.source(governed.repo("app", {"README.md": "# app\n"}))  # governed work needs one
     for name in ("plan-1", "plan-2"):
-        execution.create_job(name, runner=runner, kind=JobKind.CHANGE_PLANNING, prompt="Plan the change.")
+        execution.create_job(
+            name, runner=runner, kind=JobKind.CHANGE_PLANNING, prompt="Plan the change.", spec_extra={"source": source}
+        )
         job = execution.wait_finished(name)
         assert condition(job, "Succeeded")["status"] == "True", job["status"]
         assert job["status"]["session"] == {"mode": "fresh"}
