@@ -18,16 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
-from harness.cluster import ClusterHandle
-from harness.kube import Kube
-from harness.kubectl import Kubectl
-from harness.operator import OperatorProcess
-from harness.wait import wait_for
-
-from .change_rig import (
+from change_rig import (
     GIT_CANARY,
     GROUP,
     PROVIDER_CANARY,
@@ -38,6 +29,14 @@ from .change_rig import (
     change,
     change_rig,
 )
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from harness.cluster import ClusterHandle
+from harness.kube import Kube
+from harness.kubectl import Kubectl
+from harness.operator import OperatorProcess
+from harness.wait import wait_for
 
 FINAL = (
     "ReviewApproved",

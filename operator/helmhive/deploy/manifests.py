@@ -319,7 +319,7 @@ def build_change_approval(identity: OperatorIdentity) -> list[dict[str, Any]]:
                         "object.spec.approvedPlan.by == request.userInfo.username"
                     ),
                     "messageExpression": (
-                        "'spec.approvedPlan.by must be the approver's own username (' + request.userInfo.username + ')'"
+                        "'spec.approvedPlan.by must be your own username (' + request.userInfo.username + ')'"
                     ),
                     "reason": "Forbidden",
                 },
