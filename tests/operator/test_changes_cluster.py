@@ -83,7 +83,7 @@ def fresh_clone(rig: ChangeRig, commit: str, where: Path) -> Path:
 def test_a_governed_change_is_planned_implemented_checked_and_reviewed_on_another_provider(
     rig: ChangeRig, cluster: ClusterHandle, operator: OperatorProcess, tmp_path: Path
 ) -> None:
-    commit = rig.repo.head()
+    commit = rig.repo.head
     description = (
         "POST /refunds must take an Idempotency-Key.\n"
         "APPEND-LINE: app.py :: # refunds are idempotent\n"
@@ -240,7 +240,7 @@ def _namespaced_resources(api: client.ApiClient) -> list[tuple[str, str]]:
 def test_a_failing_check_is_evidence_for_the_reviewer_who_requests_changes(rig: ChangeRig) -> None:
     description = "APPEND-LINE: app.py :: # touched\n"
     checks = [{"name": "fixed", "command": ["sh", "-c", "echo missing >&2; test -f fixed.txt"]}]
-    rig.apply(change("broken", rig.url, rig.repo.head(), description, checks=checks))
+    rig.apply(change("broken", rig.url, rig.repo.head, description, checks=checks))
     obj = rig.wait_ready("broken", final=FINAL)
     assert conditions(obj)["Checked"] == ("False", "ChecksFailed")
     assert conditions(obj)["Reviewed"] == ("False", "ChangesRequested")
@@ -257,7 +257,7 @@ def test_a_failing_check_is_evidence_for_the_reviewer_who_requests_changes(rig: 
 def test_request_changes_sends_the_change_back_to_a_fresh_implementation_then_it_is_approved(rig: ChangeRig) -> None:
     description = "APPEND-LINE: app.py :: # first try\nIF-FINDINGS APPEND-LINE: fixed.txt :: fixed\n"
     checks = [{"name": "fixed", "command": ["test", "-f", "fixed.txt"]}]
-    rig.apply(change("retry", rig.url, rig.repo.head(), description, checks=checks, maxIterations=2))
+    rig.apply(change("retry", rig.url, rig.repo.head, description, checks=checks, maxIterations=2))
     obj = rig.wait_ready("retry", final=FINAL)
     status = obj["status"]
     assert conditions(obj)["Ready"] == ("True", "ReviewApproved")
@@ -279,7 +279,7 @@ def test_request_changes_sends_the_change_back_to_a_fresh_implementation_then_it
 def test_a_manual_change_waits_for_an_approval_of_its_exact_plan_by_an_allowed_person(
     rig: ChangeRig, cluster: ClusterHandle, service_account_identity: Any, kubectl: Kubectl
 ) -> None:
-    rig.apply(change("gated", rig.url, rig.repo.head(), "APPEND-LINE: app.py :: # gated\n", approval="Manual"))
+    rig.apply(change("gated", rig.url, rig.repo.head, "APPEND-LINE: app.py :: # gated\n", approval="Manual"))
     obj = rig.wait_ready("gated", final=("AwaitingApproval",))
     digest = obj["status"]["plan"]["digest"]
     assert conditions(obj)["Planned"] == ("True", "PlanReady")
@@ -362,7 +362,7 @@ def _ensure_cluster_role(rig: ChangeRig, name: str, verbs: list[str]) -> None:
 
 
 def test_review_falls_back_to_the_same_provider_in_a_fresh_context(rig: ChangeRig) -> None:
-    rig.apply(change("alone", rig.url, rig.repo.head(), "APPEND-LINE: app.py :: # alone\n", workspace="solo"))
+    rig.apply(change("alone", rig.url, rig.repo.head, "APPEND-LINE: app.py :: # alone\n", workspace="solo"))
     obj = rig.wait_ready("alone", final=FINAL)
     review = obj["status"]["review"]
     assert conditions(obj)["Ready"] == ("True", "ReviewApproved")
@@ -388,7 +388,7 @@ def test_a_commit_that_does_not_exist_ends_the_change_with_the_jobs_reason(rig: 
 
 
 def test_deleting_a_change_cancels_its_running_job_and_removes_what_it_owns(rig: ChangeRig) -> None:
-    rig.apply(change("doomed", rig.url, rig.repo.head(), "REFERENCE-AGENT: stall\n"))
+    rig.apply(change("doomed", rig.url, rig.repo.head, "REFERENCE-AGENT: stall\n"))
     wait_for(
         lambda: (
             (c := (job(rig, "doomed-plan").get("status") or {}).get("conditions"))
@@ -414,5 +414,5 @@ def test_deleting_a_change_cancels_its_running_job_and_removes_what_it_owns(rig:
         describe="the runner to cancel the deleted job's turn",
     )
     # The runner is free again: another change runs to the end on it.
-    rig.apply(change("after", rig.url, rig.repo.head(), "APPEND-LINE: app.py :: # after\n", workspace="solo"))
+    rig.apply(change("after", rig.url, rig.repo.head, "APPEND-LINE: app.py :: # after\n", workspace="solo"))
     assert conditions(rig.wait_ready("after", final=FINAL))["Ready"] == ("True", "ReviewApproved")
