@@ -197,6 +197,8 @@ class Reason(enum.StrEnum):
     INVALID_STAGE_OUTPUT = "InvalidStageOutput"
     # Patches made by the runner (added with the governed runner side)
     PATCH_NOT_TEXT = "PatchNotText"
+    # Waiting for a reference that does not exist yet (``helmhive.policy.waiting``); with WAITING_FOR_WORKSPACE
+    WAITING_FOR_PROFILE = "WaitingForProfile"
 
 
 _DETAIL_RE = re.compile(r"[^A-Za-z0-9_,:]+")

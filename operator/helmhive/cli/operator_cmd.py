@@ -32,6 +32,15 @@ def run(
     ] = "127.0.0.1",
     webhooks: Annotated[bool, typer.Option(help="Serve the admission webhooks (refuse widening profiles).")] = True,
     revision_history: Annotated[int, typer.Option(help="Profile revisions kept (referenced ones always are).")] = 10,
+    reference_wait_seconds: Annotated[
+        float,
+        typer.Option(
+            envvar="HELMHIVE_REFERENCE_WAIT_SECONDS",
+            min=0.0,
+            help="How long after its creation a job or memory record waits for a Workspace or Profile "
+            "that does not exist yet before it fails closed.",
+        ),
+    ] = 600.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run the operator until interrupted (SIGINT/SIGTERM stop it gracefully)."""
@@ -50,6 +59,7 @@ def run(
             webhook_host=webhook_host,
             webhooks_enabled=webhooks,
             revision_history_limit=revision_history,
+            reference_wait_seconds=reference_wait_seconds,
         ),
         verbose=verbose,
     )

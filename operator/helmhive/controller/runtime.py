@@ -1,7 +1,8 @@
-"""What every handler needs, injected once: the API wrapper, the clock and the settings.
+"""What every handler needs, injected once: the API wrapper, the clock, the settings and the scheduler.
 
 Handlers take these from a :class:`Runtime` rather than from globals, so tests build one
-against the real test cluster with a clock they control.
+against the real test cluster with a clock they control. The one
+:class:`~helmhive.controller.deadlines.DeadlineScheduler` of the process reads the same clock.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from helmhive.controller.deadlines import DeadlineScheduler
 from helmhive.controller.kube import Kube
+from helmhive.policy.waiting import DEFAULT_REFERENCE_WAIT
 
 __all__ = ["Clock", "OperatorConfig", "Runtime", "utc_now"]
 
@@ -43,6 +46,14 @@ class OperatorConfig:
     webhook_port: int = 9443
     webhook_host: str = "127.0.0.1"
     webhooks_enabled: bool = True
+    # How long after its creation a job or memory record waits for a Workspace or Profile that does
+    # not exist yet (``WaitingForWorkspace``/``WaitingForProfile``) before it fails closed.
+    reference_wait_seconds: float = DEFAULT_REFERENCE_WAIT.total_seconds()
+
+    @property
+    def reference_wait(self) -> dt.timedelta:
+        """``reference_wait_seconds`` as a duration."""
+        return dt.timedelta(seconds=self.reference_wait_seconds)
 
     @property
     def username(self) -> str:
@@ -55,3 +66,11 @@ class Runtime:
     kube: Kube
     clock: Clock = utc_now
     config: OperatorConfig = field(default_factory=OperatorConfig)
+    deadlines: DeadlineScheduler = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.deadlines = DeadlineScheduler(clock=self.now)
+
+    def now(self) -> dt.datetime:
+        """The injected clock, read when called (so a test may swap ``clock`` later)."""
+        return self.clock()
