@@ -3,10 +3,12 @@
 ``helmhive_install`` (session)  applies :func:`helmhive.deploy.manifests.build_install_manifests`:
                                 the operator's namespace, ServiceAccount, ClusterRole/Binding and
                                 the envelope ValidatingAdmissionPolicy (after the CRDs).
-``operator`` (session)          runs ``helmhive operator run`` as a subprocess, authenticated as
+``operator`` (module)           runs ``helmhive operator run`` as a subprocess, authenticated as
                                 the operator's ServiceAccount with a real TokenRequest token, and
                                 waits until its liveness endpoint answers and the envelopes exist.
                                 The handle can stop, kill and restart it, and reads its JSON log.
+                                A test module may set ``OPERATOR_ENV = {"HELMHIVE_...": "..."}``
+                                to run its operator with other settings.
 
 The operator logs to a file, so tests can search it for planted canary values.
 """
@@ -153,6 +155,7 @@ class OperatorProcess:
 
 @pytest.fixture(scope="module")
 def operator(
+    request: pytest.FixtureRequest,
     cluster: ClusterHandle,
     api_client: client.ApiClient,
     helmhive_install: OperatorIdentity,
@@ -172,7 +175,11 @@ def operator(
         cluster.kubeconfig, token, workdir / "kubeconfig", user=helmhive_install.service_account
     )
     handle = OperatorProcess(
-        kubeconfig=kubeconfig, log_path=workdir / "operator.log", port=free_port(), webhook_port=free_port()
+        kubeconfig=kubeconfig,
+        log_path=workdir / "operator.log",
+        port=free_port(),
+        webhook_port=free_port(),
+        extra_env=dict(getattr(request.module, "OPERATOR_ENV", {})),
     )
     handle.start()
     custom = client.CustomObjectsApi(api_client)

@@ -18,6 +18,8 @@ from harness.operator import OperatorProcess
 from harness.wait import wait_for
 
 GROUP, VERSION = "helmhive.dev", "v1alpha1"
+# A missing profile is waited for (GitOps order) before failing closed; 30 s here rather than 600.
+OPERATOR_ENV = {"HELMHIVE_REFERENCE_WAIT_SECONDS": "30"}
 
 
 def _profile(name: str, **spec: Any) -> dict[str, Any]:
@@ -191,11 +193,17 @@ def test_a_job_keeps_its_profile_snapshot_when_the_profile_changes(
     apps = client.AppsV1Api(kube.api_client)
     assert apps.read_namespaced_controller_revision(binding["revision"], namespace).data["hash"] == binding["hash"]
 
-    # A job whose profile does not exist fails closed at queue time, with a reason.
+    # A job whose profile does not exist fails closed at queue time, with a reason, once its wait ends.
     orphan = dict(job, metadata={"name": "orphan"})
     orphan["spec"] = dict(job["spec"], profile="no-such-profile")
     kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(orphan))
-    cond = wait_for(_condition_is(kube, namespace, "agentjobs", "orphan", "Routed", "False"), timeout=30)
+
+    def failed_closed() -> dict[str, Any] | None:
+        cond = _condition(_get(kube, namespace, "agentjobs", "orphan"), "Routed")
+        waiting = cond is not None and str(cond["reason"]).startswith("WaitingFor")
+        return cond if cond and cond["status"] == "False" and not waiting else None
+
+    cond = wait_for(failed_closed, timeout=150, describe="the orphan job to fail closed after its wait")
     assert cond["reason"] == "ProfileNotFound"
     assert "no-such-profile" in cond["message"]
 

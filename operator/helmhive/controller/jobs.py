@@ -1,76 +1,149 @@
-"""AgentJobs at queue time: bind the exact profile revision, or fail closed with a reason.
+"""AgentJobs at queue time: bind the exact profile revision, wait for a reference, or fail closed.
 
 When a job is first seen, the operator resolves its profile (``spec.profile``, else the
 Workspace's active profile for the job kind), requires it to be Valid at its current
 revision, and writes ``status.profile``: name, revision, hash and the full effective
 snapshot. Routing (a later step) reads only that binding, so editing the profile later
-changes nothing about this job. A missing or invalid profile fails the job closed with
-``Routed=False`` and a named reason; it never waits silently.
+changes nothing about this job.
+
+A reference that does not exist **yet** is waited for (``kubectl apply -f dir/`` and GitOps
+tools create objects in any order): ``Routed=False`` and ``Ready=False`` with
+``WaitingForWorkspace`` or ``WaitingForProfile`` and a message naming what is missing and
+until when. The job is queued again **at once** when that Workspace or Profile appears or
+changes, and at its deadline (creation plus ``--reference-wait-seconds``) it fails closed with
+``WorkspaceNotFound`` or ``ProfileNotFound``; see :mod:`helmhive.policy.waiting`. An invalid
+profile (``ProfileNotValid``) or spec (``InvalidSpec``) fails closed at once, and failing
+closed is final.
+
+How a waiting job is found again without polling: before each lookup the queue step records
+in its :class:`~helmhive.policy.waiting.WaitingRoom` that the job waits for that Workspace or
+Profile, and only then reads it. Event handlers on Workspaces and Profiles wake the jobs
+recorded for the object. Recording *before* reading means an object created between the
+read and the job's status write is still seen: its watch event comes after its creation,
+which comes after the record. The deadlines are entries in the operator's one
+:class:`~helmhive.controller.deadlines.DeadlineScheduler`; after a restart Kopf's resume
+handler queues every unbound job again, which rebuilds both.
+
+Every status write is conditional on the ``resourceVersion`` the decision was made from; a
+409 re-reads the job and decides again, so a stale decision is never written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
 from pydantic import ValidationError
 
 from helmhive.api.job import AgentJobSpec
-from helmhive.api.kinds import kind_by_name
+from helmhive.api.kinds import GROUP, VERSION, kind_by_name
 from helmhive.api.memory import WorkspaceSpec
-from helmhive.api.reasons import ConditionType, Reason
-from helmhive.controller.kube import NotFound
+from helmhive.api.reasons import Reason
+from helmhive.controller.deadlines import KeyedLocks
+from helmhive.controller.kube import Conflict, NotFound
 from helmhive.controller.profiles import decide_profile_body, format_violations
 from helmhive.controller.runtime import Runtime
-from helmhive.policy.conditions import set_condition
 from helmhive.policy.revisions import profile_hash, revision_name
+from helmhive.policy.waiting import (
+    MissingReference,
+    Reference,
+    ReferenceKind,
+    WaitingRoom,
+    build_bound_conditions,
+    build_unbound_conditions,
+    decide_needs_binding,
+    decide_reference_wait,
+    missing_profile,
+    missing_profile_binding,
+    missing_workspace,
+    parse_timestamp,
+    pending_profile_revision,
+)
 
-__all__ = ["FailClosed", "bind_profile", "register"]
+__all__ = ["FailClosed", "JobQueue", "ProfileRevisionPending", "bind_profile", "register"]
 
 AGENT_JOB = kind_by_name("AgentJob")
 PROFILE = kind_by_name("Profile")
 WORKSPACE = kind_by_name("Workspace")
+_CONFLICT_RETRIES = 5
+log = logging.getLogger("helmhive.controller.jobs")
+
+JobKey = tuple[str, str]
+Expect = Callable[[Reference], None]
 
 
 class FailClosed(Exception):
-    """The job cannot be queued: ``reason`` is the fixed name for ``Routed=False``."""
+    """The job cannot be queued: ``reason`` is the fixed name for ``Routed=False``.
 
-    def __init__(self, reason: Reason, message: str) -> None:
+    ``missing`` is set when the reason is a reference that does not exist (yet); the queue
+    step waits for it until the job's deadline instead of failing at once.
+    """
+
+    def __init__(self, reason: Reason, message: str, *, missing: MissingReference | None = None) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        self.missing = missing
 
 
-async def _resolve_profile_name(runtime: Runtime, spec: AgentJobSpec, namespace: str) -> str:
+class ProfileRevisionPending(kopf.TemporaryError):
+    """The profile is valid, but the revision for its current spec is not written yet."""
+
+    def __init__(self, missing: MissingReference) -> None:
+        super().__init__(missing.message, delay=1)
+        self.missing = missing
+
+
+def _expect_nothing(_: Reference) -> None:
+    return None
+
+
+def _missing(missing: MissingReference) -> FailClosed:
+    return FailClosed(missing.final_reason, missing.message, missing=missing)
+
+
+async def _resolve_profile_name(runtime: Runtime, spec: AgentJobSpec, namespace: str, expect: Expect) -> str:
     if spec.profile:
         return spec.profile
+    absent = missing_workspace(namespace=namespace, name=spec.workspace)
+    expect(absent.reference)
     try:
         workspace = await runtime.kube.get(WORKSPACE, spec.workspace, namespace=namespace)
     except NotFound:
-        raise FailClosed(Reason.WORKSPACE_NOT_FOUND, f"workspace {spec.workspace} does not exist") from None
-    parsed = WorkspaceSpec.model_validate(workspace.get("spec") or {})
-    for binding in parsed.profiles:
+        raise _missing(absent) from None
+    try:
+        parsed: WorkspaceSpec | None = WorkspaceSpec.model_validate(workspace.get("spec") or {})
+    except ValidationError:
+        parsed = None  # an unreadable Workspace names no profile until it is fixed
+    for binding in parsed.profiles if parsed is not None else ():
         if binding.job_kind == spec.job_kind:
             return binding.profile
-    raise FailClosed(
-        Reason.PROFILE_NOT_FOUND, f"workspace {spec.workspace} names no active profile for {spec.job_kind.value}"
-    )
+    raise _missing(missing_profile_binding(namespace=namespace, workspace=spec.workspace, job_kind=spec.job_kind))
 
 
-async def bind_profile(runtime: Runtime, body: Mapping[str, Any]) -> dict[str, Any]:
-    """Return the ``status.profile`` binding for a queued job, or raise FailClosed."""
+async def bind_profile(
+    runtime: Runtime, body: Mapping[str, Any], *, expect: Expect = _expect_nothing
+) -> dict[str, Any]:
+    """Return the ``status.profile`` binding for a queued job; raise FailClosed or ProfileRevisionPending.
+
+    ``expect`` is told about each Workspace or Profile just before it is read.
+    """
     meta = body["metadata"]
     namespace = meta["namespace"]
     try:
         spec = AgentJobSpec.model_validate(dict(body.get("spec") or {}))
     except ValidationError as err:
         raise FailClosed(Reason.INVALID_SPEC, str(err.errors()[0]["msg"])) from None
-    name = await _resolve_profile_name(runtime, spec, namespace)
+    name = await _resolve_profile_name(runtime, spec, namespace, expect)
+    absent = missing_profile(namespace=namespace, name=name)
+    expect(absent.reference)
     try:
         profile = await runtime.kube.get(PROFILE, name, namespace=namespace)
     except NotFound:
-        raise FailClosed(Reason.PROFILE_NOT_FOUND, f"profile {name} does not exist in {namespace}") from None
+        raise _missing(absent) from None
     parsed, verdict = decide_profile_body(profile.get("spec") or {})
     if parsed is None or verdict.effective is None:
         raise FailClosed(
@@ -84,8 +157,8 @@ async def bind_profile(runtime: Runtime, body: Mapping[str, Any]) -> dict[str, A
     digest = profile_hash(parsed)
     status = profile.get("status") or {}
     if status.get("currentHash") != digest:
-        # The profile's revision for this spec does not exist yet; the profile reconciler makes it.
-        raise kopf.TemporaryError(f"profile {name} has no revision for its current spec yet", delay=1)
+        # The profile reconciler makes the revision; its status write wakes this job.
+        raise ProfileRevisionPending(pending_profile_revision(namespace=namespace, name=name))
     effective = verdict.effective
     return {
         "name": name,
@@ -96,42 +169,147 @@ async def bind_profile(runtime: Runtime, body: Mapping[str, Any]) -> dict[str, A
     }
 
 
-async def queue_job(runtime: Runtime, body: Mapping[str, Any], logger: kopf.Logger) -> None:
-    """Bind the profile of a newly seen job, or fail it closed."""
-    meta = body["metadata"]
-    status = dict(body.get("status") or {})
-    if status.get("profile") is not None:
-        return
-    now = runtime.clock()
-    try:
-        binding = await bind_profile(runtime, body)
-    except FailClosed as closed:
-        conditions = status.get("conditions")
-        for ctype in (ConditionType.ROUTED, ConditionType.READY):
-            conditions = set_condition(
-                conditions,
-                type=ctype,
-                status=False,
-                reason=closed.reason,
-                message=closed.message,
-                generation=meta.get("generation"),
+def _ref(key: JobKey) -> dict[str, Any]:
+    return {"k8s_ref": {"apiVersion": f"{GROUP}/{VERSION}", "kind": "AgentJob", "namespace": key[0], "name": key[1]}}
+
+
+class JobQueue:
+    """The queue step: binds each new job, keeps the waiting ones findable, ends them at their deadline."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.room: WaitingRoom[JobKey] = WaitingRoom()
+        self.locks = KeyedLocks()
+
+    @staticmethod
+    def _entry(key: JobKey) -> tuple[str, str, str]:
+        return ("AgentJob", *key)
+
+    def wake(self, reference: Reference) -> int:
+        """``reference`` appeared or changed: queue the jobs waiting for it again, now. Returns how many."""
+        waiters = self.room.waiters(reference)
+        for key in waiters:
+            self.runtime.deadlines.soon(self._entry(key), functools.partial(self.requeue, key))
+        return len(waiters)
+
+    def forget(self, key: JobKey) -> None:
+        """The job waits for nothing any more (bound, failed closed, or gone)."""
+        self.room.forget(key)
+        self.runtime.deadlines.cancel(self._entry(key))
+
+    async def requeue(self, key: JobKey) -> None:
+        """Read the job and queue it again (a reference changed, or its deadline came)."""
+        try:
+            body = await self.runtime.kube.get(AGENT_JOB, key[1], namespace=key[0])
+        except NotFound:
+            self.forget(key)
+            return
+        await self.queue(body)
+
+    async def queue(self, body: Mapping[str, Any]) -> None:
+        """Bind the job's profile, or make it wait, or fail it closed; one decision per job at a time."""
+        meta = body["metadata"]
+        key: JobKey = (str(meta["namespace"]), str(meta["name"]))
+        async with self.locks.hold(key):
+            for _ in range(_CONFLICT_RETRIES):
+                if await self._once(key, body):
+                    return
+                try:
+                    body = await self.runtime.kube.get(AGENT_JOB, key[1], namespace=key[0])
+                except NotFound:
+                    self.forget(key)
+                    return
+        raise Conflict(409, f"agentjob {key[0]}/{key[1]} kept changing while it was queued")
+
+    async def _once(self, key: JobKey, body: Mapping[str, Any]) -> bool:
+        """Decide and write once; False when the write lost a race (the caller re-reads)."""
+        if not decide_needs_binding(body):
+            self.forget(key)
+            return True
+        meta = body["metadata"]
+        status = dict(body.get("status") or {})
+        self.room.forget(key)  # what it waits for is recorded afresh below, before each read
+        missing: MissingReference | None = None
+        try:
+            binding = await bind_profile(self.runtime, body, expect=functools.partial(self.room.expect, key))
+        except FailClosed as closed:
+            reason, message, missing = closed.reason, closed.message, closed.missing
+        except ProfileRevisionPending as pending:
+            missing = pending.missing
+            reason, message = missing.final_reason, missing.message
+        else:
+            self.forget(key)
+            patch: dict[str, Any] = {"profile": binding}
+            cleared = build_bound_conditions(status.get("conditions"))
+            if cleared is not None:
+                patch["conditions"] = cleared
+            if not await self._write(key, meta, patch):
+                return False
+            log.info("job %s/%s bound to profile revision %s", *key, binding["revision"], extra=_ref(key))
+            return True
+
+        now = self.runtime.clock()
+        waiting = False
+        if missing is not None:
+            wait = decide_reference_wait(
+                missing=missing,
+                created_at=parse_timestamp(meta.get("creationTimestamp")),
                 now=now,
-            ).conditions
-        await runtime.kube.patch_status(
-            AGENT_JOB, meta["name"], {"status": {"conditions": conditions}}, namespace=meta["namespace"]
+                limit=self.runtime.config.reference_wait,
+            )
+            reason, message, waiting = wait.reason, wait.message, wait.waiting
+            if waiting:
+                self.runtime.deadlines.at(self._entry(key), wait.deadline, functools.partial(self.requeue, key))
+        if not waiting:
+            self.forget(key)
+        update = build_unbound_conditions(
+            status.get("conditions"), reason=reason, message=message, generation=meta.get("generation"), now=now
         )
-        logger.warning(
-            "job %s/%s failed closed: %s: %s", meta["namespace"], meta["name"], closed.reason, closed.message
-        )
-        return
-    await runtime.kube.patch_status(
-        AGENT_JOB, meta["name"], {"status": {"profile": binding}}, namespace=meta["namespace"]
-    )
-    logger.info("job %s/%s bound to profile revision %s", meta["namespace"], meta["name"], binding["revision"])
+        if not update.changed:
+            return True
+        if not await self._write(key, meta, {"conditions": update.conditions}):
+            return False
+        if waiting:
+            log.info("job %s/%s waits: %s: %s", *key, reason, message, extra=_ref(key))
+        else:
+            log.warning("job %s/%s failed closed: %s: %s", *key, reason, message, extra=_ref(key))
+        return True
+
+    async def _write(self, key: JobKey, meta: Mapping[str, Any], status: dict[str, Any]) -> bool:
+        """Merge-patch the status, conditional on the job's resourceVersion; False on a 409."""
+        patch = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "status": status}
+        try:
+            await self.runtime.kube.patch_status(AGENT_JOB, key[1], patch, namespace=key[0])
+        except Conflict:
+            return False
+        except NotFound:
+            self.forget(key)
+        return True
 
 
-def register(runtime: Runtime) -> None:
-    @kopf.on.resume("helmhive.dev", "v1alpha1", "agentjobs")
-    @kopf.on.create("helmhive.dev", "v1alpha1", "agentjobs")
-    async def job_queued(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
-        await queue_job(runtime, body, logger)
+def register(runtime: Runtime) -> JobQueue:
+    """Register the queue step's handlers; return the queue (tests read its waiting room)."""
+    jobs = JobQueue(runtime)
+
+    @kopf.on.resume(GROUP, VERSION, "agentjobs")
+    @kopf.on.create(GROUP, VERSION, "agentjobs")
+    async def job_queued(body: kopf.Body, **_: Any) -> None:
+        await jobs.queue(body)
+
+    @kopf.on.event(GROUP, VERSION, "workspaces")
+    async def wake_jobs_on_workspace(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        if event.get("type") != "DELETED":
+            meta = body["metadata"]
+            jobs.wake(Reference(kind=ReferenceKind.WORKSPACE, namespace=meta["namespace"], name=meta["name"]))
+
+    @kopf.on.event(GROUP, VERSION, "profiles")
+    async def wake_jobs_on_profile(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        if event.get("type") != "DELETED":
+            meta = body["metadata"]
+            jobs.wake(Reference(kind=ReferenceKind.PROFILE, namespace=meta["namespace"], name=meta["name"]))
+
+    @kopf.on.cleanup()
+    async def stop_job_deadlines(**_: Any) -> None:
+        await runtime.deadlines.stop()
+
+    return jobs
