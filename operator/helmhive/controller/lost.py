@@ -1,131 +1,211 @@
 """Jobs whose runner died: end them with ``RunnerLost``, then re-queue only what is safe to re-run.
 
-A runner that dies mid-job cannot say so. Every few seconds the operator looks at each job
-that is assigned and not finished; when its runner is ``Offline`` (its Lease expired) or gone,
-the job ends ``Succeeded=False`` / ``RunnerLost``. :func:`helmhive.policy.retry.decide_job_retry`
-then decides: a job that may have had side effects is never re-run (and says so); any other job
-is re-queued once, by dropping its assignment so the router places it again. Both writes are
-conditional on the job's ``resourceVersion``, so a retried handler never ends or re-queues twice.
+A runner that dies mid-job cannot say so. Its Lease stops being renewed, and the runner
+controller (:mod:`helmhive.controller.runners`) derives ``status.reportedStatus = Offline``;
+or its Runner is deleted. Either is an event on the **runner**, so this module reacts to
+runners, not to jobs, and reads nothing from the API server while no runner is lost:
+
+* index ``lost_jobs_by_runner``: every assigned, unfinished job (running or not) by its runner;
+* index ``lost_runner_liveness``: every Runner's derived status, by ``(namespace, name)``;
+* on a Runner event that says ``Offline``, or its deletion: every job in the first index under
+  that runner is ended;
+* on a job's own event (its assignment observed, and every job at start-up): one look at the
+  second index, so a job held on a runner that was already Offline or absent (while the
+  operator was down, or just before the assignment was seen) is ended too.
+
+Kopf runs no handler before every index is filled from its initial list, so "absent from the
+index" means absent from the cluster. Ending a job reads it once (a GET), builds the new status
+with :func:`helmhive.policy.lost_runners.build_lost_job_status` (ended, or re-queued when
+:func:`helmhive.policy.retry.decide_job_retry` allows it) and PUTs it conditionally on the
+resourceVersion just read, so a retried attempt never ends or re-queues a job twice. A write
+that loses a race re-reads and decides again; one that fails is retried with a backoff, for as
+long as the job is still held on a runner that is still lost.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
-from helmhive.api.kinds import kind_by_name
-from helmhive.api.reasons import ConditionType, Reason
+from helmhive.api.kinds import GROUP, VERSION, kind_by_name
+from helmhive.api.reasons import Reason
 from helmhive.controller.kube import Conflict, NotFound
 from helmhive.controller.runtime import Runtime
-from helmhive.policy.conditions import find_condition, set_condition
-from helmhive.policy.retry import decide_job_retry
+from helmhive.policy.lost_runners import (
+    JobKey,
+    LostJobUpdate,
+    RunnerKey,
+    RunnerLiveness,
+    build_lost_job_status,
+    build_runner_liveness,
+    decide_held_runner,
+    decide_runner_lost,
+)
 
-__all__ = ["decide_runner_lost", "register"]
+__all__ = ["LostJobs", "register"]
 
 AGENT_JOB = kind_by_name("AgentJob")
-RUNNER = kind_by_name("Runner")
+log = logging.getLogger("helmhive.controller.lost")
+
+_WRITERS = 8  # jobs ended concurrently (one GET, one PUT and one Event each)
+_BACKOFF = (0.0, 1.0, 2.0, 5.0, 10.0, 30.0)  # seconds before each further attempt at one job
 
 
-def _unfinished_assignment(status: dict[str, Any]) -> bool:
-    succeeded = find_condition(status.get("conditions"), ConditionType.SUCCEEDED)
-    return bool(status.get("assignment")) and (succeeded is None or succeeded.get("status") == "Unknown")
+class LostJobs:
+    """Ends the jobs of lost runners: at most one task per job, retried until the job is no longer held."""
 
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.jobs: kopf.Index[RunnerKey, JobKey] | None = None
+        self.runners: kopf.Index[RunnerKey, RunnerLiveness] | None = None
+        self.tasks: dict[JobKey, asyncio.Task[None]] = {}
+        self._gate = asyncio.Semaphore(_WRITERS)
 
-def decide_runner_lost(runner: dict[str, Any] | None) -> str | None:
-    """Why the job's runner counts as lost (a message), or None while it is not. Pure."""
-    if runner is None:
-        return "its runner no longer exists"
-    reported = (runner.get("status") or {}).get("reportedStatus")
-    if reported == "Offline":
-        return f"runner {runner['metadata']['name']} went Offline (its Lease expired) while the job was assigned to it"
-    return None
+    def bind(self, indexes: dict[str, Any]) -> None:
+        """Keep Kopf's live index views (handlers receive them as keyword arguments)."""
+        self.jobs = indexes["lost_jobs_by_runner"]
+        self.runners = indexes["lost_runner_liveness"]
 
+    def lost(self, runner: RunnerKey) -> str | None:
+        """Why ``runner`` counts as lost, from the index alone (None before the indexes are bound)."""
+        if self.runners is None:
+            return None
+        return decide_runner_lost(next(iter(self.runners.get(runner, ())), None))
 
-def _with_conditions(
-    status: dict[str, Any], updates: list[tuple[str, bool | None, str, str]], job: dict[str, Any], runtime: Runtime
-) -> None:
-    conditions = status.get("conditions")
-    for ctype, value, reason, message in updates:
-        conditions = set_condition(
-            conditions,
-            type=ctype,
-            status=value,
-            reason=reason,
-            message=message,
-            generation=job["metadata"].get("generation"),
-            now=runtime.clock(),
-        ).conditions
-    status["conditions"] = conditions
+    def held_on(self, runner: RunnerKey) -> list[JobKey]:
+        if self.jobs is None:
+            return []
+        return list(self.jobs.get(runner, ()))
 
+    def runner_lost_with_jobs(self, body: Mapping[str, Any], *, deleted: bool) -> RunnerKey | None:
+        """A Runner's event (``deleted``: its deletion): the runner, if it is lost and jobs are held on it."""
+        liveness = build_runner_liveness(body)
+        if decide_runner_lost(None if deleted else liveness) is None or not self.held_on(liveness.key):
+            return None
+        return liveness.key
 
-async def end_lost_job(runtime: Runtime, job: dict[str, Any], message: str, logger: kopf.Logger) -> None:
-    meta = job["metadata"]
-    status = dict(job.get("status") or {})
-    now = runtime.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
-    updates: list[tuple[str, bool | None, str, str]] = [
-        (ConditionType.SUCCEEDED, False, Reason.RUNNER_LOST, message),
-        (ConditionType.READY, False, Reason.RUNNER_LOST, message),
-    ]
-    if find_condition(status.get("conditions"), ConditionType.RUNNING) is not None:
-        updates.append((ConditionType.RUNNING, False, Reason.RUNNER_LOST, message))
-    _with_conditions(status, updates, job, runtime)
-    result = dict(status.get("result") or {})
-    result.update({"outcome": Reason.RUNNER_LOST.value, "completedAt": now})
-    result.setdefault("summary", "")
-    status["result"] = result
-    ended = {**job, "status": status}
-    decision = decide_job_retry(job=ended)
-    if decision is not None and decision.retry:
-        requeued = {k: v for k, v in status.items() if k in ("profile", "observedGeneration")}
-        requeued["attempts"] = int(status.get("attempts") or 0) + 1
-        requeued["conditions"] = []
-        _with_conditions(
-            requeued,
-            [(ConditionType.ROUTED, None, Reason.RUNNER_LOST, f"{message}; re-queued: {decision.message}")],
-            job,
-            runtime,
-        )
-        body = {**job, "status": requeued}
-        verdict = "re-queued"
-    else:
-        why = decision.message if decision is not None else "not re-run"
-        body = ended
-        for cond in body["status"]["conditions"]:
-            if cond["type"] in (ConditionType.SUCCEEDED, ConditionType.READY):
-                cond["message"] = f"{message}; not re-run: {why}"[:1024]
-        verdict = "ended"
-    try:
-        await runtime.kube.replace_status(AGENT_JOB, meta["name"], body, meta["namespace"])
-    except (Conflict, NotFound):
-        return  # someone else wrote first; the next tick sees the new state
-    logger.warning("job %s/%s %s: %s", meta["namespace"], meta["name"], verdict, message)
-    await runtime.kube.post_event(
-        involved=job,
-        reason=Reason.RUNNER_LOST,
-        message=f"{message} ({verdict})",
-        event_type="Warning",
-        now=runtime.clock(),
-    )
+    def job_on_lost_runner(self, body: Mapping[str, Any]) -> RunnerKey | None:
+        """A job's event: the runner it is held on, if that runner is lost (one index look-up, no API read)."""
+        runner = decide_held_runner(body)
+        if runner is None or self.lost(runner) is None:
+            return None
+        return runner
 
+    def end(self, job: JobKey, runner: RunnerKey) -> None:
+        """End ``job`` (held on the lost ``runner``) in the background, unless that is already under way."""
+        current = self.tasks.get(job)
+        if current is not None and not current.done():
+            return  # the running task re-reads the job before every attempt
+        task = asyncio.create_task(self._end(job, runner), name=f"runner-lost {job[0]}/{job[1]}")
+        self.tasks[job] = task
+        task.add_done_callback(lambda done: self.tasks.pop(job, None) if self.tasks.get(job) is done else None)
 
-def register(runtime: Runtime) -> None:
-    def assigned_unfinished(status: kopf.Status, **_: Any) -> bool:
-        return _unfinished_assignment(dict(status))
+    async def stop(self) -> None:
+        tasks = list(self.tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
-    @kopf.timer("helmhive.dev", "v1alpha1", "agentjobs", interval=3.0, idle=0.0, when=assigned_unfinished)
-    async def watch_runner_alive(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
-        job = dict(body)
-        status = dict(job.get("status") or {})
-        assignment = status["assignment"]
-        namespace = assignment.get("runnerNamespace") or job["metadata"]["namespace"]
+    async def _end(self, job: JobKey, runner: RunnerKey) -> None:
+        attempt = 0
+        while True:
+            await asyncio.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
+            attempt += 1
+            message = self.lost(runner)
+            if message is None:
+                return  # the runner came back (Online again): its jobs carry on
+            try:
+                async with self._gate:
+                    if await self._end_once(job, runner, message):
+                        return
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # a bad attempt must not leave the job held forever
+                log.warning("job %s/%s: RunnerLost not written (will retry): %s", job[0], job[1], err)
+
+    async def _end_once(self, job: JobKey, runner: RunnerKey, message: str) -> bool:
+        """One read-decide-write pass. True when done (written, finished, gone or moved); False to retry."""
+        kube = self.runtime.kube
         try:
-            runner: dict[str, Any] | None = await runtime.kube.get(RUNNER, assignment["runner"], namespace=namespace)
+            fresh = await kube.get(AGENT_JOB, job[1], namespace=job[0])
         except NotFound:
-            runner = None
-        message = decide_runner_lost(runner)
-        if message is None:
-            return
-        fresh = await runtime.kube.get(AGENT_JOB, job["metadata"]["name"], namespace=job["metadata"]["namespace"])
-        if _unfinished_assignment(dict(fresh.get("status") or {})):
-            await end_lost_job(runtime, fresh, message, logger)
+            return True
+        if decide_held_runner(fresh) != runner:
+            return True  # finished meanwhile, or re-queued and placed elsewhere
+        now = self.runtime.clock()
+        update = build_lost_job_status(job=fresh, message=message, now=now)
+        try:
+            await kube.replace_status(AGENT_JOB, job[1], update.body, job[0])
+        except NotFound:
+            return True
+        except Conflict:
+            return False  # someone wrote first: re-read and decide again
+        self._report(fresh, update, message)
+        await kube.post_event(
+            involved=fresh,
+            reason=Reason.RUNNER_LOST,
+            message=f"{message} ({update.verdict.value})",
+            event_type="Warning",
+            now=now,
+        )
+        return True
+
+    @staticmethod
+    def _report(job: dict[str, Any], update: LostJobUpdate, message: str) -> None:
+        meta = job["metadata"]
+        log.warning("job %s/%s %s: %s", meta["namespace"], meta["name"], update.verdict.value, message)
+
+
+def register(runtime: Runtime, lost: LostJobs | None = None) -> LostJobs:
+    """Register the two indexes and the runner and job reactions; return the handler state (tests read it)."""
+    lost = lost or LostJobs(runtime)
+
+    @kopf.on.startup()
+    async def start_lost_jobs(**kwargs: Any) -> None:
+        lost.bind(kwargs)
+
+    @kopf.on.cleanup()
+    async def stop_lost_jobs(**_: Any) -> None:
+        await lost.stop()
+
+    # Index functions return {} (not None) when an object no longer belongs: None keeps the old value.
+    @kopf.index(GROUP, VERSION, "agentjobs", id="lost_jobs_by_runner")
+    async def lost_jobs_by_runner(body: kopf.Body, **_: Any) -> dict[RunnerKey, JobKey]:
+        runner = decide_held_runner(body)
+        if runner is None:
+            return {}
+        meta = body["metadata"]
+        return {runner: (str(meta["namespace"]), str(meta["name"]))}
+
+    @kopf.index(GROUP, VERSION, "runners", id="lost_runner_liveness")
+    async def lost_runner_liveness(body: kopf.Body, **_: Any) -> dict[RunnerKey, RunnerLiveness]:
+        liveness = build_runner_liveness(body)
+        return {liveness.key: liveness}
+
+    # Event handlers run after the indexes took the same event in. The filters are plain calls, so
+    # the handlers (and Kopf's log line for each) run only when there is something to end.
+    def runner_is_lost(body: kopf.Body, type: str | None, **_: Any) -> bool:
+        return lost.runner_lost_with_jobs(body, deleted=type == "DELETED") is not None
+
+    @kopf.on.event(GROUP, VERSION, "runners", when=runner_is_lost)
+    async def end_jobs_of_lost_runner(body: kopf.Body, type: str | None, **_: Any) -> None:
+        runner = lost.runner_lost_with_jobs(body, deleted=type == "DELETED")
+        if runner is not None:
+            for job in lost.held_on(runner):
+                lost.end(job, runner)
+
+    def job_is_on_lost_runner(body: kopf.Body, type: str | None, **_: Any) -> bool:
+        return type != "DELETED" and lost.job_on_lost_runner(body) is not None
+
+    @kopf.on.event(GROUP, VERSION, "agentjobs", when=job_is_on_lost_runner)
+    async def end_job_on_lost_runner(body: kopf.Body, **_: Any) -> None:
+        runner = lost.job_on_lost_runner(body)
+        if runner is not None:
+            meta = body["metadata"]
+            lost.end((str(meta["namespace"]), str(meta["name"])), runner)
+
+    return lost
