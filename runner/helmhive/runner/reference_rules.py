@@ -384,7 +384,7 @@ _HEADINGS: Final = (
     ("criteria", re.compile(r"^## Confirmed criteria\s*$")),
     ("source", re.compile(r"^## Exact source\s*$")),
     ("plan", re.compile(r"^## Plan(?: \(.*\))?\s*$")),
-    ("findings", re.compile(r"^## Review findings to address\s*$")),
+    ("findings", re.compile(r"^## Review findings to address(?: \(.*\))?\s*$")),
     ("checks", re.compile(r"^## Check evidence\s*$")),
     ("patch", re.compile(r"^## Patch(?: \(.*\))?\s*$")),
     ("contract", re.compile(r"^## Output contract\s*$")),
