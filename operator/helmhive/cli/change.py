@@ -74,7 +74,8 @@ def status(
     conditions = Table(title="Conditions")
     for column in ("Type", "Status", "Reason", "Message"):
         conditions.add_column(column)
-    for cond in st.conditions:
+    order = ["Planned", "Approved", "Implemented", "Checked", "Reviewed", "Ready"]
+    for cond in sorted(st.conditions, key=lambda c: order.index(c.type) if c.type in order else len(order)):
         conditions.add_row(cond.type, cond.status.value, cond.reason, cond.message)
     console.print(conditions)
     if st.plan is not None:
@@ -107,7 +108,8 @@ def status(
             f"{len(r.findings)} finding(s)"
         )
         for verdict in r.criteria:
-            console.print(f"  criterion {verdict.criterion + 1}: {'met' if verdict.met else 'NOT met'} {verdict.note}")
+            note = f" ({verdict.note})" if verdict.note else ""
+            console.print(f"  criterion {verdict.criterion + 1}: {'met' if verdict.met else 'NOT met'}{note}")
 
 
 @app.command()
