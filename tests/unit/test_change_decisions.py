@@ -183,8 +183,9 @@ def test_a_planning_job_that_failed_closed_at_queue_time_ends_the_change(reason:
     assert [a["spec"]["action"] for a in d.audits] == ["ChangeStageFailed"]
 
 
-def test_waiting_for_capacity_is_not_a_failure() -> None:
-    d = decide(change(), job(ChangeStage.PLANNING, routed_false="WaitingForCapacity", started=False))
+@pytest.mark.parametrize("reason", ["WaitingForCapacity", "WaitingForWorkspace", "WaitingForProfile"])
+def test_a_job_that_waits_is_not_a_failure(reason: str) -> None:
+    d = decide(change(), job(ChangeStage.PLANNING, routed_false=reason, started=False))
     assert cond(d, "Planned") == ("Unknown", "StageRunning") and not d.finished
 
 

@@ -50,6 +50,12 @@ _SUFFIX = {ChangeStage.PLANNING: "plan", ChangeStage.IMPLEMENTATION: "impl", Cha
 _MAX_BASE = 180
 
 
+_STILL_QUEUED = frozenset(
+    {Reason.WAITING_FOR_CAPACITY.value, Reason.WAITING_FOR_WORKSPACE.value, Reason.WAITING_FOR_PROFILE.value}
+)
+"""``Routed=False`` reasons that are not final: the job still waits (for capacity, or a reference to appear)."""
+
+
 class JobState(enum.StrEnum):
     RUNNING = "Running"
     """Queued, routed or running (or about to be re-queued after its runner was lost)."""
@@ -114,7 +120,7 @@ def view_stage_job(body: Mapping[str, Any]) -> StageJob | None:
         retry = decide_job_retry(job=body)
         requeue = reason.split(":", 1)[0] == Reason.RUNNER_LOST.value and retry is not None and retry.retry
         state = JobState.RUNNING if requeue else JobState.FAILED
-    elif routed is not None and routed.get("status") == "False" and routed.get("reason") != "WaitingForCapacity":
+    elif routed is not None and routed.get("status") == "False" and routed.get("reason") not in _STILL_QUEUED:
         state, reason, message = JobState.FAILED, str(routed.get("reason")), str(routed.get("message") or "")
     assignment = status.get("assignment") or {}
     result = status.get("result") or {}
