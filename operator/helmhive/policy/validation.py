@@ -350,8 +350,10 @@ def _schema_violations(error: SchemaValidationError) -> Iterator[Violation]:
         "enum": lambda: f"{_short(repr(instance), 80)} is not one of: {', '.join(map(str, value))}",
         "const": lambda: f"must be {value!r}",
         "type": lambda: f"must be {'an' if str(value)[0] in 'aeiou' else 'a'} {value}, not {_type_name(instance)}",
-        "pattern": lambda: f"{_short(repr(instance), 80)} does not match {value}"
-        + (f": {hint}" if (hint := _cel_message(error.schema)) else ""),
+        "pattern": lambda: (
+            f"{_short(repr(instance), 80)} does not match {value}"
+            + (f": {hint}" if (hint := _cel_message(error.schema)) else "")
+        ),
         "minLength": lambda: "must not be empty" if value == 1 else f"must have at least {value} characters",
         "minItems": lambda: f"must have at least {value} item{'s' if value != 1 else ''}",
     }
