@@ -1,7 +1,9 @@
 """Workspaces: the ``Ready`` condition says whether every active profile resolves.
 
-Re-checked on every change of the workspace, whenever a profile's conditions change in its
-namespace, and every 30 seconds as a backstop; the status is patched only when the verdict changes.
+Decided on every change of the workspace (and on resume), and again for every workspace of a
+namespace whenever a profile in it changes (created, deleted, or its ``Valid`` condition moved):
+the only inputs are the workspace and its namespace's profiles, so those events are all it takes,
+with no timer per workspace. The status is patched only when the verdict changes.
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ WORKSPACE = kind_by_name("Workspace")
 PROFILE = kind_by_name("Profile")
 
 
-async def reconcile_workspace(runtime: Runtime, body: Mapping[str, Any]) -> None:
+async def reconcile_workspace(
+    runtime: Runtime, body: Mapping[str, Any], profiles: Mapping[str, Mapping[str, Any]] | None = None
+) -> None:
+    """Decide and patch one workspace; ``profiles`` (by name) saves a list when the caller has them."""
     meta = body["metadata"]
     status = dict(body.get("status") or {})
     try:
@@ -35,7 +40,8 @@ async def reconcile_workspace(runtime: Runtime, body: Mapping[str, Any]) -> None
             ready=False, reason=Reason.INVALID_SPEC, message=str(err.errors()[0]["msg"]), unresolved=[]
         )
     else:
-        profiles = {p["metadata"]["name"]: p for p in await runtime.kube.list(PROFILE, meta["namespace"])}
+        if profiles is None:
+            profiles = {p["metadata"]["name"]: p for p in await runtime.kube.list(PROFILE, meta["namespace"])}
         verdict = decide_workspace(spec=spec, profiles=profiles)
     update = set_condition(
         status.get("conditions"),
@@ -65,11 +71,11 @@ def register(runtime: Runtime) -> None:
         await reconcile_workspace(runtime, body)
 
     @kopf.on.event("helmhive.dev", "v1alpha1", "profiles")
-    async def profile_validity_changed(namespace: str | None, **_: Any) -> None:
-        # A profile turning Valid (or not) changes its workspaces' readiness now, not at the next tick.
-        for workspace in await runtime.kube.list(WORKSPACE, namespace):
-            await reconcile_workspace(runtime, workspace)
-
-    @kopf.timer("helmhive.dev", "v1alpha1", "workspaces", interval=30.0, initial_delay=5.0)
-    async def workspace_recheck(body: kopf.Body, **_: Any) -> None:
-        await reconcile_workspace(runtime, body)
+    async def profile_changed(namespace: str | None, **_: Any) -> None:
+        # A profile appearing, going or turning Valid (or not) changes its workspaces' readiness now.
+        workspaces = await runtime.kube.list(WORKSPACE, namespace)
+        if not workspaces:
+            return
+        profiles = {p["metadata"]["name"]: p for p in await runtime.kube.list(PROFILE, namespace)}
+        for workspace in workspaces:
+            await reconcile_workspace(runtime, workspace, profiles)
