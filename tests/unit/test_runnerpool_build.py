@@ -260,8 +260,11 @@ def test_runner_json_holds_the_pool_settings_in_camel_case() -> None:
         "concurrency": 2,
         "heartbeat": {"leaseDurationSeconds": 20, "renewIntervalSeconds": 5, "reportRefreshSeconds": 300},
         "credentialEnvName": "ANTHROPIC_API_KEY",
+        "jobLimits": {"memoryBytes": 1073741824, "cpuSeconds": 3600, "processes": 512, "openFiles": 4096},
     }
     assert build_runner_config(spec(VOLUME_SPEC))["credentialDirEnvName"] == "CLAUDE_CONFIG_DIR"
+    limited = build_runner_config(spec(jobLimits={"memoryBytes": 268435456, "processes": 64}))["jobLimits"]
+    assert limited == {"memoryBytes": 268435456, "cpuSeconds": 3600, "processes": 64, "openFiles": 4096}
 
 
 def test_network_policy_denies_ingress_and_allows_only_dns_and_https_egress() -> None:

@@ -41,6 +41,7 @@ __all__ = [
     "CredentialSpec",
     "EnvVar",
     "HeartbeatSettings",
+    "JobLimits",
     "ModelCatalogue",
     "ModelEntry",
     "PoolSourceSpec",
@@ -139,6 +140,58 @@ class HeartbeatSettings(ApiModel):
     report_refresh_seconds: Annotated[int, Field(ge=30, le=3600)] = 300
 
 
+_MIB = 1024 * 1024
+
+
+class JobLimits(ApiModel):
+    """Limits on each job's agent and every process it starts (and on a governed job's checks).
+
+    Enforced with ``setrlimit`` by the sandbox launcher; what each one covers, and where it is not
+    enforced, is in ``docs/security.md``. A job that hits one ends ``ResourceLimitExceeded:<limit>``.
+    """
+
+    memory_bytes: Annotated[
+        int,
+        Field(
+            ge=64 * _MIB,
+            le=1024 * 1024 * _MIB,
+            description=(
+                "Private writable memory (heap and anonymous mappings) of each process, in bytes "
+                "(RLIMIT_DATA). Default 1 GiB, below the runner pod's 2 GiB memory limit."
+            ),
+        ),
+    ] = 1024 * _MIB
+    cpu_seconds: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=7 * 24 * 3600,
+            description=(
+                "CPU time of each process, in seconds (RLIMIT_CPU: SIGXCPU, then SIGKILL 5 s later). Default 3600."
+            ),
+        ),
+    ] = 3600
+    processes: Annotated[
+        int,
+        Field(
+            ge=8,
+            le=65536,
+            description=(
+                "Processes and threads of the whole job (RLIMIT_NPROC in the job's own user namespace); not enforced "
+                "when the runner runs as root or cannot create user namespaces. Default 512."
+            ),
+        ),
+    ] = 512
+    open_files: Annotated[
+        int,
+        Field(
+            ge=32,
+            le=1048576,
+            description="Open file descriptors of each process (RLIMIT_NOFILE). Default 4096.",
+        ),
+    ] = 4096
+
+
 class RunnerPoolSpec(ApiModel):
     provider: ProviderName
     adapter: Annotated[
@@ -185,6 +238,10 @@ class RunnerPoolSpec(ApiModel):
     ] = LabelSelector()
     control_state: ControlState = ControlState.ACTIVE
     heartbeat: HeartbeatSettings = HeartbeatSettings()
+    job_limits: Annotated[
+        JobLimits,
+        Field(description="Per-job limits on the agent and its checks (goes into runner.json); safe defaults."),
+    ] = JobLimits()
 
 
 class RunnerPoolStatus(StatusBase):

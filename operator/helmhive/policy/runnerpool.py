@@ -216,6 +216,7 @@ def build_runner_config(spec: RunnerPoolSpec) -> dict[str, Any]:
     }
     if spec.credential.volume is not None and spec.adapter.type is AdapterType.CLAUDE_CLI:
         config["credentialDirEnvName"] = CLAUDE_CONFIG_DIR_ENV
+        "jobLimits": spec.job_limits.to_wire(),
     return config
 
 

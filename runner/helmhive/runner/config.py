@@ -8,7 +8,7 @@ Two sources, both read once at startup (see ``docs/runner-program.md``):
   ``HELMHIVE_SOURCE_CREDENTIALS_DIR``), the credential generation, and a few tunables;
 - **runner.json**, written by the operator into the ConfigMap ``helmhive-runner-<pool>``: the
   pool-derived settings (provider, adapter, placement labels, capabilities, concurrency,
-  heartbeat settings), in the API's camelCase.
+  heartbeat settings, per-job limits), in the API's camelCase.
 
 :func:`load_config` is pure given its inputs (a mapping and the file's text); it gathers every
 problem, each named by the variable or field path, and raises them together as one
@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from helmhive.api.common import ApiModel, LabelMap, Name
 from helmhive.api.envelope import Capability
 from helmhive.api.profile import ProviderName
-from helmhive.api.runner import AdapterSpec, AdapterType, HeartbeatSettings
+from helmhive.api.runner import AdapterSpec, AdapterType, HeartbeatSettings, JobLimits
 
 __all__ = [
     "ENV",
@@ -136,6 +136,8 @@ class RunnerConfig(BaseModel):
     """Everything the runner was told, from both sources."""
 
     model_config = ConfigDict(frozen=True)
+    job_limits: JobLimits = JobLimits()
+    """The pool's ``spec.jobLimits``: setrlimit values the sandbox launcher applies to each job's agent and checks."""
 
     env: RunnerEnvironment
     file: RunnerFileConfig
