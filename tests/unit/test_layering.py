@@ -1,4 +1,4 @@
-"""Import layering: the pure core loads no Kubernetes, Kopf or HTTP client, even transitively."""
+"""Import layering: the pure core loads no Kubernetes, Kopf, HTTP or Prometheus client, even transitively."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PURE = ("api", "policy", "deploy")
-IO_CLIENTS = {"kopf", "kubernetes", "httpx", "aiohttp"}
+IO_CLIENTS = {"kopf", "kubernetes", "httpx", "aiohttp", "prometheus_client"}
 
 
 def test_importing_the_pure_core_loads_no_io_client() -> None:
