@@ -31,6 +31,18 @@ def run(
         str, typer.Option(envvar="HELMHIVE_WEBHOOK_HOST", help="Host name the API server uses to reach the webhook.")
     ] = "127.0.0.1",
     webhooks: Annotated[bool, typer.Option(help="Serve the admission webhooks (refuse widening profiles).")] = True,
+    metrics_port: Annotated[
+        int,
+        typer.Option(
+            envvar="HELMHIVE_METRICS_PORT",
+            min=0,
+            max=65535,
+            help="Port of the Prometheus /metrics endpoint; 0 disables it.",
+        ),
+    ] = 9090,
+    metrics_addr: Annotated[
+        str, typer.Option(envvar="HELMHIVE_METRICS_ADDR", help="Address the /metrics endpoint listens on.")
+    ] = "0.0.0.0",
     revision_history: Annotated[int, typer.Option(help="Profile revisions kept (referenced ones always are).")] = 10,
     reference_wait_seconds: Annotated[
         float,
@@ -58,6 +70,8 @@ def run(
             webhook_addr=webhook_addr,
             webhook_host=webhook_host,
             webhooks_enabled=webhooks,
+            metrics_addr=metrics_addr,
+            metrics_port=metrics_port,
             revision_history_limit=revision_history,
             reference_wait_seconds=reference_wait_seconds,
         ),

@@ -22,6 +22,7 @@ from helmhive.controller import (
     jobs,
     lost,
     memory,
+    metrics,
     profiles,
     routing,
     runnerpools,
@@ -93,11 +94,20 @@ def register_handlers(runtime: Runtime) -> None:
     runnerpools.register(runtime)
     profiles.register(runtime, operator_username=runtime.config.username)
     memory.register(runtime)
-    jobs.register(runtime)
+    queue = jobs.register(runtime)
     workspaces.register(runtime)
     lost.register(runtime)
-    routing.register(runtime)
+    router = routing.register(runtime)
     changes.register(runtime)
+
+    @kopf.on.startup()
+    async def bind_metrics(**_: Any) -> None:
+        # The scrape-time gauges read the router and the queue step on this loop.
+        metrics.STATE.bind(router=router, queue=queue, loop=asyncio.get_running_loop())
+
+    @kopf.on.cleanup()
+    async def unbind_metrics(**_: Any) -> None:
+        metrics.STATE.unbind()
 
 
 async def _audit_retention_loop(runtime: Runtime, logger: kopf.Logger, interval: float = 600.0) -> None:
@@ -126,4 +136,5 @@ def run_operator(*, kubeconfig: str | None, liveness: str | None, config: Operat
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat.JSON, log_prefix=False, log_refkey="object")
     runtime = Runtime(kube=Kube(load_api_client(kubeconfig)), config=config)
     register_handlers(runtime)
+    metrics.serve_metrics(addr=config.metrics_addr, port=config.metrics_port)
     asyncio.run(kopf.operator(clusterwide=True, standalone=True, liveness_endpoint=liveness))

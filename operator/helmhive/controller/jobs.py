@@ -42,6 +42,7 @@ from helmhive.api.job import AgentJobSpec
 from helmhive.api.kinds import GROUP, VERSION, kind_by_name
 from helmhive.api.memory import WorkspaceSpec
 from helmhive.api.reasons import Reason
+from helmhive.controller import metrics
 from helmhive.controller.deadlines import KeyedLocks
 from helmhive.controller.kube import Conflict, NotFound
 from helmhive.controller.profiles import decide_profile_body, format_violations
@@ -269,6 +270,7 @@ class JobQueue:
             return True
         if not await self._write(key, meta, {"conditions": update.conditions}):
             return False
+        metrics.record_queue_decision(reason=reason, waiting=waiting)
         if waiting:
             log.info("job %s/%s waits: %s: %s", *key, reason, message, extra=_ref(key))
         else:

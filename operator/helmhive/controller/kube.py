@@ -10,7 +10,8 @@ the synchronous client in a thread, and maps API errors onto Helmhive's own tree
      └── Invalid       (422: the API server refused the object; ``message`` says why)
 
 Handlers receive a :class:`Kube` instance, so tests inject one bound to the real test
-cluster and nothing reaches a network they did not choose.
+cluster and nothing reaches a network they did not choose. Every write is counted in
+``helmhive_api_writes_total`` (:mod:`helmhive.controller.metrics`) by kind, verb and result.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from helmhive.api.kinds import GROUP, VERSION, KindDef
+from helmhive.controller.metrics import record_api_write
 from helmhive.kubeclient import (
     API_CONNECTIONS,
     Conflict,
@@ -84,6 +86,18 @@ class Kube:
         except ApiException as exc:
             raise translate_api_error(exc) from exc
 
+    async def _write(
+        self, kind: str, verb: str, fn: Callable[..., Any], *args: Any, subresource: str = "", **kwargs: Any
+    ) -> dict[str, Any]:
+        """:meth:`_call` for a write, counted by kind, verb, subresource and result."""
+        try:
+            result = await self._call(fn, *args, **kwargs)
+        except Exception as exc:
+            record_api_write(kind=kind, verb=verb, subresource=subresource, error=exc)
+            raise
+        record_api_write(kind=kind, verb=verb, subresource=subresource)
+        return result
+
     # Custom objects -----------------------------------------------------------------
     async def get(self, kind: KindDef, name: str, namespace: str | None = None) -> dict[str, Any]:
         if kind.namespaced:
@@ -108,17 +122,28 @@ class Kube:
 
     async def create(self, kind: KindDef, body: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
         if kind.namespaced:
-            return await self._call(
-                self.custom.create_namespaced_custom_object, GROUP, VERSION, namespace, kind.plural, body
+            return await self._write(
+                kind.kind,
+                "create",
+                self.custom.create_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                kind.plural,
+                body,
             )
-        return await self._call(self.custom.create_cluster_custom_object, GROUP, VERSION, kind.plural, body)
+        return await self._write(
+            kind.kind, "create", self.custom.create_cluster_custom_object, GROUP, VERSION, kind.plural, body
+        )
 
     async def replace(
         self, kind: KindDef, name: str, body: dict[str, Any], namespace: str | None = None
     ) -> dict[str, Any]:
         """PUT the whole object; ``body.metadata.resourceVersion`` makes it conditional."""
         if kind.namespaced:
-            return await self._call(
+            return await self._write(
+                kind.kind,
+                "update",
                 self.custom.replace_namespaced_custom_object,
                 GROUP,
                 VERSION,
@@ -127,12 +152,23 @@ class Kube:
                 name,
                 body,
             )
-        return await self._call(self.custom.replace_cluster_custom_object, GROUP, VERSION, kind.plural, name, body)
+        return await self._write(
+            kind.kind, "update", self.custom.replace_cluster_custom_object, GROUP, VERSION, kind.plural, name, body
+        )
 
     async def replace_status(self, kind: KindDef, name: str, body: dict[str, Any], namespace: str) -> dict[str, Any]:
         """PUT the status subresource of a namespaced object; conditional on ``metadata.resourceVersion``."""
-        return await self._call(
-            self.custom.replace_namespaced_custom_object_status, GROUP, VERSION, namespace, kind.plural, name, body
+        return await self._write(
+            kind.kind,
+            "update",
+            self.custom.replace_namespaced_custom_object_status,
+            GROUP,
+            VERSION,
+            namespace,
+            kind.plural,
+            name,
+            body,
+            subresource="status",
         )
 
     async def patch_status(
@@ -140,7 +176,9 @@ class Kube:
     ) -> dict[str, Any]:
         """JSON-merge-patch the status subresource."""
         if kind.namespaced:
-            return await self._call(
+            return await self._write(
+                kind.kind,
+                "patch",
                 self.custom.patch_namespaced_custom_object_status,
                 GROUP,
                 VERSION,
@@ -148,19 +186,37 @@ class Kube:
                 kind.plural,
                 name,
                 patch,
+                subresource="status",
             )
-        return await self._call(
-            self.custom.patch_cluster_custom_object_status, GROUP, VERSION, kind.plural, name, patch
+        return await self._write(
+            kind.kind,
+            "patch",
+            self.custom.patch_cluster_custom_object_status,
+            GROUP,
+            VERSION,
+            kind.plural,
+            name,
+            patch,
+            subresource="status",
         )
 
     async def delete(self, kind: KindDef, name: str, namespace: str | None = None) -> None:
         try:
             if kind.namespaced:
-                await self._call(
-                    self.custom.delete_namespaced_custom_object, GROUP, VERSION, namespace, kind.plural, name
+                await self._write(
+                    kind.kind,
+                    "delete",
+                    self.custom.delete_namespaced_custom_object,
+                    GROUP,
+                    VERSION,
+                    namespace,
+                    kind.plural,
+                    name,
                 )
             else:
-                await self._call(self.custom.delete_cluster_custom_object, GROUP, VERSION, kind.plural, name)
+                await self._write(
+                    kind.kind, "delete", self.custom.delete_cluster_custom_object, GROUP, VERSION, kind.plural, name
+                )
         except NotFound:
             return
 
@@ -171,12 +227,16 @@ class Kube:
         return list(items)
 
     async def create_revision(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        created = await self._call(self.apps.create_namespaced_controller_revision, namespace, body)
+        created = await self._write(
+            "ControllerRevision", "create", self.apps.create_namespaced_controller_revision, namespace, body
+        )
         return dict(self.api_client.sanitize_for_serialization(created))
 
     async def delete_revision(self, namespace: str, name: str) -> None:
         try:
-            await self._call(self.apps.delete_namespaced_controller_revision, name, namespace)
+            await self._write(
+                "ControllerRevision", "delete", self.apps.delete_namespaced_controller_revision, name, namespace
+            )
         except NotFound:
             return
 
@@ -194,15 +254,23 @@ class Kube:
         """
         meta = body["metadata"]
         fn = self._builtin(body["apiVersion"], body["kind"], "patch")
-        result = await self._call(
-            fn, meta["name"], meta["namespace"], body, field_manager=field_manager, force=True, _content_type=_APPLY
+        result = await self._write(
+            body["kind"],
+            "apply",
+            fn,
+            meta["name"],
+            meta["namespace"],
+            body,
+            field_manager=field_manager,
+            force=True,
+            _content_type=_APPLY,
         )
         return dict(self.api_client.sanitize_for_serialization(result))
 
     async def delete_object(self, api_version: str, kind: str, name: str, namespace: str) -> None:
         """Delete a namespaced built-in object; already gone counts as done."""
         try:
-            await self._call(self._builtin(api_version, kind, "delete"), name, namespace)
+            await self._write(kind, "delete", self._builtin(api_version, kind, "delete"), name, namespace)
         except NotFound:
             return
 
@@ -218,7 +286,9 @@ class Kube:
         """Server-side apply a custom object, or (``status=True``) its status subresource."""
         fn = self.custom.patch_namespaced_custom_object_status if status else self.custom.patch_namespaced_custom_object
         name = body["metadata"]["name"]
-        return await self._call(
+        return await self._write(
+            kind.kind,
+            "apply",
             fn,
             GROUP,
             VERSION,
@@ -229,6 +299,7 @@ class Kube:
             field_manager=field_manager,
             force=True,
             _content_type=_APPLY,
+            subresource="status" if status else "",
         )
 
     async def read_secret_data(self, name: str, namespace: str) -> dict[str, str]:
@@ -275,6 +346,6 @@ class Kube:
             count=1,
         )
         try:
-            await self._call(self.core.create_namespaced_event, namespace, body)
+            await self._write("Event", "create", self.core.create_namespaced_event, namespace, body)
         except KubeError:
             return

@@ -49,6 +49,7 @@ import kopf
 from helmhive.api.job import ChangeStage
 from helmhive.api.kinds import GROUP, VERSION, kind_by_name
 from helmhive.api.reasons import ConditionType, Reason
+from helmhive.controller import metrics
 from helmhive.controller.audit import ensure_audit
 from helmhive.controller.kube import Conflict, KubeError, NotFound
 from helmhive.controller.runtime import Runtime
@@ -255,6 +256,7 @@ class Router:
         if holder is not None:
             self.holding[key] = holder
         elif previous is not None:
+            metrics.record_job_finished(body)
             self._capacity_freed(previous)
         if deleted:
             self.audited.pop(key, None)
@@ -382,6 +384,7 @@ class Router:
         # write is known at once, so a review queued right behind it cannot miss it.
         return indexed or self.implementations_written.get(key)
 
+    @metrics.ROUTING_DECISION.time()
     def decide(self, job: QueuedJob, *, attempts: int) -> RoutingDecision:
         """The pure decision for ``job`` from the indexes and reservations (call under ``self.lock``)."""
         views = self.runner_views(job.namespace)
@@ -462,6 +465,7 @@ class Router:
             return
         if decision.choice is not None:
             self.holding[key] = decision.choice.runner_key
+            metrics.observe_assigned(updated, job_kind=job.spec.job_kind, provider=decision.choice.provider, now=now)
             change = job.spec.change
             if change is not None and change.stage is ChangeStage.IMPLEMENTATION:
                 self.implementations_written[(job.namespace, change.name, change.iteration)] = decision.choice.provider
@@ -523,6 +527,7 @@ class Router:
         waiting.timer = self._later(key, decision.retry_after or 0.0, "backoff")
 
     def _count(self, decision: RoutingDecision) -> None:
+        metrics.JOBS_ROUTED.labels(decision.outcome.value, decision.reason.value).inc()
         match decision.outcome:
             case RouteOutcome.ASSIGNED:
                 self.stats.assigned += 1

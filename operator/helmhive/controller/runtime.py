@@ -46,6 +46,9 @@ class OperatorConfig:
     webhook_port: int = 9443
     webhook_host: str = "127.0.0.1"
     webhooks_enabled: bool = True
+    # Prometheus ``/metrics`` (helmhive.controller.metrics); port 0 serves none.
+    metrics_addr: str = "0.0.0.0"
+    metrics_port: int = 9090
     # How long after its creation a job or memory record waits for a Workspace or Profile that does
     # not exist yet (``WaitingForWorkspace``/``WaitingForProfile``) before it fails closed.
     reference_wait_seconds: float = DEFAULT_REFERENCE_WAIT.total_seconds()
