@@ -28,6 +28,7 @@ def run() -> None:
     from helmhive.runner.kube import RunnerKube, load_api_client  # noqa: PLC0415
     from helmhive.runner.logs import configure_logging, fields  # noqa: PLC0415
     from helmhive.runner.main import ExitCode, RunnerProcess, SystemClock  # noqa: PLC0415
+    from helmhive.runner.metrics import STATE, serve_metrics  # noqa: PLC0415
 
     formatter = configure_logging(
         level=logging.DEBUG if os.environ.get("HELMHIVE_RUNNER_DEBUG") == "1" else logging.INFO
@@ -38,6 +39,7 @@ def run() -> None:
     except ConfigError as exc:
         log.error("invalid configuration", extra=fields(problems=exc.problems))
         raise typer.Exit(ExitCode.CONFIG) from None
+    serve_metrics(addr=config.env.metrics_addr, port=config.env.metrics_port)
 
     async def main() -> int:
         stop = asyncio.Event()
@@ -55,6 +57,7 @@ def run() -> None:
                 on_secrets=formatter.add_secrets,
                 jobs_factory=cluster_jobs,
             )
+            STATE.bind(process)
             return await process.run()
         finally:
             kube.close()

@@ -9,7 +9,9 @@ command on this machine with what the kubelet would give it:
 * the environment, with ``fieldRef`` values read from the Pod and every path under a mount
   rewritten to its local directory;
 * a ServiceAccount token bound to the Pod (TokenRequest), so the API server sees exactly the
-  identity the real pod would have, and a kubeconfig for it.
+  identity the real pod would have, and a kubeconfig for it;
+* its own ``/metrics`` port: a pod has a network of its own, local processes share one, so
+  ``HELMHIVE_METRICS_PORT`` becomes a free loopback port (``LocalPod.metrics_port``).
 
 The image is not used: the container's ``helmhive`` command runs from this installation.
 """
@@ -27,11 +29,13 @@ from typing import Any, cast
 import yaml
 from kubernetes import client, config
 
-from helmhive.devcluster.procs import ProcessRecord, is_alive, read_record, spawn, terminate
+from helmhive.devcluster.procs import ProcessRecord, free_ports, is_alive, read_record, spawn, terminate
 
 __all__ = ["LocalPodError", "build_local_env", "run_pod", "stop_pod"]
 
 _ANNOTATION_REF = re.compile(r"^metadata\.annotations\['([^']+)'\]$")
+_METRICS_PORT_ENV = "HELMHIVE_METRICS_PORT"
+_METRICS_PORT_FILE = "metrics-port"
 
 
 class LocalPodError(RuntimeError):
@@ -45,6 +49,15 @@ class LocalPod:
     root: Path
     record: ProcessRecord
     reused: bool
+    metrics_port: int | None = None
+    """The loopback port of the pod's ``/metrics``, if its container serves one."""
+
+
+def _read_metrics_port(root: Path) -> int | None:
+    try:
+        return int((root / _METRICS_PORT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
 def _field(pod: dict[str, Any], path: str) -> str:
@@ -149,7 +162,9 @@ def run_pod(
     root = state_dir / "pods" / namespace / name
     record = read_record(pid_dir, _process_name(namespace, name))
     if record is not None and is_alive(record.pid, record.start_ticks):
-        return LocalPod(name=name, namespace=namespace, root=root, record=record, reused=True)
+        return LocalPod(
+            name=name, namespace=namespace, root=root, record=record, reused=True, metrics_port=_read_metrics_port(root)
+        )
     api = config.new_client_from_config(config_file=str(admin_kubeconfig))  # type: ignore[no-untyped-call]
     core = client.CoreV1Api(api)
     pod = cast(dict[str, Any], api.sanitize_for_serialization(core.read_namespaced_pod(name, namespace)))
@@ -162,6 +177,12 @@ def run_pod(
     root.mkdir(parents=True, exist_ok=True)
     mounts = _materialise(core, pod, root)
     env = build_local_env(pod, container, mounts)
+    metrics_port: int | None = None
+    (root / _METRICS_PORT_FILE).unlink(missing_ok=True)
+    if env.get(_METRICS_PORT_ENV, "0") != "0":
+        (metrics_port,) = free_ports(1)
+        env[_METRICS_PORT_ENV], env["HELMHIVE_METRICS_ADDR"] = str(metrics_port), "127.0.0.1"
+        (root / _METRICS_PORT_FILE).write_text(str(metrics_port), encoding="utf-8")
     env["KUBECONFIG"] = str(_kubeconfig(core, pod, admin_kubeconfig, root / "kubeconfig"))
     env["PATH"] = os.environ.get("PATH", "")
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
@@ -173,7 +194,7 @@ def run_pod(
         pid_dir=pid_dir,
         tie_to_parent=tie_to_parent,
     )
-    return LocalPod(name=name, namespace=namespace, root=root, record=record, reused=False)
+    return LocalPod(name=name, namespace=namespace, root=root, record=record, reused=False, metrics_port=metrics_port)
 
 
 def stop_pod(*, name: str, namespace: str, state_dir: Path) -> bool:

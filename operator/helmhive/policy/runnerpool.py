@@ -24,6 +24,7 @@ __all__ = [
     "EXECUTION_ROLE_RULES",
     "GENERATION_ANNOTATION",
     "MAX_POOL_NAME",
+    "METRICS_PORT",
     "RUNNER_NAME_PREFIX",
     "RUNNER_ROLE_RULES",
     "SESSIONS_SECRET_PREFIX",
@@ -57,6 +58,8 @@ SOURCE_CREDENTIALS_DIR = "/var/run/helmhive/source-credentials"
 STATE_DIR = "/var/lib/helmhive"
 HOME_DIR = "/home/runner"
 RUNNER_UID = 65532
+METRICS_PORT = 9090
+"""The runner's Prometheus ``/metrics`` port: the container port named ``metrics`` and ``HELMHIVE_METRICS_PORT``."""
 CLAUDE_CONFIG_DIR_ENV = "CLAUDE_CONFIG_DIR"
 RUNNER_NAME_PREFIX = "helmhive-runner-"
 # A StatefulSet's pods carry a controller-revision-hash label of ``<name>-<10 chars>`` (63 max).
@@ -258,6 +261,7 @@ def _env(pool: str, spec: RunnerPoolSpec) -> list[dict[str, Any]]:
         {"name": "HELMHIVE_STATE_DIR", "value": STATE_DIR},
         {"name": "HOME", "value": HOME_DIR},
         {"name": "TMPDIR", "value": "/tmp"},
+        {"name": "HELMHIVE_METRICS_PORT", "value": str(METRICS_PORT)},
     ]
     return env
 
@@ -307,6 +311,7 @@ def build_stateful_set(pool: PoolRef, spec: RunnerPoolSpec, *, credential_genera
         "imagePullPolicy": spec.image_pull_policy,
         "command": ["helmhive", "runner", "run"],
         "env": _env(pool.name, spec),
+        "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}},
         "securityContext": {
             "allowPrivilegeEscalation": False,

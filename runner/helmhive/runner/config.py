@@ -59,6 +59,8 @@ ENV = {
     "shutdown_grace_seconds": "HELMHIVE_SHUTDOWN_GRACE_SECONDS",
     "probe_interval_seconds": "HELMHIVE_PROBE_INTERVAL_SECONDS",
     "probe_timeout_seconds": "HELMHIVE_PROBE_TIMEOUT_SECONDS",
+    "metrics_port": "HELMHIVE_METRICS_PORT",
+    "metrics_addr": "HELMHIVE_METRICS_ADDR",
 }
 """Field of :class:`RunnerEnvironment` -> the environment variable it is read from."""
 
@@ -95,6 +97,10 @@ class RunnerEnvironment(BaseModel):
     """How often the adapter is probed again (authentication, catalogue). An ACP probe opens a
     session (ACP has no other way to ask about the login), so this is not a heartbeat."""
     probe_timeout_seconds: Annotated[float, Field(gt=0, le=600)] = 60.0
+    metrics_port: Annotated[int, Field(ge=0, le=65535)] = 0
+    """The port of the Prometheus ``/metrics`` endpoint (:mod:`helmhive.runner.metrics`); 0 serves none.
+    A pool's pods set it to the container port named ``metrics``."""
+    metrics_addr: Annotated[str, Field(min_length=1, max_length=255)] = "0.0.0.0"
 
 
 class LandlockMode(enum.StrEnum):

@@ -56,6 +56,7 @@ from helmhive.runner.jobstatus import (
 )
 from helmhive.runner.kube import Conflict, KubeError, NotFound, RunnerKube
 from helmhive.runner.logs import fields
+from helmhive.runner.metrics import record_turn
 from helmhive.runner.sandbox import remove_sandbox
 from helmhive.runner.sessions import SessionStore
 
@@ -349,6 +350,7 @@ class JobExecution:
         """The turn (and at most one repair turn): a failure's (verdict, result, turn), or the accepted answer."""
         spec, contract = prepared.spec, prepared.binding.snapshot.output_contract
         turn = await adapter.run_turn(request, cancel)
+        record_turn(config=self.ctx.config, result=turn)
         await self._keep(turn, session, new_chain=session.intent is SessionIntent.FRESH, job=self.name)
         turns = 1
         if not turn.ok:
@@ -365,6 +367,7 @@ class JobExecution:
                 }
             )
             turn = await adapter.run_turn(repair, cancel)
+            record_turn(config=self.ctx.config, result=turn)
             await self._keep(turn, session, new_chain=False, job=self.name)
             turns += 1
             if not turn.ok:

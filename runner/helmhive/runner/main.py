@@ -61,6 +61,8 @@ from helmhive.runner.credentials import CredentialHolder, read_revoked_generatio
 from helmhive.runner.heartbeat import LeaseKeeper
 from helmhive.runner.kube import KubeError, RunnerKube
 from helmhive.runner.logs import fields
+from helmhive.runner.metrics import RunnerView as MetricsView
+from helmhive.runner.metrics import record_heartbeat, record_probe, record_report_write, record_turn
 from helmhive.runner.registration import ReportPublisher, ensure_runner
 from helmhive.runner.report import (
     build_fingerprint,
@@ -206,6 +208,20 @@ class RunnerProcess:
     @property
     def active_jobs(self) -> int:
         return len(self._active)
+
+    def metrics_view(self) -> MetricsView:
+        """What the scrape-time gauges show (called from the metrics thread: plain reads only)."""
+        report = self.publisher.last_report
+        return MetricsView(
+            provider=self.config.file.provider,
+            adapter=self.config.file.adapter.type.value,
+            version=helmhive_version(),
+            control_state=self.state,
+            auth_state=report.authentication.state.value if report is not None else None,
+            active_jobs=len(self._active),
+            slots=self.config.file.concurrency,
+            last_heartbeat=self.lease.last_renewed_at,
+        )
 
     # -- startup -------------------------------------------------------------------------
     async def run(self) -> int:
@@ -358,6 +374,7 @@ class RunnerProcess:
             else:
                 await self.lease.renew(now=self.clock.now())
         except KubeError as exc:
+            record_heartbeat(ok=False)
             self._log(
                 logging.WARNING,
                 "renewing the Lease failed",
@@ -366,6 +383,7 @@ class RunnerProcess:
                 detail=exc.message,
             )
         else:
+            record_heartbeat(ok=True)
             log.debug("lease renewed", extra=fields(runner=self.name, leaseWrites=self.lease.writes))
 
     async def _lease_loop(self, interval: float) -> None:
@@ -387,6 +405,7 @@ class RunnerProcess:
                 auth_message=f"the probe did not finish within {timeout:g}s",
             )
         self.probes += 1
+        record_probe(config=self.config, auth=report.auth.value)
         self._adapter_report = report
         self._log(
             logging.INFO,
@@ -446,8 +465,13 @@ class RunnerProcess:
             refresh=refresh,
         )
         if decision.write:
-            await self.publisher.publish(current, now=now)
             assert decision.reason is not None
+            try:
+                await self.publisher.publish(current, now=now)
+            except KubeError:
+                record_report_write(reason=decision.reason.value, ok=False)
+                raise
+            record_report_write(reason=decision.reason.value, ok=True)
             self._log(
                 logging.INFO,
                 "report written",
@@ -510,6 +534,7 @@ class RunnerProcess:
             else:
                 assert job.request is not None
                 job.result = await adapter.run_turn(job.request, job.cancel)
+                record_turn(config=self.config, result=job.result)
         finally:
             self._active.pop(job.id, None)
             self._free.append(adapter)
