@@ -8,7 +8,8 @@
                                 waits until its liveness endpoint answers and the envelopes exist.
                                 The handle can stop, kill and restart it, and reads its JSON log.
                                 A test module may set ``OPERATOR_ENV = {"HELMHIVE_...": "..."}``
-                                to run its operator with other settings.
+                                to run its operator with other settings. Its Prometheus
+                                ``/metrics`` listens on a free loopback port (``metrics_url``).
 
 The operator logs to a file, so tests can search it for planted canary values.
 """
@@ -72,12 +73,18 @@ class OperatorProcess:
     log_path: Path
     port: int
     webhook_port: int = 0
+    metrics_port: int = 0
+    """0: the operator serves no ``/metrics`` (its default port 9090 is never used in tests)."""
     extra_env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
 
     @property
     def liveness_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/healthz"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     def start(self) -> None:
         env = {**os.environ, **self.extra_env}
@@ -97,6 +104,8 @@ class OperatorProcess:
                     "--webhook-addr=127.0.0.1",
                     "--webhook-host=127.0.0.1",
                     f"--webhook-port={self.webhook_port}",
+                    "--metrics-addr=127.0.0.1",
+                    f"--metrics-port={self.metrics_port}",
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -179,6 +188,7 @@ def operator(
         log_path=workdir / "operator.log",
         port=free_port(),
         webhook_port=free_port(),
+        metrics_port=free_port(),
         extra_env=dict(getattr(request.module, "OPERATOR_ENV", {})),
     )
     handle.start()
