@@ -81,6 +81,20 @@ def test_chart_renders_exactly_the_installed_objects(helm: Path) -> None:
     assert deployment["securityContext"]["runAsNonRoot"] is True
 
 
+def test_the_grafana_dashboard_configmap_is_off_by_default_and_holds_the_dashboard(helm: Path) -> None:
+    args = [helm, "template", "hh", CHART, "-n", "platform", "--kube-version", KUBE_VERSION]
+    name = "helmhive-grafana-dashboard"
+    assert name not in {d["metadata"]["name"] for d in yaml.safe_load_all(_run(*args)) if d}
+    on = [d for d in yaml.safe_load_all(_run(*args, "--set", "metrics.grafanaDashboard.enabled=true")) if d]
+    (config_map,) = [d for d in on if d["metadata"]["name"] == name]
+    assert config_map["kind"] == "ConfigMap"
+    assert config_map["metadata"]["namespace"] == "platform"
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(config_map["data"]["helmhive.json"])
+    assert dashboard == json.loads((CHART / "dashboards" / "helmhive.json").read_text(encoding="utf-8"))
+    assert dashboard["uid"] == "helmhive"
+
+
 @pytest.fixture(scope="module")
 def fresh_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[devcluster.ClusterInfo]:
     workdir = tmp_path_factory.mktemp("chart-cluster")

@@ -6,6 +6,7 @@ The endpoints themselves are scraped during real runs in ``tests/operator/test_m
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import threading
 from collections.abc import Iterator
@@ -325,3 +326,23 @@ def test_the_runner_gauges_show_its_one_control_state_and_its_slots() -> None:
     assert [s.value for s in families["helmhive_runner_jobs_active"].samples] == [1]
     assert [s.value for s in families["helmhive_runner_job_slots"].samples] == [2]
     assert not families["helmhive_runner_last_heartbeat_timestamp_seconds"].samples
+
+
+# -- the Grafana dashboard --------------------------------------------------------------------------------
+
+DASHBOARD = Path(__file__).resolve().parents[2] / "charts" / "helmhive" / "dashboards" / "helmhive.json"
+
+
+def test_the_dashboard_queries_only_metrics_the_code_registers() -> None:
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    assert [v["name"] for v in dashboard["templating"]["list"]] == ["datasource"]
+    panels = dashboard["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    exprs = [t["expr"] for p in panels for t in p.get("targets", [])]
+    assert exprs
+    known = set(_registered())
+    used = {name for expr in exprs for name in re.findall(r"helmhive_[a-z0-9_]+", expr)}
+    series = {re.sub(r"_(bucket|count|sum)$", "", name) for name in used}
+    assert series <= known, series - known
+    # Every metric family shows up somewhere, except the info metric (it is for joins, not a panel).
+    assert known - series <= {"helmhive_runner_info", "helmhive_runner_probes_total", "helmhive_runner_control_state"}
