@@ -431,7 +431,7 @@ def test_credentials_are_not_sent_over_plain_http_to_another_host(tmp_path: Path
     assert env_https["GIT_TERMINAL_PROMPT"] == "0"
     assert env_https["GIT_CONFIG_NOSYSTEM"] == "1"
     assert ("http.followRedirects", "false") in _config(env_https)
-    from helmhive.runner.source import _sends_credentials
+    from helmhive.runner.source_rules import decide_sends_credentials as _sends_credentials
 
     assert _sends_credentials("https://git.example.com/r.git")
     assert _sends_credentials("http://127.0.0.1:8080/r.git")
