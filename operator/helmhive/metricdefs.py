@@ -34,7 +34,7 @@ log = logging.getLogger("helmhive.metrics")
 
 # No ``<name>_created`` series beside every counter and histogram: in the text format Prometheus
 # stores them as gauges of their own, doubling the series for a timestamp nobody queries.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
 @dataclass(frozen=True, kw_only=True)
