@@ -175,6 +175,8 @@ def run_pod_cmd(
         raise typer.Exit(1) from None
     state = "already running" if pod.reused else "started"
     typer.echo(f"{namespace}/{name}: {state} as pid {pod.record.pid}; log {pod.root / 'container.log'}")
+    if pod.metrics_port:
+        typer.echo(f"metrics: http://127.0.0.1:{pod.metrics_port}/metrics")
 
 
 @app.command("stop-pod")
