@@ -116,7 +116,7 @@ def ensure_operator(
     if record is not None and is_alive(record.pid, record.start_ticks):
         return record.pid, True
     kubeconfig = _operator_kubeconfig(kubectl, identity, state_dir / "operator.kubeconfig")
-    (port,) = free_ports(1)
+    port, metrics_port = free_ports(2)
     argv = [
         sys.executable,
         "-m",
@@ -126,6 +126,9 @@ def ensure_operator(
         f"--kubeconfig={kubeconfig}",
         f"--liveness=http://127.0.0.1:{port}/healthz",
         f"--namespace={identity.namespace}",
+        # Loopback and a free port: 9090 is Prometheus' own default on a laptop (the log names the URL).
+        "--metrics-addr=127.0.0.1",
+        f"--metrics-port={metrics_port}",
     ]
     record = spawn(OPERATOR_PROCESS, argv, log_path=state_dir / "logs" / "operator.log", pid_dir=pid_dir)
     for _ in range(120):
