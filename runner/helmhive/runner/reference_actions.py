@@ -1,9 +1,12 @@
 """What the reference agent does with its own access when a prompt asks it to: write, read, connect,
-and apply a governed implementation's edit directives to its work tree.
+use memory, CPU, processes and files, and apply a governed implementation's edit directives.
 
 These run inside the agent's process, so under a job's sandbox they show what the sandbox
 allows: each returns a short verdict (``written``, ``denied (EACCES)``...), never file content.
-Which edits apply, and with what content, is decided in :mod:`reference_rules`.
+The resource directives (:func:`use_resources`) instead *raise* when a limit stops them
+(``MemoryError``, ``OSError`` with ``EAGAIN`` or ``EMFILE``), and the agent dies of it as a
+runtime would; SIGXCPU ends a spin without any help. Which edits apply, and with what content, is
+decided in :mod:`reference_rules`.
 """
 
 from __future__ import annotations
@@ -11,12 +14,24 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import time
 from collections.abc import Callable, Mapping
 from typing import Final
 
 from helmhive.runner import reference_rules as rules
 
-__all__ = ["apply_edit", "apply_edits", "connect", "errno_name", "read_direct", "write_direct"]
+__all__ = [
+    "apply_edit",
+    "apply_edits",
+    "connect",
+    "errno_name",
+    "read_direct",
+    "use_resources",
+    "write_direct",
+    "write_home",
+]
+
+_MIB: Final = 1024 * 1024
 
 
 def errno_name(exc: OSError) -> str:
@@ -31,6 +46,79 @@ def write_direct(cwd: str, name: str) -> str:
     except OSError as exc:
         return f"denied ({errno_name(exc)})"
     return "written"
+
+
+def write_home(name: str) -> str:
+    """Write ``name`` in ``$HOME`` with the agent's own access, as an agent keeping its settings would."""
+    home = os.environ.get("HOME", "")
+    if not os.path.isabs(home):
+        return "failed (no HOME)"
+    return write_direct(home, name)
+
+
+def _allocate(mib: int) -> str:
+    try:
+        block = bytearray(mib * _MIB)
+    except MemoryError:
+        raise MemoryError(f"cannot allocate {mib} MiB") from None
+    del block
+    return f"allocated {mib} MiB"
+
+
+def _spin(seconds: int) -> str:
+    """Use ``seconds`` of CPU time (not wall-clock time) in this process."""
+    until = time.process_time() + seconds
+    while time.process_time() < until:
+        pass
+    return f"spun {seconds} s of CPU"
+
+
+def _spawn(count: int) -> str:
+    """Start ``count`` child processes at once (each waits for the agent), then let them go."""
+    read_fd, write_fd = os.pipe()
+    children: list[int] = []
+    try:
+        for _ in range(count):
+            pid = os.fork()
+            if pid == 0:  # the child: wait until the agent closes the pipe (or dies), then leave
+                os.close(write_fd)
+                os.read(read_fd, 1)
+                os._exit(0)
+            children.append(pid)
+    finally:
+        os.close(write_fd)
+        os.close(read_fd)
+        for pid in children:
+            os.waitpid(pid, 0)
+    return f"spawned {count} processes"
+
+
+def _open_files(count: int) -> str:
+    """Hold ``count`` open descriptors at once, then close them."""
+    fds: list[int] = []
+    try:
+        for _ in range(count):
+            fds.append(os.open(os.devnull, os.O_RDONLY))
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return f"opened {count} files"
+
+
+_RESOURCES: Final[Mapping[str, Callable[[int], str]]] = {
+    "allocate": _allocate,
+    "spin": _spin,
+    "spawn": _spawn,
+    "openFiles": _open_files,
+}
+
+
+def use_resources(asked: Mapping[str, int]) -> dict[str, str]:
+    """Carry out the resource directives (:meth:`reference_rules.Directives.resources`), in order.
+
+    Raises what the kernel's limits make of them: ``MemoryError``, or ``OSError`` (``EAGAIN`` from
+    ``fork``, ``EMFILE`` from ``open``)."""
+    return {key: _RESOURCES[key](amount) for key, amount in asked.items()}
 
 
 def read_direct(path: str) -> str:

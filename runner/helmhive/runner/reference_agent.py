@@ -36,7 +36,7 @@ import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import acp
 from acp import schema
@@ -53,6 +53,7 @@ ENV_TOKEN = "HELMHIVE_REFERENCE_AGENT_TOKEN"
 ENV_LEAK_ON_CRASH = "HELMHIVE_REFERENCE_AGENT_LEAK_ON_CRASH"
 ENV_SESSION_PREFIX = "HELMHIVE_REFERENCE_AGENT_SESSION_PREFIX"
 CRASH_EXIT_CODE = 70
+LIMIT_EXIT_CODE = 1
 AUTH_METHOD_ID = "reference-token"
 
 _SESSION_ID = re.compile(r"^[a-z0-9-]{0,32}[0-9a-f]{32}$")
@@ -340,6 +341,11 @@ class ReferenceAgent:
         # Edit directives are applied in the implementation stage only, never in planning or review.
         implementing = governed is not None and governed.stage == "implementation"
         edits = actions.apply_edits(session.cwd, governed) if governed is not None and implementing else ()
+        home_files = {name: actions.write_home(name) for name in directives.home_files}
+        try:
+            resources = actions.use_resources(directives.resources())
+        except (MemoryError, OSError) as exc:
+            self._die(exc)
         reply = rules.render_reply(
             text,
             turn=turn,
@@ -354,6 +360,8 @@ class ReferenceAgent:
             read_results={path: actions.read_direct(path) for path in directives.read_files},
             edit_results=edits,
             invalid_output="invalid-output" in self._settings.modes,
+            home_file_results=home_files,
+            resource_results=resources,
         )
         await self._conn.session_update(session_id, acp.update_agent_message_text(reply))
         session.history.append({"prompt": text, "reply": reply})
@@ -378,6 +386,12 @@ class ReferenceAgent:
         except acp.RequestError:
             return "refused"
         return "written"
+
+    def _die(self, exc: BaseException) -> NoReturn:
+        """Die of a resource limit as a runtime would: its error on stderr, exit code 1."""
+        sys.stderr.write(f"{rules.AGENT_NAME}: {type(exc).__name__}: {exc}\n")
+        sys.stderr.flush()
+        os._exit(LIMIT_EXIT_CODE)
 
     def _crash(self, session_id: str) -> None:
         token = os.environ.get(ENV_TOKEN, "")

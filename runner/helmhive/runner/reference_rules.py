@@ -34,6 +34,17 @@ CONNECT_PREFIX: Final = "CONNECT:"
 READ_PREFIX: Final = "READ-FILE:"
 PAD_PREFIX: Final = "PAD-REPLY:"
 MAX_PAD: Final = 1_000_000
+HOME_WRITE_PREFIX: Final = "WRITE-HOME-FILE:"
+ALLOCATE_PREFIX: Final = "ALLOCATE:"
+SPIN_PREFIX: Final = "SPIN:"
+SPAWN_PREFIX: Final = "SPAWN:"
+OPEN_FILES_PREFIX: Final = "OPEN-FILES:"
+MAX_ALLOCATE_MIB: Final = 1_048_576
+MAX_SPIN_SECONDS: Final = 3600
+MAX_SPAWN: Final = 4096
+MAX_OPEN_FILES: Final = 65536
+RESOURCE_ORDER: Final = ("allocate", "spin", "spawn", "openFiles")
+"""The resource directives' keys, in the order they are carried out and reported."""
 INVALID_OUTPUT: Final = "invalid-output"
 EditAction = Literal["APPEND-LINE", "REPLACE-TEXT", "DELETE-FILE", "WRITE-BYTES"]
 EDIT_ACTIONS: Final[tuple[EditAction, ...]] = ("APPEND-LINE", "REPLACE-TEXT", "DELETE-FILE", "WRITE-BYTES")
@@ -49,6 +60,11 @@ MAGIC_PREFIXES: Final = (
     CONNECT_PREFIX,
     READ_PREFIX,
     PAD_PREFIX,
+    HOME_WRITE_PREFIX,
+    ALLOCATE_PREFIX,
+    SPIN_PREFIX,
+    SPAWN_PREFIX,
+    OPEN_FILES_PREFIX,
     *(f"{action}:" for action in EDIT_ACTIONS),
     f"{IF_FINDINGS} ",
     f"{UNLESS_FINDINGS} ",
@@ -74,6 +90,21 @@ class Directives:
     connects: tuple[int, ...] = ()
     read_files: tuple[str, ...] = ()
     pad: int = 0
+    home_files: tuple[str, ...] = ()
+    allocate_mib: int = 0
+    spin_seconds: int = 0
+    spawn: int = 0
+    open_files: int = 0
+
+    def resources(self) -> dict[str, int]:
+        """The resource directives asked for, by key in :data:`RESOURCE_ORDER` (0: not asked)."""
+        asked = {
+            "allocate": self.allocate_mib,
+            "spin": self.spin_seconds,
+            "spawn": self.spawn,
+            "openFiles": self.open_files,
+        }
+        return {key: asked[key] for key in RESOURCE_ORDER if asked[key]}
 
 
 def as_behaviour(value: str) -> Behaviour | None:
@@ -94,7 +125,10 @@ def parse_directives(prompt: str) -> Directives:
     * ``ACP-WRITE-FILE: <name>`` asks the client to write it (ACP ``fs/write_text_file``);
     * ``CONNECT: <port>`` opens a TCP connection to ``127.0.0.1:<port>``;
     * ``READ-FILE: <absolute path>`` reads a file itself and says whether it could (never its content);
-    * ``PAD-REPLY: <n>`` appends ``n`` characters of filler to the answer (at most 1,000,000).
+    * ``PAD-REPLY: <n>`` appends ``n`` characters of filler to the answer (at most 1,000,000);
+    * ``WRITE-HOME-FILE: <name>`` writes the file ``<name>`` in its ``$HOME`` itself;
+    * ``ALLOCATE: <MiB>``, ``SPIN: <seconds>``, ``SPAWN: <n>``, ``OPEN-FILES: <n>`` use that much
+      memory, CPU time, processes or open files (see :data:`RESOURCE_ORDER`; the last value wins).
 
     Prefixes are case-sensitive and must start the line (leading blanks are ignored). Unknown
     behaviours, unsafe file names (only ``[A-Za-z0-9._-]``, no path) and bad ports are ignored.
@@ -105,11 +139,25 @@ def parse_directives(prompt: str) -> Directives:
     acp_writes: list[str] = []
     connects: list[int] = []
     reads: list[str] = []
+    homes: list[str] = []
     pad = 0
+    amounts = {ALLOCATE_PREFIX: 0, SPIN_PREFIX: 0, SPAWN_PREFIX: 0, OPEN_FILES_PREFIX: 0}
+    bounds = {
+        ALLOCATE_PREFIX: MAX_ALLOCATE_MIB,
+        SPIN_PREFIX: MAX_SPIN_SECONDS,
+        SPAWN_PREFIX: MAX_SPAWN,
+        OPEN_FILES_PREFIX: MAX_OPEN_FILES,
+    }
     behaviour: Behaviour | None = None
     for raw in prompt.splitlines():
         line = raw.strip()
-        if line.startswith(CONTRACT_PREFIX):
+        amount = next((prefix for prefix in amounts if line.startswith(prefix)), None)
+        if amount is not None:
+            value = line.removeprefix(amount).strip()
+            amounts[amount] = min(int(value), bounds[amount]) if value.isdigit() else amounts[amount]
+        elif line.startswith(HOME_WRITE_PREFIX):
+            _add(homes, _safe_name(line.removeprefix(HOME_WRITE_PREFIX)))
+        elif line.startswith(CONTRACT_PREFIX):
             json_output = json_output or line.removeprefix(CONTRACT_PREFIX).strip().lower() == "json"
         elif line.startswith(TOOL_PREFIX):
             _add(tools, line.removeprefix(TOOL_PREFIX).strip())
@@ -141,6 +189,11 @@ def parse_directives(prompt: str) -> Directives:
         connects=tuple(connects),
         read_files=tuple(reads),
         pad=pad,
+        home_files=tuple(homes),
+        allocate_mib=amounts[ALLOCATE_PREFIX],
+        spin_seconds=amounts[SPIN_PREFIX],
+        spawn=amounts[SPAWN_PREFIX],
+        open_files=amounts[OPEN_FILES_PREFIX],
     )
 
 
@@ -262,13 +315,16 @@ def render_reply(
     read_results: Mapping[str, str] | None = None,
     edit_results: Sequence[EditOutcome] = (),
     invalid_output: bool = False,
+    home_file_results: Mapping[str, str] | None = None,
+    resource_results: Mapping[str, str] | None = None,
 ) -> str:
     """The reference agent's whole answer to one prompt.
 
     ``turn`` is the 1-based number of this turn in the session (completed turns so far plus one).
     ``tool_results`` maps each requested tool to whether the client granted it; the other
     results say what became of each file write and connection asked for, and ``edit_results``
-    what became of each edit directive of a governed implementation prompt. ``invalid_output``
+    what became of each edit directive of a governed implementation prompt (``home_file_results``
+    of each ``WRITE-HOME-FILE``, ``resource_results`` of each resource directive). ``invalid_output``
     (or ``REFERENCE-AGENT: invalid-output`` in the prompt) breaks the output contract on purpose.
 
     A governed-change prompt with a JSON contract is answered with its stage's document
@@ -298,6 +354,8 @@ def render_reply(
         "acpFiles": dict(acp_file_results or {}),
         "connects": {str(port): result for port, result in (connect_results or {}).items()},
         "reads": dict(read_results or {}),
+        "homeFiles": dict(home_file_results or {}),
+        "resources": dict(resource_results or {}),
         "padding": filler(directives.pad),
     }
     facts.update({key: value for key, value in extras.items() if value})
@@ -316,6 +374,8 @@ def render_reply(
     out.extend(f"acp-file {name}: {result}" for name, result in (acp_file_results or {}).items())
     out.extend(f"connect {port}: {result}" for port, result in (connect_results or {}).items())
     out.extend(f"read {path}: {result}" for path, result in (read_results or {}).items())
+    out.extend(f"home-file {name}: {result}" for name, result in (home_file_results or {}).items())
+    out.extend(f"resource {key}: {result}" for key, result in (resource_results or {}).items())
     out.extend(f"edit {outcome.label()}: {outcome.result}" for outcome in edit_results)
     if directives.pad:
         out.append(filler(directives.pad))
