@@ -216,10 +216,10 @@ def build_runner_config(spec: RunnerPoolSpec) -> dict[str, Any]:
         "concurrency": spec.concurrency,
         "heartbeat": spec.heartbeat.model_dump(mode="json", by_alias=True),
         "credentialEnvName": spec.credential.env_name,
+        "jobLimits": spec.job_limits.to_wire(),
     }
     if spec.credential.volume is not None and spec.adapter.type is AdapterType.CLAUDE_CLI:
         config["credentialDirEnvName"] = CLAUDE_CONFIG_DIR_ENV
-        "jobLimits": spec.job_limits.to_wire(),
     return config
 
 

@@ -136,14 +136,14 @@ class RunnerFileConfig(ApiModel):
     credential_dir_env_name: EnvName | None = None
     """The agent's environment variable that names the login directory (claude-cli: ``CLAUDE_CONFIG_DIR``)."""
     sandbox: SandboxSettings = SandboxSettings()
+    job_limits: JobLimits = JobLimits()
+    """The pool's ``spec.jobLimits``: setrlimit values the sandbox launcher applies to each job's agent and checks."""
 
 
 class RunnerConfig(BaseModel):
     """Everything the runner was told, from both sources."""
 
     model_config = ConfigDict(frozen=True)
-    job_limits: JobLimits = JobLimits()
-    """The pool's ``spec.jobLimits``: setrlimit values the sandbox launcher applies to each job's agent and checks."""
 
     env: RunnerEnvironment
     file: RunnerFileConfig
