@@ -150,7 +150,12 @@ def test_the_sandbox_plan_follows_the_effective_profile(tmp_path: Path) -> None:
     work = str(tmp_path / "state" / "jobs" / "ns.job.1234abcd" / "work")
     assert work in plan.read_paths and work not in plan.write_paths
     assert plan.tcp_connect == (443,)
-    assert str(tmp_path / "state" / "home") in plan.write_paths
+    home = tmp_path / "state" / "jobs" / "ns.job.1234abcd" / "home"  # no session binding: a HOME of its own
+    assert plan.home == home and str(home) in plan.write_paths
+    assert str(tmp_path / "state" / "home") not in plan.write_paths  # the probe's HOME is no job's
+    bound = _plan(tmp_path, binding="sb-0123456789abcdef0123")
+    assert bound.home == tmp_path / "state" / "homes" / "sb-0123456789abcdef0123" / "home"
+    assert str(bound.home) in bound.write_paths and str(home) not in bound.write_paths
     writer = _plan(tmp_path, filesystem=FilesystemAccess.WRITE, network=NetworkAccess.ENABLED)
     assert work in writer.write_paths and writer.tcp_connect is None
     claude = build_allowed_tools(

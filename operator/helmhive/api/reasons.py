@@ -199,6 +199,9 @@ class Reason(enum.StrEnum):
     PATCH_NOT_TEXT = "PatchNotText"
     # Waiting for a reference that does not exist yet (``helmhive.policy.waiting``); with WAITING_FOR_WORKSPACE
     WAITING_FOR_PROFILE = "WaitingForProfile"
+    # Per-job resource limits on the agent (``helmhive.runner.limits``); the detail names the limit:
+    # ``ResourceLimitExceeded:memory|cpu|processes|files``
+    RESOURCE_LIMIT_EXCEEDED = "ResourceLimitExceeded"
 
 
 _DETAIL_RE = re.compile(r"[^A-Za-z0-9_,:]+")

@@ -1,10 +1,11 @@
 """Building adapters from the runner's configuration: the slot adapters and each job's sandboxed one.
 
-The agent's environment is explicit (nothing is inherited from the runner): ``PATH``, ``HOME``
-(``<state>/home``), ``LANG``, the pool's ``adapter.acp.env``, the login directory's variable,
-and the credential in ``credentialEnvName`` (kept apart as a secret, redacted from every
-message). A job's adapter adds ``TMPDIR`` and runs the agent under the job's sandbox
-(:mod:`helmhive.runner.sandbox`), with the job's working directory as its cwd.
+The agent's environment is explicit (nothing is inherited from the runner): ``PATH``, ``HOME``,
+``LANG``, the pool's ``adapter.acp.env``, the login directory's variable, and the credential in
+``credentialEnvName`` (kept apart as a secret, redacted from every message). The probe's HOME is
+``<state>/home``, which no job is granted. A job's adapter sets the job's own HOME (its session
+binding's, or its own: :mod:`helmhive.runner.sandbox`), adds ``TMPDIR`` and runs the agent under
+the job's sandbox, with the job's working directory as its cwd.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ def build_adapter(config: RunnerConfig, credential: CredentialHolder) -> AgentAd
 def build_job_adapter(config: RunnerConfig, credential: CredentialHolder, plan: SandboxPlan) -> AgentAdapter:
     """A fresh adapter for one job: its agent runs in the job's sandbox and ends with the job."""
     env, secret_env = agent_env(config, credential)
+    env["HOME"] = str(plan.home)
     env["TMPDIR"] = str(plan.tmpdir)
     wrapper = build_wrapper(plan)
     workdir = str(plan.workdir)

@@ -7,7 +7,9 @@ check cannot change it), as::
 
 with the work tree as its working directory and the check policy of
 :func:`helmhive.runner.sandbox.build_check_policy`: read the system and runtime, write only the
-tree and the job's tmp, **no TCP connect at all and no bind**. Its environment is
+tree and the job's tmp, **no TCP connect at all and no bind**, and the agent's per-job resource
+limits (:mod:`helmhive.runner.limits`; a check that hits one fails like any other, its exit code
+saying how: ``-24`` for SIGXCPU). Its environment is
 :func:`build_check_env` and nothing else: a fixed ``PATH``, ``HOME`` and ``TMPDIR`` in the
 job's tmp, ``LANG`` -- no credential, no ``KUBECONFIG``, no provider key, no runner variable.
 It runs in its own process group; at its timeout the whole group is killed (``TimedOut``).

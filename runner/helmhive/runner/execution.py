@@ -19,8 +19,10 @@
    ``Completed``, or False with a named reason.
 
 ``spec.timeoutSeconds`` (``TimedOut``), ``spec.cancel`` and deletion (``Cancelled``) and the
-runner stopping (``Interrupted``) cancel the ACP turn. Every status write is a merge patch
-with the job's ``resourceVersion`` as a precondition, re-read and re-built on a conflict.
+runner stopping (``Interrupted``) cancel the ACP turn. An agent that dies on one of the pool's
+per-job limits ends ``ResourceLimitExceeded:<limit>`` (:mod:`helmhive.runner.limits`). Every
+status write is a merge patch with the job's ``resourceVersion`` as a precondition, re-read and
+re-built on a conflict.
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ from typing import Any
 
 from helmhive.api.common import JobKind
 from helmhive.api.envelope import OutputFormat
-from helmhive.api.job import AgentJobSpec
 from helmhive.api.reasons import Reason, detailed
 from helmhive.policy.prompts import MAX_REPAIR_TURNS, build_repair_prompt, check_output
 from helmhive.policy.results import build_bounded_result
@@ -55,6 +56,7 @@ from helmhive.runner.jobstatus import (
     view_job,
 )
 from helmhive.runner.kube import Conflict, KubeError, NotFound, RunnerKube
+from helmhive.runner.limits import LimitSupport
 from helmhive.runner.logs import fields
 from helmhive.runner.metrics import record_turn
 from helmhive.runner.sandbox import remove_sandbox
@@ -77,6 +79,8 @@ class ExecutionContext:
     job_adapter: JobAdapterFactory
     sessions: SessionStore
     landlock_abi: int
+    limit_support: LimitSupport
+    """What the launcher can enforce here (probed once at start): see :mod:`helmhive.runner.limits`."""
 
     @property
     def runner(self) -> str:
@@ -220,6 +224,7 @@ class JobExecution:
             job=job,
             uid=self.uid,
             landlock_abi=self.ctx.landlock_abi,
+            limit_support=self.ctx.limit_support,
             now=self.ctx.now(),
         )
         if isinstance(prepared, Verdict):
@@ -273,7 +278,7 @@ class JobExecution:
         if problem is not None:
             return problem, {"summary": problem.message[:4096]}, TurnResult(outcome=TurnOutcome.CANCELLED)
         if cancel.is_set():  # cancelled, timed out or stopped while the source was fetched
-            return self._failed(TurnResult(outcome=TurnOutcome.CANCELLED, cancel_origin=CancelOrigin.CALLER), spec)
+            return self._failed(TurnResult(outcome=TurnOutcome.CANCELLED, cancel_origin=CancelOrigin.CALLER), prepared)
         adapter = self.ctx.job_adapter(plan)
         try:
             base = TurnRequest(
@@ -303,7 +308,7 @@ class JobExecution:
                 return found, {"summary": found.message[:4096]}, turn
             if found.checks.cancelled:
                 stopped = TurnResult(outcome=TurnOutcome.CANCELLED, cancel_origin=CancelOrigin.CALLER)
-                verdict, failed, _ = self._failed(stopped, spec)
+                verdict, failed, _ = self._failed(stopped, prepared)
                 return verdict, failed, turn
             steps = found
         stored = await ensure_job_result(
@@ -348,17 +353,17 @@ class JobExecution:
         prepared: PreparedJob,
     ) -> tuple[Verdict, dict[str, Any], TurnResult] | Accepted:
         """The turn (and at most one repair turn): a failure's (verdict, result, turn), or the accepted answer."""
-        spec, contract = prepared.spec, prepared.binding.snapshot.output_contract
+        contract = prepared.binding.snapshot.output_contract
         turn = await adapter.run_turn(request, cancel)
         record_turn(config=self.ctx.config, result=turn)
         await self._keep(turn, session, new_chain=session.intent is SessionIntent.FRESH, job=self.name)
         turns = 1
         if not turn.ok:
-            return self._failed(turn, spec)
+            return self._failed(turn, prepared)
         check = check_output(text=turn.text, contract=contract)
         if not check.ok and contract.format is OutputFormat.STRUCTURED and MAX_REPAIR_TURNS > 0:
             if self.cause is not None:
-                return self._failed(turn, spec)
+                return self._failed(turn, prepared)
             repair = request.model_copy(
                 update={
                     "prompt": build_repair_prompt(check=check, contract=contract),
@@ -371,7 +376,7 @@ class JobExecution:
             await self._keep(turn, session, new_chain=False, job=self.name)
             turns += 1
             if not turn.ok:
-                return self._failed(turn, spec)
+                return self._failed(turn, prepared)
             check = check_output(text=turn.text, contract=contract)
         if not check.ok:
             bounded = build_bounded_result(job=job, text=turn.text, output=None)
@@ -382,6 +387,8 @@ class JobExecution:
             return Verdict(succeeded=False, reason=Reason.OUTPUT_CONTRACT_VIOLATED, message=message), failed, turn
         return Accepted(turn=turn, document=check.document, turns=turns)
 
-    def _failed(self, turn: TurnResult, spec: AgentJobSpec) -> tuple[Verdict, dict[str, Any], TurnResult]:
-        verdict = decide_turn_failure(result=turn, cause=self.cause, timeout_s=spec.timeout_seconds)
+    def _failed(self, turn: TurnResult, prepared: PreparedJob) -> tuple[Verdict, dict[str, Any], TurnResult]:
+        verdict = decide_turn_failure(
+            result=turn, cause=self.cause, timeout_s=prepared.spec.timeout_seconds, limits=prepared.plan.limits
+        )
         return verdict, {"summary": verdict.message[:4096]}, turn

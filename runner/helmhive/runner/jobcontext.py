@@ -12,6 +12,13 @@ fails the job closed (``InvalidSpec``, ``SandboxUnavailable``, ``SessionNotFound
   credential generation; the operator's ``status.session``, when it wrote one, wins on the
   mode (it must name the same binding). Resume and fork need the id stored in the runner's
   Secret; without one they fail closed (``SessionNotFound``), never silently fresh.
+* **HOME.** A job with a session binding gets the binding's HOME, emptied first if the binding
+  was reset or re-created since it was made (:func:`helmhive.runner.sessions.ensure_session_home`);
+  a job without one gets a HOME of its own. The binding is known before the sandbox is planned:
+  its name is a pure function of the job and this runner (:func:`decide_job_session`).
+* **Limits.** The pool's ``jobLimits`` as this runner can enforce them
+  (:func:`helmhive.runner.limits.build_enforced_limits`) go into the plan, and the Running message
+  says what they are.
 * **Governed work** (:mod:`helmhive.runner.governed`). A governed job without ``spec.source``
   fails closed (``SourceRequired``). A review job's patch is read and its SHA-256 checked here,
   before the job is marked Running (``PatchUnavailable``, ``PatchDigestMismatch``); the prompt
@@ -20,6 +27,7 @@ fails the job closed (``InvalidSpec``, ``SandboxUnavailable``, ``SessionNotFound
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -47,6 +55,7 @@ from helmhive.runner.governed import (
 )
 from helmhive.runner.jobstatus import Verdict
 from helmhive.runner.kube import KubeError, NotFound, RunnerKube
+from helmhive.runner.limits import LimitSupport, build_enforced_limits
 from helmhive.runner.sandbox import (
     SandboxPlan,
     build_sandbox_plan,
@@ -54,9 +63,18 @@ from helmhive.runner.sandbox import (
     runtime_read_paths,
     sandbox_refusal,
 )
-from helmhive.runner.sessions import SessionStore
+from helmhive.runner.sessions import SessionStore, binding_identity, ensure_session_home
 
-__all__ = ["MEMORY_RECORDS", "JobSession", "PreparedJob", "load_memory", "parse_job", "prepare_job", "resolve_session"]
+__all__ = [
+    "MEMORY_RECORDS",
+    "JobSession",
+    "PreparedJob",
+    "decide_job_session",
+    "load_memory",
+    "parse_job",
+    "prepare_job",
+    "resolve_session",
+]
 
 MEMORY_RECORDS = "memoryrecords"
 _INTENT = {SessionMode.FRESH: SessionIntent.FRESH, SessionMode.RESUMED: SessionIntent.RESUME}
@@ -108,6 +126,33 @@ class JobSession:
     stored_id: SecretStr | None
     status: dict[str, Any] | None
     """``status.session`` to write (None when the operator already wrote it)."""
+    binding_identity: dict[str, Any] | None = None
+    """The binding object's uid and reset count (what its HOME is kept for); None without a binding."""
+
+
+def decide_job_session(
+    *,
+    runner: str,
+    spec: AgentJobSpec,
+    binding: ProfileBinding,
+    assignment: Assignment,
+    credential_generation: int,
+    existing: Mapping[str, Mapping[str, Any]],
+) -> SessionDecision:
+    """:func:`~helmhive.policy.sessions.decide_session` for this job on this runner (pure)."""
+    snapshot = binding.snapshot
+    return decide_session(
+        policy=snapshot.session.policy,
+        governed=is_governed(spec.job_kind),
+        scope=snapshot.session.scope,
+        workspace=spec.workspace,
+        profile=binding.name,
+        provider=assignment.provider,
+        runner=runner,
+        credential_generation=credential_generation,
+        service=spec.service,
+        existing=existing,
+    )
 
 
 async def resolve_session(
@@ -120,19 +165,14 @@ async def resolve_session(
     credential_generation: int,
 ) -> JobSession | Verdict:
     """The job's session, with its binding created if missing; or the verdict that fails it closed."""
-    snapshot = binding.snapshot
 
     def decide(existing: Mapping[str, Mapping[str, Any]]) -> SessionDecision:
-        return decide_session(
-            policy=snapshot.session.policy,
-            governed=is_governed(spec.job_kind),
-            scope=snapshot.session.scope,
-            workspace=spec.workspace,
-            profile=binding.name,
-            provider=assignment.provider,
+        return decide_job_session(
             runner=sessions.runner,
+            spec=spec,
+            binding=binding,
+            assignment=assignment,
             credential_generation=credential_generation,
-            service=spec.service,
             existing=existing,
         )
 
@@ -155,8 +195,9 @@ async def resolve_session(
             )
         mode = SessionMode(written.get("mode", "fresh"))
         intent = _INTENT.get(mode, SessionIntent.FORK)
+    identity: dict[str, Any] | None = None
     if decision.binding is not None and decision.binding_name is not None:
-        await sessions.ensure_binding(decision.binding_name, decision.binding)
+        identity = binding_identity(await sessions.ensure_binding(decision.binding_name, decision.binding))
     stored: SecretStr | None = None
     if intent is not SessionIntent.FRESH and decision.binding_name is not None:
         stored = await sessions.load(decision.binding_name)
@@ -181,6 +222,7 @@ async def resolve_session(
         reason=decision.reason,
         stored_id=stored,
         status=status,
+        binding_identity=identity,
     )
 
 
@@ -243,6 +285,7 @@ async def prepare_job(
     job: Mapping[str, Any],
     uid: str,
     landlock_abi: int,
+    limit_support: LimitSupport,
     now: dt.datetime,
 ) -> PreparedJob | Verdict:
     """Parse, plan the sandbox, resolve the session and memory, build the prompt; or fail closed."""
@@ -254,6 +297,14 @@ async def prepare_job(
     if problem is not None:
         return problem
     name = str((job.get("metadata") or {}).get("name") or "")
+    key = decide_job_session(
+        runner=sessions.runner,
+        spec=parsed.spec,
+        binding=parsed.binding,
+        assignment=parsed.assignment,
+        credential_generation=config.env.credential_generation,
+        existing={},
+    )
     plan = build_sandbox_plan(
         state_dir=config.env.state_dir,
         job_dir=job_dir_name(namespace=config.env.namespace, name=name, uid=uid),
@@ -266,6 +317,8 @@ async def prepare_job(
         credential_dir=config.env.credential_dir,
         landlock_abi=landlock_abi,
         protected=_protected(config),
+        binding=key.binding_name,
+        limits=build_enforced_limits(limits=config.file.job_limits, support=limit_support),
     )
     refusal = sandbox_refusal(plan=plan, settings=settings, landlock_abi=landlock_abi)
     if refusal is not None:
@@ -280,6 +333,15 @@ async def prepare_job(
     )
     if isinstance(session, Verdict):
         return session
+    home = "own"
+    if session.binding is not None and session.binding_identity is not None:
+        emptied = await asyncio.to_thread(
+            ensure_session_home,
+            state_dir=config.env.state_dir,
+            binding=session.binding,
+            identity=session.binding_identity,
+        )
+        home = "binding's (emptied: reset or re-created)" if emptied else "binding's"
     review: ReviewPatch | None = None
     if parsed.spec.job_kind is JobKind.CHANGE_REVIEW and parsed.spec.patch is not None:
         loaded = await load_review_patch(kube=kube, ref=parsed.spec.patch)
@@ -298,13 +360,14 @@ async def prepare_job(
     )
     memory = f"memory: {len(selection.records)} injected" + (f", dropped {', '.join(dropped)}" if dropped else "")
     sandbox = "landlock" if plan.landlock else "no landlock (permission bits and ACP checks only)"
+    limits = plan.limits.describe() if plan.landlock and plan.limits is not None else "none (no launcher)"
     source = parsed.spec.source
     where = f"; source {display_repository(source.repository)} at {source.commit}" if source is not None else ""
     if review is not None:
         where += f", patch sha256 {review.ref.sha256[:16]}… ({review.ref.bytes} bytes)"
     message = (
         f"{parsed.spec.job_kind.value}, session {session.mode.value}, filesystem {plan.fs_access}, "
-        f"network {plan.network.value}, sandbox {sandbox}; {memory}{where}"
+        f"network {plan.network.value}, sandbox {sandbox}; home {home}; limits: {limits}; {memory}{where}"
     )[:900]
     return PreparedJob(
         spec=parsed.spec,

@@ -14,7 +14,9 @@ of the CRD), never a list of everything -- and turns each event into an action w
   earlier process of this runner (it restarted mid-job): it ends with ``RunnerLost``, and the
   operator's retry policy (:mod:`helmhive.policy.retry`) decides whether it runs again.
 
-The watch runs in a thread; events reach the event loop with ``call_soon_threadsafe``.
+The watch runs in a thread; events reach the event loop with ``call_soon_threadsafe``. Before
+the first job runs, the homes of session bindings that no longer exist are removed
+(:func:`~helmhive.runner.sessions.sweep_session_homes`).
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ from helmhive.runner.execution import AGENT_JOBS, ExecutionContext, JobExecution
 from helmhive.runner.jobstatus import JobAction, Verdict, decide_job_action, view_job
 from helmhive.runner.kube import KubeError
 from helmhive.runner.landlock import landlock_abi
+from helmhive.runner.limits import probe_limit_support
 from helmhive.runner.logs import fields
 from helmhive.runner.main import Job, RunnerProcess
-from helmhive.runner.sessions import SessionStore
+from helmhive.runner.sessions import SessionStore, sweep_session_homes
 
 __all__ = ["ClusterJobSource", "cluster_jobs"]
 
@@ -54,6 +57,7 @@ class ClusterJobSource:
         self._stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._sweep: asyncio.Task[None] | None = None
 
     @property
     def selector(self) -> str:
@@ -64,8 +68,9 @@ class ClusterJobSource:
 
     # -- watch ----------------------------------------------------------------------------
     def start(self) -> None:
-        """Start watching (from the event loop's thread)."""
+        """Start watching (from the event loop's thread), and sweep the homes of deleted bindings."""
         loop = self._loop = asyncio.get_running_loop()
+        self._sweep = asyncio.create_task(self._sweep_homes(), name=f"sweep-homes-{self.ctx.runner}")
 
         def on_event(kind: str, obj: dict[str, Any]) -> None:
             loop.call_soon_threadsafe(self._on_event, kind, obj)
@@ -90,6 +95,15 @@ class ClusterJobSource:
 
     def stop(self) -> None:
         self._stop.set()
+
+    async def _sweep_homes(self) -> None:
+        try:
+            removed = await sweep_session_homes(store=self.ctx.sessions, state_dir=self.ctx.config.env.state_dir)
+        except OSError as exc:
+            self._log(logging.WARNING, "sweeping session homes failed", error=type(exc).__name__, detail=str(exc))
+            return
+        if removed:
+            self._log(logging.INFO, "removed the homes of deleted session bindings", bindings=removed)
 
     def _on_list(self, items: list[dict[str, Any]]) -> None:
         listed = set()
@@ -156,6 +170,8 @@ class ClusterJobSource:
 
     # -- JobSource ------------------------------------------------------------------------
     async def take(self) -> Job:
+        if self._sweep is not None:  # no job shares a home the sweep may still remove
+            await self._sweep
         while not self._pending:
             self._ready.clear()
             await self._ready.wait()
@@ -189,6 +205,17 @@ def cluster_jobs(process: RunnerProcess) -> ClusterJobSource:
             "Landlock is not available: jobs fail closed with SandboxUnavailable unless sandbox.landlock is optional",
             extra=fields(runner=process.name),
         )
+    support = probe_limit_support()
+    log.info(
+        "job limits",
+        extra=fields(
+            runner=process.name,
+            uid=support.uid,
+            userNamespaces=support.user_namespaces,
+            processesLimited=support.uid != 0 and support.user_namespaces,
+            cgroupV2=support.cgroup_v2,
+        ),
+    )
     ctx = ExecutionContext(
         kube=process.kube,
         config=process.config,
@@ -196,5 +223,6 @@ def cluster_jobs(process: RunnerProcess) -> ClusterJobSource:
         job_adapter=lambda plan: build_job_adapter(process.config, process.credential, plan),
         sessions=SessionStore(kube=process.kube, runner=process.name),
         landlock_abi=abi,
+        limit_support=support,
     )
     return ClusterJobSource(ctx=ctx)

@@ -21,6 +21,7 @@ from typing import Any
 from helmhive.api.reasons import ConditionType, Reason, detailed
 from helmhive.policy.conditions import find_condition, set_condition
 from helmhive.runner.adapters.base import TurnOutcome, TurnResult
+from helmhive.runner.limits import EnforcedLimits, decide_limit_exceeded
 
 __all__ = [
     "CancelCause",
@@ -132,11 +133,15 @@ _NAMED_FAILURES = {
 }
 
 
-def decide_turn_failure(*, result: TurnResult, cause: CancelCause | None, timeout_s: int) -> Verdict:
+def decide_turn_failure(
+    *, result: TurnResult, cause: CancelCause | None, timeout_s: int, limits: EnforcedLimits | None = None
+) -> Verdict:
     """The verdict for a turn that did not complete (or was cut short by ``cause``).
 
     A cause (timeout, cancel, deletion) names the outcome whatever the agent did on the way
-    out; without a cause, a cancelled turn means the runner stopped it (``Interrupted``).
+    out; without a cause, a cancelled turn means the runner stopped it (``Interrupted``). An
+    agent that ended by itself on one of its ``limits`` is ``ResourceLimitExceeded:<limit>``
+    (:func:`~helmhive.runner.limits.decide_limit_exceeded`).
     """
     detail = f"{result.outcome.value}: {result.message}".strip(": ")
     if cause is CancelCause.TIMED_OUT:
@@ -148,6 +153,12 @@ def decide_turn_failure(*, result: TurnResult, cause: CancelCause | None, timeou
     if result.outcome is TurnOutcome.CANCELLED and result.cancel_origin is not None:
         why = "the runner stopped the turn (shutdown or control state)"
         return Verdict(succeeded=False, reason=Reason.INTERRUPTED, message=why)
+    if limits is not None and result.cancel_origin is None and result.outcome is not TurnOutcome.KILLED:
+        hit = decide_limit_exceeded(exit_code=result.agent_exit_code, diagnostics=result.diagnostics, limits=limits)
+        if hit is not None:
+            return Verdict(
+                succeeded=False, reason=detailed(Reason.RESOURCE_LIMIT_EXCEEDED, hit.resource), message=hit.message
+            )
     named = _NAMED_FAILURES.get(result.outcome)
     if result.outcome is TurnOutcome.KILLED and result.cancel_origin is not None:
         named = Reason.INTERRUPTED

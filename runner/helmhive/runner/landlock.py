@@ -11,13 +11,22 @@ The runner does not restrict itself; it starts each job's agent through this lau
 
     python -m helmhive.runner.landlock --policy '<json>' -- COMMAND [ARGS...]
 
-which builds the ruleset from the policy, sets ``no_new_privs``, restricts itself and
-``exec``\\s the command. The policy (see :func:`helmhive.runner.sandbox.build_landlock_policy`)::
+which, in order, gives up CAP_SYS_RESOURCE for good when it has limits to apply (so an agent
+started as root cannot raise them again), enters a user namespace of its own if asked
+(``userNamespace``: its uid and gid mapped to themselves, so RLIMIT_NPROC counts only the job's
+processes), applies the resource limits (``rlimits``: ``setrlimit``, never above the runner's
+own hard limits), builds the ruleset
+from the policy, sets ``no_new_privs``, restricts itself and ``exec``\\s the command. The policy
+(see :func:`helmhive.runner.sandbox.build_landlock_policy`)::
 
-    {"read": [paths], "write": [paths], "devices": [paths], "tcpConnect": [ports] | null}
+    {"read": [paths], "write": [paths], "devices": [paths], "tcpConnect": [ports] | null,
+     "rlimits": {"DATA": [soft, hard], "CPU": [...], "NOFILE": [...], "NPROC": [...], "CORE": [...]},
+     "userNamespace": true | false}
 
 ``tcpConnect: null`` leaves TCP alone; a list (even empty) allows ``connect`` only to those
-ports and ``bind`` to none. Paths that do not exist are skipped. This module imports nothing
+ports and ``bind`` to none. Paths that do not exist are skipped. If any step fails the command
+is not run (exit 126). ``--probe`` prints what this environment allows
+(``{"landlock": <abi>, "userNamespace": <bool>}``) and runs nothing. This module imports nothing
 but the standard library, so the launcher starts fast.
 """
 
@@ -28,11 +37,12 @@ import ctypes.util
 import errno
 import json
 import os
+import resource
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["landlock_abi", "main", "restrict_self"]
+__all__ = ["apply_rlimits", "drop_resource_capability", "enter_user_namespace", "landlock_abi", "main", "restrict_self"]
 
 _SYS_CREATE_RULESET = 444
 _SYS_ADD_RULE = 445
@@ -41,6 +51,18 @@ _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
 _RULE_NET_PORT = 2
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_CAPBSET_READ = 23
+_PR_CAPBSET_DROP = 24
+_CAP_SYS_RESOURCE = 24
+_CLONE_NEWUSER = 0x10000000
+_RLIMITS = {
+    "AS": resource.RLIMIT_AS,
+    "CORE": resource.RLIMIT_CORE,
+    "CPU": resource.RLIMIT_CPU,
+    "DATA": resource.RLIMIT_DATA,
+    "NOFILE": resource.RLIMIT_NOFILE,
+    "NPROC": resource.RLIMIT_NPROC,
+}
 
 # File system access rights (include/uapi/linux/landlock.h), with the ABI that added them.
 EXECUTE = 1 << 0
@@ -192,14 +214,88 @@ def _allow_path(libc: Any, ruleset: int, path: str, rights: int) -> None:
         os.close(fd)
 
 
+def _capability_sets() -> dict[str, int]:
+    sets = {}
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("Cap"):
+                name, _, value = line.partition(":")
+                sets[name] = int(value.strip(), 16)
+    return sets
+
+
+def drop_resource_capability() -> None:
+    """Remove CAP_SYS_RESOURCE from the bounding set, so the command this process ``exec``\\s keeps
+    none, even as root, and cannot raise its resource limits again.
+
+    A process that may not drop it (no CAP_SETPCAP) is fine as long as it holds it in no set
+    (an unprivileged runner); otherwise this raises :class:`OSError`."""
+    libc = _libc()
+    if libc.prctl(_PR_CAPBSET_READ, _CAP_SYS_RESOURCE, 0, 0, 0) == 1:
+        libc.prctl(_PR_CAPBSET_DROP, _CAP_SYS_RESOURCE, 0, 0, 0)
+    bit = 1 << _CAP_SYS_RESOURCE
+    holding = sorted(name for name, value in _capability_sets().items() if name != "CapEff" and value & bit)
+    if "CapBnd" in holding or "CapInh" in holding or "CapAmb" in holding:
+        raise OSError(errno.EPERM, f"cannot give up CAP_SYS_RESOURCE (still in {', '.join(holding)})")
+
+
+def enter_user_namespace() -> None:
+    """Move this process into a new user namespace, its uid and gid mapped to themselves.
+
+    Nothing changes for file access (the ids are the same outside), but RLIMIT_NPROC then counts
+    the processes of this namespace only. Raises :class:`OSError` where user namespaces are not
+    allowed (a seccomp profile, ``user.max_user_namespaces=0``)."""
+    uid, gid = os.getuid(), os.getgid()
+    if _libc().unshare(_CLONE_NEWUSER) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"unshare(CLONE_NEWUSER): {os.strerror(code)}")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w", encoding="ascii") as fh:
+            fh.write(text)
+
+
+def apply_rlimits(limits: Mapping[str, Sequence[int]]) -> None:
+    """``setrlimit`` each of ``{"DATA": [soft, hard], ...}``, never above the current hard limit."""
+    for name, values in limits.items():
+        which = _RLIMITS.get(name)
+        if which is None:
+            raise ValueError(f"unknown resource limit {name!r}")
+        soft, hard = (int(v) for v in values)
+        if soft < 0 or hard < soft:
+            raise ValueError(f"bad resource limit {name}: {soft} {hard}")
+        current = resource.getrlimit(which)[1]
+        if current != resource.RLIM_INFINITY:
+            hard = min(hard, current)
+        resource.setrlimit(which, (min(soft, hard), hard))
+
+
+def _probe() -> int:
+    """Print what this environment allows; the probe itself is a throwaway process."""
+    try:
+        enter_user_namespace()
+        userns = True
+    except OSError:
+        userns = False
+    sys.stdout.write(json.dumps({"landlock": landlock_abi(), "userNamespace": userns}) + "\n")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``--policy JSON -- COMMAND ARGS...``: restrict this process, then exec the command."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--probe"]:
+        return _probe()
     if len(args) < 4 or args[0] != "--policy" or args[2] != "--":
         sys.stderr.write("usage: python -m helmhive.runner.landlock --policy JSON -- COMMAND [ARGS...]\n")
         return 2
     try:
         policy = json.loads(args[1])
+        rlimits = policy.get("rlimits") or {}
+        if rlimits:
+            drop_resource_capability()
+        if policy.get("userNamespace"):
+            enter_user_namespace()
+        apply_rlimits(rlimits)
         restrict_self(
             read=[str(p) for p in policy.get("read", [])],
             write=[str(p) for p in policy.get("write", [])],

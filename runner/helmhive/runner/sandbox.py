@@ -1,7 +1,11 @@
-"""The job sandbox: a per-job working directory, the tools offered, and the agent's Landlock policy.
+"""The job sandbox: a per-job working directory and HOME, the tools offered, the agent's Landlock policy and limits.
 
 Each job gets ``<state>/jobs/<namespace>.<name>.<uid8>/`` with ``work/`` (the agent's cwd and
-the only place its ``fs/*`` client methods reach) and ``tmp/`` (its ``TMPDIR``). A job with an
+the only place its ``fs/*`` client methods reach) and ``tmp/`` (its ``TMPDIR``). Its ``HOME`` is
+its session binding's, ``<state>/homes/<binding>/home/``, kept while the binding lives (a resumed
+agent finds its settings and session files there; :mod:`helmhive.runner.sessions` removes it when
+the binding is reset or deleted), or for a job without a binding its own ``home/`` in the job's
+directory, removed with it. A job is granted its own HOME and no other. A job with an
 exact source also has ``source.git/`` (the git dir of the checkout in ``work/``, which holds no
 ``.git``) and ``runner/`` (the runner's scratch: a private index, the patch file); neither, nor
 the runner's ``<state>/source-cache/``, is ever granted to the agent or a check. What the agent
@@ -19,7 +23,8 @@ network       ``disabled``: under Landlock (ABI 4+) TCP ``connect`` only to the 
 
 The agent process is started per job under :mod:`helmhive.runner.landlock`, which may read
 only the system directories, the runtime's own install, its HOME and the granted paths -- not
-the runner's state (the credential copy), not the ServiceAccount token, not other jobs.
+the runner's state (the credential copy), not the ServiceAccount token, not other jobs or their
+homes -- and runs under the pool's per-job limits (:mod:`helmhive.runner.limits`).
 See ``docs/security.md`` for exactly what is and is not enforced.
 
 The launcher runs as ``python -P -m helmhive.runner.landlock``: ``-P`` keeps the working
@@ -45,8 +50,10 @@ from typing import Any
 from helmhive.api.common import FilesystemAccess, NetworkAccess, ToolKind
 from helmhive.api.runner import AdapterType
 from helmhive.runner.config import LandlockMode, SandboxSettings
+from helmhive.runner.limits import EnforcedLimits
 
 __all__ = [
+    "HOMES_DIR",
     "SOURCE_CACHE_DIR",
     "SYSTEM_READ_PATHS",
     "SandboxPlan",
@@ -57,6 +64,7 @@ __all__ = [
     "build_sandbox_plan",
     "build_wrapper",
     "create_sandbox",
+    "homes_dir",
     "job_dir_name",
     "prepare_sandbox",
     "remove_sandbox",
@@ -86,6 +94,8 @@ SYSTEM_READ_PATHS = (
 DEVICE_PATHS = ("/dev",)
 SOURCE_CACHE_DIR = "source-cache"
 """Below the runner's state dir: the git objects fetched for exact sources, shared by its jobs."""
+HOMES_DIR = "homes"
+"""Below the runner's state dir: one directory per session binding, its ``home/`` the binding's jobs' HOME."""
 
 # The Claude CLI names its tools instead of using ACP's tool kinds.
 _CLAUDE_TOOLS: dict[ToolKind, tuple[str, ...]] = {
@@ -118,6 +128,10 @@ class SandboxPlan:
     """Whether the agent runs under Landlock (False only with ``landlock: optional`` and no kernel support)."""
     exposed: tuple[str, ...] = ()
     """Protected paths (the runner's credential copy, its kubeconfig) that a granted path would expose."""
+    binding: str | None = None
+    """The session binding whose HOME the job uses; None: a HOME of its own, removed with the job."""
+    limits: EnforcedLimits | None = None
+    """The resource limits the launcher applies to the agent and the checks (None: none)."""
 
     @property
     def fs_access(self) -> str:
@@ -136,6 +150,11 @@ class SandboxPlan:
 
 def source_cache_dir(state_dir: Path) -> Path:
     return state_dir / SOURCE_CACHE_DIR
+
+
+def homes_dir(state_dir: Path) -> Path:
+    """``<state>/homes``: each session binding's directory, ``<binding>/home`` being its HOME."""
+    return state_dir / HOMES_DIR
 
 
 def job_dir_name(*, namespace: str, name: str, uid: str) -> str:
@@ -182,15 +201,19 @@ def build_sandbox_plan(
     credential_dir: Path | None,
     landlock_abi: int,
     protected: Sequence[Path] = (),
+    binding: str | None = None,
+    limits: EnforcedLimits | None = None,
 ) -> SandboxPlan:
     """The sandbox of one job (pure). Raises nothing: whether it may run is :func:`sandbox_refusal`'s call.
 
     ``protected`` are the runner's own secrets on disk (its credential copy and file, its
     kubeconfig): runtime paths that hold one are left out, and any other granted path that
-    holds one is reported in ``exposed`` (the job then fails closed).
+    holds one is reported in ``exposed`` (the job then fails closed). ``binding`` names the
+    session binding whose HOME the job shares (None: a HOME of its own in the job's directory).
     """
     root = state_dir / "jobs" / job_dir
-    workdir, tmpdir, home = root / "work", root / "tmp", state_dir / "home"
+    home = homes_dir(state_dir) / binding / "home" if binding else root / "home"
+    workdir, tmpdir = root / "work", root / "tmp"
     # The runner's git state is not a secret, but the agent must not reach it: it could
     # rewrite what the patch is computed against.
     private = (root / "source.git", root / "runner", source_cache_dir(state_dir))
@@ -220,6 +243,8 @@ def build_sandbox_plan(
         tcp_connect=tuple(settings.provider_ports) if disabled and landlock_abi >= 4 else None,
         landlock=landlock_abi >= 1,
         exposed=tuple(exposed),
+        binding=binding,
+        limits=limits,
     )
 
 
@@ -236,6 +261,12 @@ def sandbox_refusal(*, plan: SandboxPlan, settings: SandboxSettings, landlock_ab
     return None
 
 
+def _limits_policy(plan: SandboxPlan) -> dict[str, Any]:
+    if plan.limits is None:
+        return {}
+    return {"rlimits": plan.limits.rlimits(), "userNamespace": plan.limits.user_namespace}
+
+
 def build_landlock_policy(plan: SandboxPlan) -> dict[str, Any]:
     """The policy :mod:`helmhive.runner.landlock` applies to the agent process."""
     return {
@@ -243,17 +274,20 @@ def build_landlock_policy(plan: SandboxPlan) -> dict[str, Any]:
         "write": list(plan.write_paths),
         "devices": list(plan.device_paths),
         "tcpConnect": None if plan.tcp_connect is None else list(plan.tcp_connect),
+        **_limits_policy(plan),
     }
 
 
 def build_check_policy(plan: SandboxPlan) -> dict[str, Any]:
     """The policy a check runs under: the agent's reads, writes only in the tree and the job's tmp,
-    no TCP ``connect`` at all and no ``bind`` (no provider port either: a check needs none)."""
+    no TCP ``connect`` at all and no ``bind`` (no provider port either: a check needs none), and
+    the agent's resource limits."""
     return {
         "read": list(plan.read_paths),
         "write": [str(plan.workdir), str(plan.tmpdir)],
         "devices": list(plan.device_paths),
         "tcpConnect": [],
+        **_limits_policy(plan),
     }
 
 
@@ -288,7 +322,10 @@ def _chmod_tree(path: Path, *, writable: bool) -> None:
 
 
 def create_sandbox(plan: SandboxPlan) -> None:
-    """Create the job's directories afresh (an empty, writable ``workdir`` for the checkout)."""
+    """Create the job's directories afresh (an empty, writable ``workdir`` for the checkout).
+
+    A binding's HOME is kept as it is (it was checked against the binding before: see
+    :func:`helmhive.runner.sessions.ensure_session_home`); a job's own HOME starts empty."""
     remove_sandbox(plan)
     plan.workdir.mkdir(parents=True, exist_ok=True)
     plan.tmpdir.mkdir(parents=True, exist_ok=True)
@@ -296,6 +333,7 @@ def create_sandbox(plan: SandboxPlan) -> None:
     plan.home.mkdir(parents=True, exist_ok=True)
     plan.tmpdir.chmod(0o700)
     plan.scratch.chmod(0o700)
+    plan.home.chmod(0o700)
 
 
 def seal_sandbox(plan: SandboxPlan) -> None:

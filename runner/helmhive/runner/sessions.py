@@ -8,14 +8,32 @@ the bindings the runner uses (``stored``, ``turns``, ``lastUsedAt``, ``lastJob``
 
 Ids travel as :class:`pydantic.SecretStr` and are never logged, put in an Event, or written
 anywhere but the Secret.
+
+It also keeps each binding's HOME on disk (``<state>/homes/<binding>/home``, the HOME of every job
+of the binding, where an agent keeps its settings and session files) to the binding's life:
+
+* :func:`ensure_session_home`, before each job of a binding, empties the HOME when the binding is
+  not the one it was made for: it was **reset** since (``status.resets`` moved) or deleted and
+  created again (another ``metadata.uid``). ``<state>/homes/<binding>/binding.json``, beside the
+  HOME and never granted to a job, records which binding (uid, resets) the HOME belongs to.
+* :func:`sweep_session_homes`, once when the runner starts and before it runs a job, removes the
+  homes of bindings that no longer exist (deleted while the runner was down or running).
+
+So a reset binding's HOME is gone when its next job starts, a deleted one's at the next start of
+the runner at the latest; the decision is :func:`decide_home_stale` (pure).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import datetime as dt
+import json
+import os
+import shutil
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr
@@ -25,11 +43,94 @@ from helmhive.api.session import SessionBindingSpec
 from helmhive.policy.sessions import sessions_secret_name
 from helmhive.runner.jobstatus import iso
 from helmhive.runner.kube import Conflict, Forbidden, KubeError, NotFound, RunnerKube
+from helmhive.runner.sandbox import homes_dir
 
-__all__ = ["BINDINGS", "SessionStore"]
+__all__ = [
+    "BINDINGS",
+    "HOME_OWNER_FILE",
+    "SessionStore",
+    "binding_identity",
+    "decide_home_stale",
+    "ensure_session_home",
+    "sweep_session_homes",
+]
 
 BINDINGS = "sessionbindings"
+HOME_OWNER_FILE = "binding.json"
+"""Beside a binding's ``home/``: ``{"uid": ..., "resets": n}`` of the binding it was made for."""
 _RETRIES = 5
+
+
+def binding_identity(binding: Mapping[str, Any]) -> dict[str, Any]:
+    """What a HOME is kept for: the binding object's uid and its reset count."""
+    meta = binding.get("metadata") or {}
+    status = binding.get("status") or {}
+    return {"uid": str(meta.get("uid") or ""), "resets": int(status.get("resets") or 0)}
+
+
+def decide_home_stale(*, owner: Mapping[str, Any] | None, exists: bool, current: Mapping[str, Any]) -> bool:
+    """Whether a binding's HOME must be emptied before the binding's next job (pure).
+
+    Stale: it exists but no record says whose it is, or it was made for another object of that
+    name (deleted and created again) or before a reset."""
+    if not exists:
+        return False
+    if owner is None:
+        return True
+    return owner.get("uid") != current.get("uid") or owner.get("resets") != current.get("resets")
+
+
+def _read_owner(directory: Path) -> dict[str, Any] | None:
+    try:
+        owner = json.loads((directory / HOME_OWNER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return owner if isinstance(owner, dict) else None
+
+
+def _remove(directory: Path) -> None:
+    for current, dirs, _files in os.walk(directory):  # an agent may have left read-only directories
+        for name in dirs:
+            path = Path(current, name)
+            if not path.is_symlink():
+                path.chmod(0o700)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def ensure_session_home(*, state_dir: Path, binding: str, identity: Mapping[str, Any]) -> bool:
+    """Make ``<state>/homes/<binding>/home`` the HOME of the binding ``identity`` describes.
+
+    Returns True if an earlier HOME was removed (the binding was reset or re-created since)."""
+    directory = homes_dir(state_dir) / binding
+    stale = decide_home_stale(owner=_read_owner(directory), exists=directory.exists(), current=identity)
+    if stale:
+        _remove(directory)
+    (directory / "home").mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)
+    owner = directory / HOME_OWNER_FILE
+    if _read_owner(directory) != dict(identity):
+        partial = directory / f".{HOME_OWNER_FILE}.tmp"
+        partial.write_text(json.dumps(dict(identity), sort_keys=True), encoding="utf-8")
+        partial.replace(owner)
+    return stale
+
+
+async def sweep_session_homes(*, store: SessionStore, state_dir: Path) -> list[str]:
+    """Remove the homes of bindings that no longer exist; return their names.
+
+    A binding that cannot be read (an API error other than NotFound) keeps its HOME."""
+    root = homes_dir(state_dir)
+    names = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    removed = []
+    for name in names:
+        try:
+            found = await store.existing(name)
+        except KubeError:
+            continue
+        if found is None:
+            await asyncio.to_thread(_remove, root / name)
+            removed.append(name)
+    return removed
 
 
 class SessionStore:
