@@ -231,8 +231,24 @@ class ExecutionRig:
         return wait_for(running, timeout=timeout, describe=f"job {name} to be Running")
 
     def events(self, name: str) -> list[client.CoreV1Event]:
+        """The job's Events as they are now. To check for one, use :meth:`wait_events`."""
         items: list[client.CoreV1Event] = self.kube.core.list_namespaced_event(self.namespace).items
         return [e for e in items if e.involved_object.kind == "AgentJob" and e.involved_object.name == name]
+
+    def wait_events(self, name: str, reason: str, timeout: float = 60) -> list[client.CoreV1Event]:
+        """The job's Events of ``reason``, once there is at least one.
+
+        The runner posts an Event after the status it describes (the final Event after the final
+        status), so a job read as finished may not have its Event yet: wait for it, never read once.
+        """
+
+        def posted() -> list[client.CoreV1Event]:
+            events = self.events(name)
+            found = [e for e in events if e.reason == reason]
+            assert found, f"Events of job {name} so far: {sorted(str(e.reason) for e in events)}"
+            return found
+
+        return wait_for(posted, timeout=timeout, describe=f"a {reason} Event about job {name}")
 
     def binding(self, name: str) -> dict[str, Any]:
         obj: dict[str, Any] = self.kube.custom.get_namespaced_custom_object(

@@ -286,8 +286,23 @@ class RunnerRig:
         return wait_for(registered, timeout=timeout, describe=f"runner {self.name} to register and report")
 
     def events(self) -> list[client.CoreV1Event]:
+        """The namespace's Events as they are now. To check for one, use :meth:`wait_events`."""
         items: list[client.CoreV1Event] = self.kube.core.list_namespaced_event(self.namespace).items
         return items
+
+    def wait_events(self, *reasons: str, timeout: float = 60) -> dict[str, client.CoreV1Event]:
+        """One Event of each of ``reasons`` about this rig's Runner, once all of them are there.
+
+        The runner posts an Event after the write it describes (``Registered`` after the report,
+        ``Control<State>`` after it logged the change), so wait for it; never read once.
+        """
+
+        def posted() -> dict[str, client.CoreV1Event]:
+            mine = {str(e.reason): e for e in self.events() if e.involved_object.name == self.name}
+            assert set(reasons) <= set(mine), f"Events about {self.name} so far: {sorted(mine)}"
+            return {reason: mine[reason] for reason in reasons}
+
+        return wait_for(posted, timeout=timeout, describe=f"Events {', '.join(reasons)} about runner {self.name}")
 
     def stop_all(self) -> None:
         for proc in self.procs:

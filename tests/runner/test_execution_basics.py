@@ -48,8 +48,8 @@ def test_connection_test_job_runs_and_succeeds(execution: ExecutionRig) -> None:
         "test routing",
     )
     assert status["assignment"]["runner"] == "pool-a-0"
-    reasons = [e.reason for e in execution.events("hello")]
-    assert "Started" in reasons and "Completed" in reasons
+    execution.wait_events("hello", "Started")
+    execution.wait_events("hello", "Completed")  # posted after the final status: waited for
     wait_for(lambda: runner.rig.report()["activeJobs"] == 0, timeout=20, describe="the report to drop the job")
     # The prompt the agent got is the policy core's: instructions, request, text contract.
     prompt = runner.prompts()[-1]["prompt"]
@@ -103,7 +103,7 @@ def test_output_contract_violation_fails_after_exactly_one_repair_turn(execution
     assert '"turn":2' in result["summary"]  # the last (repair) answer is kept as the summary
     # Exactly two prompts reached the agent: the job's and one repair turn.
     assert runner.methods().count("session/prompt") == 2
-    assert "OutputContractViolated" in [e.reason for e in execution.events("violated")]
+    execution.wait_events("violated", "OutputContractViolated")
 
 
 def test_a_large_answer_goes_to_an_owned_artifact_configmap(execution: ExecutionRig) -> None:

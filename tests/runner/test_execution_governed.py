@@ -42,8 +42,10 @@ def _ended(job: dict[str, Any]) -> tuple[str, str, str]:
     return cond["status"], cond["reason"], cond["message"]
 
 
-def _events(governed: GovernedRig, name: str) -> dict[str, str]:
-    return {str(e.reason): str(e.message) for e in governed.execution.events(name)}
+def _event(governed: GovernedRig, name: str, reason: str) -> str:
+    """The message of the job's one Event of ``reason``, waited for."""
+    (event,) = governed.execution.wait_events(name, reason)
+    return str(event.message)
 
 
 def test_the_patch_is_computed_stored_whole_and_applies_to_the_exact_commit(
@@ -97,8 +99,8 @@ def test_the_patch_is_computed_stored_whole_and_applies_to_the_exact_commit(
     assert not (clone / "old.txt").exists() and (clone / "assets/new.bin").read_bytes()[:1] == b"\0"
     assert (clone / "README.md").read_text() == "# demo\na line appended by the agent\n"
 
-    assert "ChecksPassed" in _events(governed, "impl")
-    started = _events(governed, "impl")["Started"]
+    assert "ChecksPassed" in _event(governed, "impl", "ChecksPassed")
+    started = _event(governed, "impl", "Started")
     assert f"source {governed.daemon.url_for(repo)} at {commit}" in started
     assert not list((runner.rig.state_dir / "jobs").iterdir())  # the job's tree and git dir are gone
 
@@ -179,10 +181,8 @@ def test_checks_leave_bounded_evidence_and_a_failing_check_does_not_fail_the_job
     assert env["HOME"] == env["TMPDIR"] and env["HOME"].startswith(str(runner.rig.state_dir / "jobs"))
     assert CANARY not in evidence["environment"]["outputTail"]
 
-    events = _events(governed, "checked")
-    assert events["ChecksFailed"].startswith("ChecksFailed: 2 of 5")
-    warning = [e for e in governed.execution.events("checked") if e.reason == "ChecksFailed"]
-    assert warning[0].type == "Warning"
+    (warning,) = governed.execution.wait_events("checked", "ChecksFailed")
+    assert str(warning.message).startswith("ChecksFailed: 2 of 5") and warning.type == "Warning"
 
 
 def _running(marker: str) -> list[str]:

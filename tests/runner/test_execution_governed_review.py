@@ -82,7 +82,8 @@ def test_a_review_sees_the_patch_and_the_patched_tree_read_only(governed: Govern
     assert section in prompt
     assert prompt.index(section) < prompt.index("## Output contract")
     assert "## Patch" not in _prompt_of(runner, "implementation")
-    started = {e.reason: e.message for e in governed.execution.events("review")}["Started"]
+    (event,) = governed.execution.wait_events("review", "Started")
+    started = str(event.message)
     assert f"patch sha256 {ref['sha256'][:16]}" in started and "filesystem read" in started
 
     # A second review stalls, so the test can look at the tree its runner rebuilt.
@@ -150,6 +151,7 @@ def test_a_patch_that_is_missing_altered_or_does_not_apply_ends_the_review(gover
         status, got, message = _ended(job)
         assert (status, got) == ("False", reason), (name, job["status"])
         assert said in message, (name, message)
+    governed.execution.wait_events("stale", "Started")  # a job that started, and whose Event came
     started = {n for n in cases if any(e.reason == "Started" for e in governed.execution.events(n))}
     assert started == {"stale"}  # the patch is read and verified before a job starts
     assert not runner.prompts()  # no agent was ever prompted
@@ -180,6 +182,7 @@ def test_planning_gets_the_exact_source_read_only(governed: GovernedRig) -> None
     assert _ended(job)[:2] == ("True", "Completed"), job["status"]
     assert job["status"]["result"]["output"]["steps"]
     assert job["status"]["result"].get("patch") is None and not job["status"]["result"].get("checks")
-    started = {e.reason: e.message for e in governed.execution.events("plan")}["Started"]
+    (event,) = governed.execution.wait_events("plan", "Started")
+    started = str(event.message)
     assert "filesystem read" in started and repo.head in started
     assert not list(Path(runner.rig.state_dir, "jobs").iterdir())

@@ -60,8 +60,8 @@ def test_source_failures_end_the_job_with_their_own_reason(governed: GovernedRig
         status, got, message = _ended(job)
         assert (status, got) == ("False", reason), (name, job["status"])
         assert said in message and job["status"]["result"]["outcome"] == reason
-        warning = [e for e in governed.execution.events(name) if e.reason == reason]
-        assert warning and warning[0].type == "Warning"
+        warning = governed.execution.wait_events(name, reason)  # posted after the final status
+        assert warning[0].type == "Warning"
     assert not runner.prompts()  # no agent starts without its source
     assert not list((runner.rig.state_dir / "jobs").iterdir())
 
@@ -141,6 +141,8 @@ def test_a_private_repository_is_fetched_with_the_pools_credential_which_never_l
         governed.create("refused", runner=wrong, kind=JobKind.CHANGE_PLANNING, source=source)
         status, reason, message = _ended(governed.execution.wait_finished("refused"))
         assert (status, reason) == ("False", "SourceAuthFailed") and "refused the git credentials" in message
+        # The final Event comes after the status: wait for it, so the sweep below reads every Event.
+        governed.execution.wait_events("refused", "SourceAuthFailed")
 
     basic = base64.b64encode(f"{GIT_USER}:{GIT_CANARY}".encode()).decode()
     logs = "\n".join(proc.raw_log() for r in governed.execution.runners for proc in r.rig.procs)

@@ -28,7 +28,8 @@ def test_a_job_past_its_timeout_is_timed_out(execution: ExecutionRig) -> None:
     _ended(job, "TimedOut")
     assert "spec.timeoutSeconds (10s) passed" in condition(job, "Succeeded")["message"]
     assert runner.methods().count("session/cancel") == 1  # the ACP turn was cancelled, not abandoned
-    assert "TimedOut" in [e.reason for e in execution.events("slowpoke")]
+    (timed_out,) = execution.wait_events("slowpoke", "TimedOut")  # posted after the final status
+    assert timed_out.type == "Warning"
 
 
 def test_cancel_and_delete_cancel_the_turn(execution: ExecutionRig) -> None:

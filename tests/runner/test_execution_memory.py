@@ -38,7 +38,7 @@ def _record(execution: ExecutionRig, name: str, text: str, **extra: Any) -> None
 
 
 def _started(execution: ExecutionRig, name: str) -> str:
-    (event,) = [e for e in execution.events(name) if e.reason == "Started"]
+    (event,) = execution.wait_events(name, "Started")
     return str(event.message)
 
 
@@ -88,7 +88,7 @@ def test_memory_is_injected_as_context_and_stale_records_are_dropped(execution: 
     assert "memory: 1 injected" in started
     for note in ("old-rule (Expired)", "switched-off (Expired)", "deleted-since (NotFound)"):
         assert note in started
-    (dropped,) = [e for e in execution.events("remembering") if e.reason == "MemoryDropped"]
+    (dropped,) = execution.wait_events("remembering", "MemoryDropped")
     assert dropped.type == "Warning" and "deleted-since (NotFound)" in dropped.message
 
 

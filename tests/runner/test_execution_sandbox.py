@@ -20,7 +20,7 @@ from .execution_harness import ExecutionRig, condition
 
 
 def started_message(execution: ExecutionRig, name: str) -> str:
-    (event,) = [e for e in execution.events(name) if e.reason == "Started"]
+    (event,) = execution.wait_events(name, "Started")
     return str(event.message)
 
 

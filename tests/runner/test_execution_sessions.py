@@ -91,7 +91,9 @@ def test_resume_continues_a_chain_and_another_runner_starts_its_own(
         and execution.binding(binding_name)["status"]["resets"] == 1
     )
 
-    # The native id is nowhere but the Secret.
+    # The native id is nowhere but the Secret. The last job's final Event comes after its status:
+    # wait for it, so the sweep reads every Event the jobs make.
+    execution.wait_events("fourth", "Completed")
     listed = _cli(cluster, "list", "-n", execution.namespace, "-o", "json")
     jobs = [execution.job(name) for name in ("first", "second", "third", "fourth")]
     events = execution.kube.core.list_namespaced_event(execution.namespace).items
