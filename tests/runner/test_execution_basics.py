@@ -13,12 +13,15 @@ import json
 from harness import wait_for
 from helmhive.api.common import JobKind
 from helmhive.policy.results import SUMMARY_MAX_CHARS
+from helmhive.runner.reference_agent import ENV_SLOW_INTERVAL, ENV_SLOW_STEPS
 
 from .execution_harness import ExecutionRig, condition
 
 
 def test_connection_test_job_runs_and_succeeds(execution: ExecutionRig) -> None:
-    runner = execution.start_runner()
+    # The turn sends progress for about 10 s, long enough to be seen running and counted by the
+    # report on a loaded machine (the test polls for both; a 1 s turn could end in between).
+    runner = execution.start_runner(env={ENV_SLOW_STEPS: "25", ENV_SLOW_INTERVAL: "0.4"})
     execution.create_job("hello", runner=runner, prompt="Say hello.\nREFERENCE-AGENT: slow")
 
     running = execution.wait_running("hello")
@@ -28,7 +31,7 @@ def test_connection_test_job_runs_and_succeeds(execution: ExecutionRig) -> None:
     assert running["status"]["result"]["outcome"] == "Started" and running["status"]["result"]["startedAt"]
     ready = condition(running, "Ready")
     assert ready is not None and ready["status"] == "Unknown"
-    wait_for(lambda: runner.rig.report()["activeJobs"] == 1, timeout=20, describe="the report to count the job")
+    wait_for(lambda: runner.rig.report()["activeJobs"] == 1, timeout=60, describe="the report to count the job")
 
     job = execution.wait_finished("hello")
     status = job["status"]
@@ -50,7 +53,7 @@ def test_connection_test_job_runs_and_succeeds(execution: ExecutionRig) -> None:
     assert status["assignment"]["runner"] == "pool-a-0"
     execution.wait_events("hello", "Started")
     execution.wait_events("hello", "Completed")  # posted after the final status: waited for
-    wait_for(lambda: runner.rig.report()["activeJobs"] == 0, timeout=20, describe="the report to drop the job")
+    wait_for(lambda: runner.rig.report()["activeJobs"] == 0, timeout=60, describe="the report to drop the job")
     # The prompt the agent got is the policy core's: instructions, request, text contract.
     prompt = runner.prompts()[-1]["prompt"]
     assert prompt.startswith("## Instructions (from the platform team's profile)\nYou are tested by helmhive.")

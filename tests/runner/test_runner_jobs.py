@@ -3,7 +3,9 @@
 Job dispatch to runners belongs to a later issue, so these tests inject a :class:`JobSource` (a
 queue) into :class:`RunnerProcess` -- the one seam the loop has for it -- and run the loop in a
 thread of its own with the pod's configuration and a Pod-bound token. Jobs are real ACP turns of
-the reference agent (``REFERENCE-AGENT: slow`` makes one last a few seconds).
+the reference agent (``REFERENCE-AGENT: slow`` makes one last a few seconds; ``REFERENCE-AGENT:
+stall`` one that only a cancel ends, for the tests that must see a job cancelled whatever the
+machine's load, never a slow job that happened to finish first).
 """
 
 from __future__ import annotations
@@ -123,6 +125,7 @@ def start_runner(rig: RunnerRig, tmp_path: Path) -> Iterator[Callable[..., InPro
 
 
 SLOW = "REFERENCE-AGENT: slow\nWork slowly."
+STALL = "REFERENCE-AGENT: stall\nWait for me."  # sends nothing until session/cancel (idle watchdog: 300 s)
 QUICK = "List the services."
 
 
@@ -148,7 +151,7 @@ def test_disabled_cancels_running_jobs_and_stays_registered(
     rig: RunnerRig, start_runner: Callable[..., InProcessRunner]
 ) -> None:
     runner = start_runner()
-    runner.submit("a", SLOW)
+    runner.submit("a", STALL)
     wait_for(lambda: runner.process.active_jobs == 1, timeout=30, describe="job a running")
     rig.set_control_state("Disabled")
     wait_for(lambda: runner.outcome("a") is TurnOutcome.CANCELLED, timeout=30, describe="job a cancelled")
@@ -162,12 +165,13 @@ def test_sigterm_cancels_a_job_past_the_grace_and_releases_the_lease(
     rig: RunnerRig, start_runner: Callable[..., InProcessRunner]
 ) -> None:
     runner = start_runner(grace=1.0)
-    runner.submit("a", SLOW)
+    runner.submit("a", STALL)
     wait_for(lambda: runner.process.active_jobs == 1, timeout=30, describe="job a running")
     runner.stop()
     runner.thread.join(timeout=40)
     assert runner.exit_code == [0]
-    assert runner.outcome("a") is TurnOutcome.CANCELLED, "a 3 s job cannot finish within a 1 s grace"
+    assert runner.outcome("a") is TurnOutcome.CANCELLED, "a stalled job ends only when the grace is over"
+    assert MethodLog(rig.agent_state).count("session/cancel") == 1  # the turn was cancelled, not abandoned
     assert not rig.lease_exists()
 
 
