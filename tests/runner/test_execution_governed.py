@@ -9,6 +9,7 @@ serving a repository the test builds.
 from __future__ import annotations
 
 import hashlib
+import secrets
 import socket
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 from kubernetes.client.rest import ApiException
 
+from harness import wait_for
 from helmhive.api.common import JobKind
 
 from .execution_governed import MANIFEST_CHECK, GovernedRig, fresh_clone, git, governed, tree_manifest
@@ -193,6 +195,8 @@ def _running(marker: str) -> list[str]:
 def test_a_hanging_check_is_killed_with_its_process_group_at_its_timeout(governed: GovernedRig) -> None:
     repo = governed.repo("app", FILES)
     runner = governed.execution.start_runner()
+    # Sleeps no other run of this test on the machine has (pgrep sees every process), e.g. 7301.48213.
+    tag = f"{secrets.randbelow(90000) + 10000}"
     governed.create(
         "hangs",
         runner=runner,
@@ -200,7 +204,11 @@ def test_a_hanging_check_is_killed_with_its_process_group_at_its_timeout(governe
         directives=("APPEND-LINE: README.md :: x",),
         source=governed.source(repo),
         checks=[
-            {"name": "hang", "command": ["sh", "-c", "echo started; sleep 7301 & sleep 7302"], "timeoutSeconds": 2},
+            {
+                "name": "hang",
+                "command": ["sh", "-c", f"echo started; sleep 7301.{tag} & sleep 7302.{tag}"],
+                "timeoutSeconds": 2,
+            },
             {"name": "after", "command": ["true"]},
         ],
     )
@@ -210,7 +218,9 @@ def test_a_hanging_check_is_killed_with_its_process_group_at_its_timeout(governe
     assert (hang["outcome"], hang.get("exitCode"), hang["outputTail"]) == ("TimedOut", None, "started\n")
     assert hang["durationSeconds"] >= 2  # it was given its whole timeout
     assert after["outcome"] == "Passed"  # the next check still ran
-    assert _running("sleep 730[12]") == []  # the check's background child was killed with it
+    # The check's background child was killed with it (SIGKILL lands when the process is next
+    # scheduled, so wait for it to be gone; left alone it would sleep for two hours).
+    wait_for(lambda: _running(rf"sleep 730[12]\.{tag}") == [], timeout=30, describe="the check's sleeps to be gone")
 
 
 @pytest.fixture
