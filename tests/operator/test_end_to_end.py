@@ -177,5 +177,9 @@ def test_a_runner_killed_mid_job_leaves_a_named_reason_and_a_writing_job_is_not_
     ]
     assert status["result"]["outcome"] == "RunnerLost"
     assert status["assignment"]["runner"] == "reference-0", "a job that may have written keeps its history"
-    events = kube.core.list_namespaced_event(namespace, field_selector="involvedObject.name=stuck")
-    assert any(e.reason == "RunnerLost" for e in events.items)
+
+    def lost_event() -> bool:  # the operator posts it after the job's status
+        events = kube.core.list_namespaced_event(namespace, field_selector="involvedObject.name=stuck")
+        return any(e.reason == "RunnerLost" for e in events.items)
+
+    wait_for(lost_event, timeout=60, describe="a RunnerLost Event about job stuck")

@@ -10,7 +10,7 @@ real runner process killed mid-job.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -84,9 +84,18 @@ def _requeued_onto(kube: Kube, namespace: str, name: str, lost: str) -> dict[str
     return wait_for(check, timeout=90, describe=f"job {name} to be re-queued and placed again")
 
 
-def _events(kube: Kube, namespace: str, name: str) -> list[str]:
-    listed = kube.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
-    return [e.message for e in listed.items if e.reason == "RunnerLost"]
+def _wait_event(kube: Kube, namespace: str, name: str, says: Callable[[str], bool], describe: str) -> str:
+    """The message of a RunnerLost Event about job ``name`` that ``says`` so, waited for: the
+    operator posts it after the job's status."""
+
+    def posted() -> str:
+        listed = kube.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
+        messages = [str(e.message) for e in listed.items if e.reason == "RunnerLost"]
+        found = [m for m in messages if says(m)]
+        assert found, messages
+        return found[0]
+
+    return wait_for(posted, timeout=60, describe=f"a RunnerLost Event about job {name}: {describe}")
 
 
 def test_a_deleted_runner_ends_its_jobs_and_a_requeued_job_is_not_rerun_twice(
@@ -102,7 +111,13 @@ def test_a_deleted_runner_ends_its_jobs_and_a_requeued_job_is_not_rerun_twice(
     again = _requeued_onto(kube, namespace, "read", read_on)
     second = again["status"]["assignment"]["runner"]
     assert second != write_on, "the writing job's runner has no free slot"
-    assert any("its runner no longer exists" in m and "(re-queued)" in m for m in _events(kube, namespace, "read"))
+    _wait_event(
+        kube,
+        namespace,
+        "read",
+        lambda m: "its runner no longer exists" in m and "(re-queued)" in m,
+        "its runner no longer exists (re-queued)",
+    )
     write = get_job(kube, namespace, "write")
     assert running(write) and not write["status"].get("attempts"), "a job on another runner is untouched"
 
@@ -144,4 +159,6 @@ def test_jobs_whose_runner_was_lost_while_the_operator_was_down_end_when_it_star
     # Derived Offline after the start: found from the runner's transition. It never started, so it runs again.
     again = _requeued_onto(kube, namespace, "offline", offline_on)
     assert again["status"]["assignment"]["runner"] == free
-    assert any(f"runner {offline_on} went Offline" in m for m in _events(kube, namespace, "offline"))
+    _wait_event(
+        kube, namespace, "offline", lambda m: f"runner {offline_on} went Offline" in m, f"{offline_on} went Offline"
+    )
