@@ -125,7 +125,7 @@ def test_revisions_are_immutable_snapshots_and_audited_with_the_actor(
         return found if len(found) == 2 else []
 
     audits = sorted(
-        wait_for(two_audits, timeout=20, describe="two revision audit records"), key=lambda a: a["spec"]["time"]
+        wait_for(two_audits, timeout=60, describe="two revision audit records"), key=lambda a: a["spec"]["time"]
     )
     latest = next(a for a in audits if a["spec"]["after"]["revision"] == second["currentRevision"])
     assert latest["spec"]["before"]["revision"] == first["currentRevision"]
@@ -251,24 +251,27 @@ def test_memory_expires_on_time_and_every_change_is_audited(
         "metadata": {"name": "payments"},
         "spec": {"repository": {"url": "https://git.example.com/payments.git"}, "services": [{"name": "api"}]},
     }
-    expires = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=6)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # Far enough ahead that the record is seen Active first even on a loaded machine.
+    expires = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=15)).strftime("%Y-%m-%dT%H:%M:%SZ")
     docs = [
         workspace,
         _memory("short-lived", expiresAt=expires),
         _memory("wrong-service", scope={"type": "service", "service": "billing"}),
     ]
     kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(docs))
-    wait_for(_condition_is(kube, namespace, "memoryrecords", "short-lived", "Active", "True"), timeout=20)
-    scoped = wait_for(_condition_is(kube, namespace, "memoryrecords", "wrong-service", "Active", "False"), timeout=20)
+    wait_for(_condition_is(kube, namespace, "memoryrecords", "short-lived", "Active", "True"), timeout=60)
+    scoped = wait_for(_condition_is(kube, namespace, "memoryrecords", "wrong-service", "Active", "False"), timeout=60)
     assert scoped["reason"] == "ServiceNotInWorkspace"
 
     expired = wait_for(
-        _condition_is(kube, namespace, "memoryrecords", "short-lived", "Active", "False"), timeout=20, interval=0.25
+        _condition_is(kube, namespace, "memoryrecords", "short-lived", "Active", "False"), timeout=90, interval=0.25
     )
     assert expired["reason"] == "Expired"
+    # Never before expiresAt: that lower bound is the rule. The upper bound only tells "at its
+    # time" from "whenever something else happens"; it is many times the second it takes.
     transition = dt.datetime.fromisoformat(expired["lastTransitionTime"].replace("Z", "+00:00"))
     assert transition >= dt.datetime.fromisoformat(expires.replace("Z", "+00:00"))
-    assert (transition - dt.datetime.fromisoformat(expires.replace("Z", "+00:00"))).total_seconds() < 5
+    assert (transition - dt.datetime.fromisoformat(expires.replace("Z", "+00:00"))).total_seconds() < 30
 
     kubectl(
         "patch",
