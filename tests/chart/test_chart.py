@@ -145,7 +145,7 @@ def test_chart_installs_on_a_real_api_server(helm: Path, fresh_cluster: devclust
         )
         return proc.stderr if proc.returncode != 0 and "envelopes are read-only" in proc.stderr else ""
 
-    assert "may not create envelope connection-test" in wait_for(denied, timeout=20, describe="the policy to deny")
+    assert "may not create envelope connection-test" in wait_for(denied, timeout=60, describe="the policy to deny")
     _run(helm, "uninstall", "helmhive", "--kubeconfig", kubeconfig, "-n", "platform")
     remaining = json.loads(_run(*kubectl, "get", "clusterroles", "-l", "app.kubernetes.io/name=helmhive", "-o", "json"))
     assert remaining["items"] == []

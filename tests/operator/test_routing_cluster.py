@@ -320,7 +320,7 @@ def test_a_burst_of_fifty_jobs_never_over_commits_even_when_the_operator_is_kill
         assert len(now) == 5, now
         return now
 
-    after = wait_for(refilled, timeout=15, describe="the freed slot to be re-assigned")
+    after = wait_for(refilled, timeout=60, describe="the freed slot to be re-assigned")
     newcomer = (set(after) - set(assigned)).pop()
     assert after[newcomer] == runner
     active = Counter(r for name, r in after.items() if name != done)

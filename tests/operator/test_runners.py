@@ -78,7 +78,7 @@ def test_a_runner_goes_online_offline_and_online_again(pool: Pool, kube: Kube) -
         assert registered[0]["spec"]["actor"]["username"].endswith(":helmhive-runner-claude")
         wait_for(
             lambda: pool.get()["status"]["readyReplicas"] == 1 and pool.get()["status"]["schedulableRunners"] == 1,
-            timeout=15,
+            timeout=60,
             describe="the pool to count one ready, schedulable runner",
         )
 
@@ -114,7 +114,7 @@ def test_a_released_lease_is_offline_at_once(pool: Pool) -> None:
     runner = online(pool)
     pool.wait_runner("claude-0", "Online", status="Online")
     runner.release()
-    obj = pool.wait_runner("claude-0", "Offline after the Lease is deleted", timeout=10, status="Offline")
+    obj = pool.wait_runner("claude-0", "Offline after the Lease is deleted", timeout=60, status="Offline")
     assert condition(obj, "Online")["reason"] == "LeaseMissing"
 
 
@@ -394,7 +394,7 @@ def test_the_runner_program_in_a_pool_of_the_operator(
         wait_audit(kube, namespace, "RunnerRegistered")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, log_path.read_text()
-        obj = pool.wait_runner("claude-0", "Offline once the runner released its Lease", timeout=15, status="Offline")
+        obj = pool.wait_runner("claude-0", "Offline once the runner released its Lease", timeout=60, status="Offline")
         assert condition(obj, "Online")["reason"] == "LeaseMissing"
     finally:
         if proc.poll() is None:

@@ -87,5 +87,5 @@ def test_tied_processes_die_with_their_parent(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, check=True)
     pid, ticks = (int(x) for x in out.stdout.split())
-    wait_for(lambda: not procs.is_alive(pid, ticks), timeout=10, describe=f"tied process {pid} to exit")
+    wait_for(lambda: not procs.is_alive(pid, ticks), timeout=30, describe=f"tied process {pid} to exit")
     assert os.path.exists(tmp_path / "s.json")
