@@ -1,4 +1,8 @@
-"""`helmhive sessions list|reset` against a real API server: resets are audited, ids never printed."""
+"""`helmhive sessions list|reset` against a real API server: resets are audited, ids never printed.
+
+The operator, not the CLI, writes the ``SessionReset`` record, in the name of the administrator
+who ran the command (see ``tests/operator/test_session_reset_audit.py`` for kubectl and deletion).
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,12 @@ import sys
 from typing import Any
 
 from kubernetes import client
+from session_witness import witnesses_ready
 
 from harness.cluster import ClusterHandle
 from harness.kube import Kube
+from harness.operator import OperatorProcess
+from harness.wait import wait_for
 
 GROUP, VERSION = "helmhive.dev", "v1alpha1"
 CANARY = "native-session-CANARY-93f1"
@@ -28,7 +35,7 @@ def _cli(cluster: ClusterHandle, *args: str) -> subprocess.CompletedProcess[str]
 
 
 def test_reset_forgets_the_stored_session_and_is_audited(
-    cluster: ClusterHandle, kube: Kube, namespace: str, crds: list[str]
+    operator: OperatorProcess, cluster: ClusterHandle, kube: Kube, namespace: str, crds: list[str]
 ) -> None:
     binding: dict[str, Any] = {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -72,6 +79,7 @@ def test_reset_forgets_the_stored_session_and_is_audited(
     assert rows[0]["name"] == "sb-0123456789abcdef0123" and rows[0]["stored"] is True
     assert CANARY not in listed.stdout + listed.stderr
 
+    witnesses_ready(kube)  # so the operator sees who made the reset
     done = _cli(cluster, "reset", "sb-0123456789abcdef0123", "-n", namespace)
     assert done.returncode == 0, done.stderr
     assert "next job on it starts a fresh session" in done.stdout
@@ -83,10 +91,15 @@ def test_reset_forgets_the_stored_session_and_is_audited(
         GROUP, VERSION, namespace, "sessionbindings", "sb-0123456789abcdef0123"
     )["status"]
     assert status["stored"] is False and status["resets"] == 1
-    audits = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "auditrecords")["items"]
-    reset = [a for a in audits if a["spec"]["action"] == "SessionReset"]
+
+    def session_resets() -> list[dict[str, Any]]:
+        audits = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "auditrecords")["items"]
+        return [a for a in audits if a["spec"]["action"] == "SessionReset"]
+
+    reset = wait_for(session_resets, timeout=60, describe="the operator's SessionReset record")
     assert len(reset) == 1
     assert "system:masters" in reset[0]["spec"]["actor"]["groups"]
+    audits = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "auditrecords")["items"]
     assert CANARY not in json.dumps(audits)
 
     missing = _cli(cluster, "reset", "sb-does-not-exist", "-n", namespace)

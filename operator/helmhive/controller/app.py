@@ -27,6 +27,7 @@ from helmhive.controller import (
     routing,
     runnerpools,
     runners,
+    sessionaudit,
     workspaces,
 )
 from helmhive.controller.audit import patch_audit_retention
@@ -99,6 +100,7 @@ def register_handlers(runtime: Runtime) -> None:
     lost.register(runtime)
     router = routing.register(runtime)
     changes.register(runtime)
+    sessionaudit.register(runtime)
 
     @kopf.on.startup()
     async def bind_metrics(**_: Any) -> None:
