@@ -14,6 +14,7 @@ from helmhive.policy.runnerpool import RUNNER_NAME_PREFIX
 
 __all__ = [
     "OperatorIdentity",
+    "build_audit_trail_policy",
     "build_envelope_policy",
     "build_install_manifests",
     "build_operator_rbac",
@@ -25,6 +26,7 @@ ENVELOPE_POLICY_NAME = "helmhive-envelopes-read-only"
 RUNNER_POLICY_NAME = "helmhive-runner-identity"
 CHANGE_APPROVAL_POLICY_NAME = "helmhive-change-approval"
 CHANGE_APPROVER_ROLE = "helmhive-change-approver"
+AUDIT_POLICY_NAME = "helmhive-audit-trail"
 
 
 class OperatorIdentity:
@@ -335,6 +337,103 @@ def build_change_approval(identity: OperatorIdentity) -> list[dict[str, Any]]:
     return [policy, _deny_binding(CHANGE_APPROVAL_POLICY_NAME), role]
 
 
+def build_audit_trail_policy(identity: OperatorIdentity) -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy (and binding): nobody but the operator writes the audit trail.
+
+    * **AuditRecords.** Only the operator's ServiceAccount may create or update one, and only it
+      may delete one (its retention does), whatever RBAC allows -- cluster-admin included. The one
+      other deletion allowed is a namespace's own: once a namespace is terminating, its records go
+      with it (deleting a namespace needs RBAC on namespaces, and the records could not outlive it).
+    * **What resets are counted by.** The operator records a session reset per count of a
+      SessionBinding's ``status.resets``, so the count never goes down, and ``status.stored`` is
+      turned off only together with a new count: a reset by ``kubectl`` is counted, and so audited,
+      like one by ``helmhive sessions reset``.
+    """
+    username = identity.username
+    audit = "request.resource.resource == 'auditrecords'"
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": AUDIT_POLICY_NAME, "labels": dict(_LABELS)},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [GROUP],
+                        "apiVersions": ["*"],
+                        "operations": ["CREATE", "UPDATE", "DELETE"],
+                        "resources": ["auditrecords"],
+                    },
+                    {
+                        "apiGroups": [GROUP],
+                        "apiVersions": ["*"],
+                        "operations": ["UPDATE"],
+                        "resources": ["sessionbindings/status"],
+                    },
+                ]
+            },
+            "variables": [
+                {"name": "operator", "expression": f"request.userInfo.username == '{username}'"},
+                {
+                    "name": "namespaceTerminating",
+                    "expression": "namespaceObject != null && has(namespaceObject.metadata.deletionTimestamp)",
+                },
+                # A deletecollection's admission names no object; the record deleted is oldObject.
+                {
+                    "name": "target",
+                    "expression": "oldObject != null ? oldObject.metadata.name : request.name",
+                },
+                {"name": "resetsBefore", "expression": "oldObject.?status.?resets.orValue(0)"},
+                {"name": "resetsAfter", "expression": "object.?status.?resets.orValue(0)"},
+            ],
+            "validations": [
+                {
+                    "expression": f"!({audit}) || request.operation == 'DELETE' || variables.operator",
+                    "messageExpression": (
+                        "'the audit trail is written only by the Helmhive operator (" + username + "): ' + "
+                        "request.userInfo.username + ' may not ' + request.operation.lowerAscii() + ' an AuditRecord'"
+                    ),
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": (
+                        f"!({audit}) || request.operation != 'DELETE' || variables.operator || "
+                        "variables.namespaceTerminating"
+                    ),
+                    "messageExpression": (
+                        "'the audit trail is append-only: ' + request.userInfo.username + ' may not delete "
+                        "AuditRecord ' + variables.target + '; only the Helmhive operator (" + username + ") "
+                        "deletes records, by its retention, and a namespace takes its own with it'"
+                    ),
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": f"{audit} || variables.resetsAfter >= variables.resetsBefore",
+                    "messageExpression": (
+                        "'status.resets of session binding ' + request.name + ' only grows (from ' + "
+                        "string(variables.resetsBefore) + '): each reset is audited by its count'"
+                    ),
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": (
+                        f"{audit} || !(oldObject.?status.?stored.orValue(false) && "
+                        "!object.?status.?stored.orValue(false)) || variables.resetsAfter > variables.resetsBefore"
+                    ),
+                    "messageExpression": (
+                        "'turning off status.stored of session binding ' + request.name + ' is a reset: count it "
+                        "by setting status.resets to ' + string(variables.resetsBefore + 1) + ' in the same write "
+                        "(helmhive sessions reset does both)'"
+                    ),
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    }
+    return [policy, _deny_binding(AUDIT_POLICY_NAME)]
+
+
 def build_install_manifests(identity: OperatorIdentity) -> list[dict[str, Any]]:
     """Everything a cluster needs besides the CRDs and the operator's Deployment."""
     namespace = {
@@ -349,4 +448,5 @@ def build_install_manifests(identity: OperatorIdentity) -> list[dict[str, Any]]:
         *build_runner_identity_policy(),
         *build_runner_execution_policy(),
         *build_change_approval(identity),
+        *build_audit_trail_policy(identity),
     ]
