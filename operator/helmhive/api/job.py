@@ -46,8 +46,10 @@ __all__ = [
     "ChangeStage",
     "CheckEvidence",
     "CheckSpec",
+    "DroppedMemory",
     "JobRequest",
     "JobResult",
+    "MemoryReport",
     "ModelOverride",
     "ModelSource",
     "PatchRef",
@@ -207,6 +209,25 @@ class SessionStatus(ApiModel):
     mode: SessionMode
 
 
+class DroppedMemory(ApiModel):
+    """A record named at queue time that the runner did not inject, and why (a fixed reason)."""
+
+    name: Name
+    reason: ReasonText
+
+
+class MemoryReport(ApiModel):
+    """What the runner injected when the job started: each record re-checked at run time.
+
+    Written by the runner with ``Running=True``; the operator audits it (``MemoryInjected``).
+    """
+
+    injected: Annotated[list[Name], Field(max_length=20)] = []
+    """The records injected, in injection order."""
+    dropped: Annotated[list[DroppedMemory], Field(max_length=20)] = []
+    """The records named in ``status.assignment.memoryIds`` but not injected (deleted, expired, inactive…)."""
+
+
 class JobResult(ApiModel):
     outcome: ReasonText
     summary: Annotated[str, Field(max_length=4096)] = ""
@@ -221,6 +242,8 @@ class JobResult(ApiModel):
     """Implementation jobs: the evidence of each check, in the order declared."""
     started_at: dt.datetime | None = None
     completed_at: dt.datetime | None = None
+    memory: MemoryReport | None = None
+    """The memory the runner injected at run time, and what it dropped (only when records were named)."""
 
 
 class AgentJobStatus(StatusBase):

@@ -237,7 +237,12 @@ class JobExecution:
                 None
                 if view_job(obj).finished
                 else build_running_status(
-                    job=obj, runner=self.ctx.runner, message=message, session=session.status, now=self.ctx.now()
+                    job=obj,
+                    runner=self.ctx.runner,
+                    message=message,
+                    session=session.status,
+                    now=self.ctx.now(),
+                    memory=prepared.memory.to_wire() if prepared.memory is not None else None,
                 )
             )
         )

@@ -7,7 +7,8 @@ fails the job closed (``InvalidSpec``, ``SandboxUnavailable``, ``SessionNotFound
   The runner reads each by name and applies :func:`helmhive.policy.memory.select_memory`
   again at run time, so a record that was deleted, turned ``Active=False`` or expired since is
   dropped -- and noted -- instead of injected. A governed-change job gets none, whatever its
-  assignment says.
+  assignment says. What was injected and what was dropped (and why) is reported in
+  ``status.result.memory`` with ``Running=True``; the operator audits that (``MemoryInjected``).
 * **Session.** :func:`helmhive.policy.sessions.decide_session` with this runner and its
   credential generation; the operator's ``status.session``, when it wrote one, wins on the
   mode (it must name the same binding). Resume and fork need the id stored in the runner's
@@ -37,7 +38,7 @@ from typing import Any
 from pydantic import SecretStr, ValidationError
 
 from helmhive.api.common import JobKind
-from helmhive.api.job import AgentJobSpec, Assignment, ProfileBinding, SessionMode
+from helmhive.api.job import AgentJobSpec, Assignment, DroppedMemory, MemoryReport, ProfileBinding, SessionMode
 from helmhive.api.memory import MemoryRecordSpec
 from helmhive.api.reasons import ConditionType, Reason
 from helmhive.policy.conditions import find_condition
@@ -69,6 +70,7 @@ __all__ = [
     "MEMORY_RECORDS",
     "JobSession",
     "PreparedJob",
+    "build_memory_report",
     "decide_job_session",
     "load_memory",
     "parse_job",
@@ -82,27 +84,31 @@ _INTENT = {SessionMode.FRESH: SessionIntent.FRESH, SessionMode.RESUMED: SessionI
 
 async def load_memory(
     *, kube: RunnerKube, ids: list[str], spec: AgentJobSpec, binding: ProfileBinding, now: dt.datetime
-) -> tuple[MemorySelection, list[str]]:
-    """The records to inject (re-checked now) and a note per record dropped: ``name (Reason)``."""
+) -> tuple[MemorySelection, list[DroppedMemory]]:
+    """The records to inject (re-checked now) and each record dropped, with its reason."""
     records: list[NamedMemoryRecord] = []
-    dropped: list[str] = []
+    dropped: list[DroppedMemory] = []
+
+    def drop(name: str, reason: str) -> None:
+        dropped.append(DroppedMemory(name=name, reason=reason[:160]))
+
     for name in ids:
         try:
             obj = await kube.get_object(MEMORY_RECORDS, name)
         except NotFound:
-            dropped.append(f"{name} (NotFound)")
+            drop(name, "NotFound")
             continue
         except KubeError as exc:  # unreadable: not injected (fail closed), and said so
-            dropped.append(f"{name} ({type(exc).__name__})")
+            drop(name, type(exc).__name__)
             continue
         active = find_condition((obj.get("status") or {}).get("conditions"), ConditionType.ACTIVE)
         if active is not None and active.get("status") == "False":
-            dropped.append(f"{name} ({active.get('reason') or 'NotActive'})")
+            drop(name, str(active.get("reason") or "NotActive"))
             continue
         try:
             records.append(NamedMemoryRecord(name=name, spec=MemoryRecordSpec.model_validate(obj.get("spec") or {})))
         except ValidationError:
-            dropped.append(f"{name} ({Reason.INVALID_SPEC.value})")
+            drop(name, Reason.INVALID_SPEC.value)
     selection = select_memory(
         records=records,
         workspace=spec.workspace,
@@ -111,8 +117,14 @@ async def load_memory(
         job_kind=spec.job_kind,
         now=now,
     )
-    dropped += [f"{e.name} ({e.reason.value})" for e in selection.excluded]
+    for excluded in selection.excluded:
+        drop(excluded.name, excluded.reason.value)
     return selection, dropped
+
+
+def build_memory_report(*, selection: MemorySelection, dropped: list[DroppedMemory]) -> MemoryReport:
+    """``status.result.memory``: the records injected, in order, and each one dropped with its reason."""
+    return MemoryReport(injected=[r.name for r in selection.records], dropped=dropped)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -265,7 +277,10 @@ class PreparedJob:
     prompt: str
     injected: int
     dropped: list[str]
+    """Each record dropped at run time, as ``name (Reason)``."""
     message: str
+    memory: MemoryReport | None = None
+    """``status.result.memory`` to write with ``Running``; None when the assignment named no records."""
     review_patch: ReviewPatch | None = None
     """A review job's verified patch, applied to its checkout before the agent starts."""
 
@@ -348,9 +363,11 @@ async def prepare_job(
         if isinstance(loaded, Verdict):
             return loaded
         review = loaded
-    selection, dropped = await load_memory(
-        kube=kube, ids=list(parsed.assignment.memory_ids), spec=parsed.spec, binding=parsed.binding, now=now
+    ids = list(parsed.assignment.memory_ids)
+    selection, dropped_records = await load_memory(
+        kube=kube, ids=ids, spec=parsed.spec, binding=parsed.binding, now=now
     )
+    dropped = [f"{d.name} ({d.reason})" for d in dropped_records]
     prompt = build_agent_prompt(
         instructions=snapshot.instructions,
         request=parsed.spec.request,
@@ -379,5 +396,6 @@ async def prepare_job(
         injected=len(selection.records),
         dropped=dropped,
         message=message,
+        memory=build_memory_report(selection=selection, dropped=dropped_records) if ids else None,
         review_patch=review,
     )

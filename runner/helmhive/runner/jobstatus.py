@@ -8,6 +8,7 @@ fixed reasons, and ``status.result``).
 A job the runner has started says so in status, so the operator can tell it was running on
 this runner: ``Running=True`` (reason ``Started``, the runner named in the message),
 ``status.result.startedAt``, and ``status.assignment.runner`` (written by the operator).
+The same write reports the memory the runner injected (``status.result.memory``).
 """
 
 from __future__ import annotations
@@ -189,8 +190,12 @@ def build_running_status(
     message: str,
     session: Mapping[str, Any] | None,
     now: dt.datetime,
+    memory: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The status patch that marks a job Running on ``runner`` (``result`` cleared but ``startedAt``)."""
+    """The status patch that marks a job Running on ``runner`` (``result`` cleared but ``startedAt``).
+
+    ``memory`` is the run-time memory report (``status.result.memory``); None clears an earlier one.
+    """
     status = job.get("status") or {}
     generation = (job.get("metadata") or {}).get("generation")
     text = f"running on runner {runner}: {message}"
@@ -214,6 +219,7 @@ def build_running_status(
             "patch": None,
             "checks": None,
             "completedAt": None,
+            "memory": dict(memory) if memory is not None else None,
         },
     }
     if session is not None:
