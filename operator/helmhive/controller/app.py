@@ -22,6 +22,7 @@ from helmhive.controller import (
     jobs,
     lost,
     memory,
+    memoryaudit,
     metrics,
     profiles,
     routing,
@@ -101,6 +102,7 @@ def register_handlers(runtime: Runtime) -> None:
     router = routing.register(runtime)
     changes.register(runtime)
     sessionaudit.register(runtime)
+    memoryaudit.register(runtime)
 
     @kopf.on.startup()
     async def bind_metrics(**_: Any) -> None:

@@ -6,11 +6,13 @@ One decision about one job gives at most two records, each with a *deterministic
 
 - ``JobRouted`` (suffix ``routed``): runner, pool, provider, model and its source, effort,
   mapping, credential generation, profile revision, memory count, avoided provider;
-- ``MemoryInjected`` (suffix ``memory``): the injected MemoryRecord names, when there are any;
+- ``MemoryInjected`` (suffix ``memory``), *selected at queue time*: the MemoryRecord names routing
+  chose, when there are any (``after`` and the message say "selected at queue time");
 - ``JobRoutingFailed`` (suffix ``routing-failed``): the reason, for a job that failed closed.
 
-A job still waiting for capacity has no record yet. Names and hashes only: nothing here
-copies instructions, memory text or any credential.
+A job still waiting for capacity has no record yet. What the runner then injected at run time
+is a second ``MemoryInjected`` record (:mod:`helmhive.policy.memory_audit`). Names and hashes
+only: nothing here copies instructions, memory text or any credential.
 """
 
 from __future__ import annotations
@@ -90,8 +92,12 @@ def build_routing_audits(*, job: Mapping[str, Any], now: dt.datetime) -> list[di
                     build_audit_record(
                         action=AuditAction.MEMORY_INJECTED,
                         obj=ref,
-                        after=AuditState(value=f"{len(memory_ids)} records"),
-                        message=f"injected memory records: {', '.join(memory_ids)}"[:1024],
+                        after=AuditState(value=f"{len(memory_ids)} records selected at queue time"),
+                        message=(
+                            f"memory records selected at queue time: {', '.join(memory_ids)} "
+                            "(the runner re-checks each when the job starts; its report is the "
+                            f"{audit_name(name, uid, 'memory-run')} record)"
+                        )[:1024],
                         details={
                             "memoryIds": ",".join(memory_ids)[:512],
                             "workspace": str((job.get("spec") or {}).get("workspace", "")),
