@@ -111,12 +111,16 @@ class OperatorProcess:
                 stderr=subprocess.STDOUT,
                 env=env,
             )
-        wait_for(
-            self._live,
-            timeout=60,
-            ignore=(httpx.HTTPError,),
-            describe=f"operator liveness at {self.liveness_url} (log {self.log_path})",
-        )
+        try:
+            wait_for(
+                self._live,
+                timeout=60,
+                ignore=(httpx.HTTPError,),
+                describe=f"operator liveness at {self.liveness_url} (log {self.log_path})",
+            )
+        except BaseException:
+            self.stop(signal.SIGKILL)  # never leave a half-started operator behind to act on later tests
+            raise
 
     def _live(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
@@ -193,12 +197,12 @@ def operator(
     )
     handle.start()
     custom = client.CustomObjectsApi(api_client)
-    wait_for(
-        lambda: len(custom.list_cluster_custom_object("helmhive.dev", "v1alpha1", "envelopes")["items"]) >= 7,
-        timeout=60,
-        describe="the operator to publish seven envelopes",
-    )
     try:
+        wait_for(
+            lambda: len(custom.list_cluster_custom_object("helmhive.dev", "v1alpha1", "envelopes")["items"]) >= 7,
+            timeout=60,
+            describe="the operator to publish seven envelopes",
+        )
         yield handle
     finally:
         handle.stop()
