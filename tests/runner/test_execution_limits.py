@@ -233,7 +233,9 @@ def pod_python() -> Iterator[Path]:
         return
     system = shutil.which("python3.11", path="/usr/bin:/usr/local/bin")
     if system is None:
-        pytest.skip("no system Python 3.11 that uid 65532 can run, to run the runner as in a pod")
+        pytest.fail(
+            "no system Python 3.11 (Debian's python3.11-minimal and python3.11-venv) to run the runner as uid 65532"
+        )
     base = Path(tempfile.mkdtemp(prefix="helmhive-pod-python-"))
     try:
         subprocess.run([system, "-m", "venv", "--without-pip", str(base / "venv")], check=True, timeout=120)
@@ -254,7 +256,7 @@ def pod_python() -> Iterator[Path]:
             check=False,
         )
         if check.returncode != 0:
-            pytest.skip(f"uid {POD_UID} cannot import this project with {system}: {check.stderr[-500:]}")
+            pytest.fail(f"uid {POD_UID} cannot import this project with {system}: {check.stderr[-500:]}")
         yield python
     finally:
         shutil.rmtree(base, ignore_errors=True)
