@@ -100,6 +100,7 @@ def register_handlers(runtime: Runtime) -> None:
     workspaces.register(runtime)
     lost.register(runtime)
     router = routing.register(runtime)
+    queue.handoff, router.rebind = router.submit_bound, queue.requeue  # bind and route in one write
     changes.register(runtime)
     sessionaudit.register(runtime)
     memoryaudit.register(runtime)
