@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -30,7 +31,47 @@ def run(
     webhook_host: Annotated[
         str, typer.Option(envvar="HELMHIVE_WEBHOOK_HOST", help="Host name the API server uses to reach the webhook.")
     ] = "127.0.0.1",
+    webhook_service_name: Annotated[
+        str | None,
+        typer.Option(
+            envvar="HELMHIVE_WEBHOOK_SERVICE_NAME",
+            help="Service mode: the webhook configurations name this Service (port 443) instead of a URL, "
+            "and the self-managed certificate is valid for its DNS names (docs/webhook.md).",
+        ),
+    ] = None,
+    webhook_service_namespace: Annotated[
+        str | None,
+        typer.Option(
+            envvar="HELMHIVE_WEBHOOK_SERVICE_NAMESPACE",
+            help="Namespace of --webhook-service-name (default: --namespace).",
+        ),
+    ] = None,
+    webhook_cert_dir: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="HELMHIVE_WEBHOOK_CERT_DIR",
+            help="Serve this directory's tls.crt/tls.key (e.g. a cert-manager Secret) instead of a "
+            "self-managed certificate; its ca.crt becomes the CA bundle.",
+        ),
+    ] = None,
     webhooks: Annotated[bool, typer.Option(help="Serve the admission webhooks (refuse widening profiles).")] = True,
+    leader_election: Annotated[
+        bool,
+        typer.Option(
+            envvar="HELMHIVE_LEADER_ELECTION",
+            help="Act only while holding a coordination.k8s.io Lease (for several replicas; docs/ha.md). "
+            "A standby serves only the webhooks.",
+        ),
+    ] = False,
+    leader_election_namespace: Annotated[
+        str | None,
+        typer.Option(
+            envvar="HELMHIVE_LEADER_ELECTION_NAMESPACE", help="Namespace of the Lease (default: --namespace)."
+        ),
+    ] = None,
+    leader_election_lease_name: Annotated[
+        str, typer.Option(envvar="HELMHIVE_LEADER_ELECTION_LEASE_NAME", help="Name of the Lease.")
+    ] = "helmhive-operator",
     metrics_port: Annotated[
         int,
         typer.Option(
@@ -58,11 +99,32 @@ def run(
     """Run the operator until interrupted (SIGINT/SIGTERM stop it gracefully)."""
     # Imported here so `helmhive validate` and friends never load Kopf.
     from helmhive.controller.app import run_operator  # noqa: PLC0415
+    from helmhive.controller.leader import LeaderConfig  # noqa: PLC0415
     from helmhive.controller.runtime import OperatorConfig  # noqa: PLC0415
+    from helmhive.controller.webhook import WebhookSettingError, decide_webhook_config  # noqa: PLC0415
 
+    try:
+        webhook = decide_webhook_config(
+            addr=webhook_addr,
+            port=webhook_port,
+            host=webhook_host,
+            service_name=webhook_service_name,
+            service_namespace=webhook_service_namespace,
+            operator_namespace=namespace,
+            cert_dir=webhook_cert_dir,
+        )
+    except WebhookSettingError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
     run_operator(
         kubeconfig=kubeconfig,
         liveness=liveness,
+        webhook=webhook if webhooks else None,
+        leader=LeaderConfig(
+            enabled=leader_election,
+            namespace=leader_election_namespace or namespace,
+            lease_name=leader_election_lease_name,
+        ),
         config=OperatorConfig(
             namespace=namespace,
             service_account=service_account,

@@ -3,6 +3,12 @@
 Kopf keeps its bookkeeping (handler progress and the last-handled configuration) in
 annotations under the ``helmhive.dev/`` prefix, so the strict CRD schemas never prune it
 (status fields outside the schema would be dropped by the API server). Logs are JSON.
+
+Without leader election one Kopf operator runs every handler. With ``--leader-election``
+(:mod:`helmhive.controller.leader`, ``docs/ha.md``) the process runs two Kopf operators on one
+event loop: one serves only the admission webhooks (and the liveness endpoint) from the start,
+the other, with every resource handler, daemon, index and startup activity (routing included),
+starts only once this process holds the Lease. Losing the Lease exits the process (code 1).
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import asyncio
 import datetime as dt
 import logging
 import os
+import signal
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -33,11 +40,14 @@ from helmhive.controller import (
 )
 from helmhive.controller.audit import patch_audit_retention
 from helmhive.controller.kube import API_CONNECTIONS, Kube, load_api_client
+from helmhive.controller.leader import LeaderConfig, LeaderElector
 from helmhive.controller.runtime import OperatorConfig, Runtime
-from helmhive.controller.webhook import WebhookConfig, configure_webhook_server
+from helmhive.controller.webhook import WebhookConfig, configure_webhook_server, keep_webhooks_when_stopped
 from helmhive.policy.envelopes import ENVELOPES
 
-__all__ = ["configure_settings", "register_handlers", "run_operator"]
+__all__ = ["configure_settings", "register_handlers", "run_operator", "split_webhooks"]
+
+log = logging.getLogger("helmhive.operator")
 
 KOPF_PREFIX = "helmhive.dev"
 
@@ -55,8 +65,17 @@ def configure_settings(settings: kopf.OperatorSettings) -> None:
     settings.networking.request_timeout = 60
 
 
-def register_handlers(runtime: Runtime) -> None:
-    """Register every handler group with Kopf's default registry."""
+def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    # Kopf's own readers: a service-account token in a pod, else $KUBECONFIG.
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+def register_handlers(runtime: Runtime, *, webhook: WebhookConfig | None = None) -> None:
+    """Register every handler group with Kopf's default registry.
+
+    ``webhook`` is where this operator serves the admission webhooks; None serves none here
+    (they are dropped, or moved to another operator with :func:`split_webhooks`).
+    """
 
     retention: list[asyncio.Task[None]] = []
 
@@ -68,13 +87,8 @@ def register_handlers(runtime: Runtime) -> None:
         asyncio.get_running_loop().set_default_executor(
             ThreadPoolExecutor(max_workers=API_CONNECTIONS, thread_name_prefix="kube")
         )
-        config = runtime.config
-        if config.webhooks_enabled:
-            configure_webhook_server(
-                settings,
-                WebhookConfig(addr=config.webhook_addr, port=config.webhook_port, host=config.webhook_host),
-                now=runtime.clock(),
-            )
+        if webhook is not None:
+            await configure_webhook_server(settings, webhook, now=runtime.clock(), core=runtime.kube.core)
         retention.append(asyncio.create_task(_audit_retention_loop(runtime, logger)))
 
     @kopf.on.cleanup()
@@ -82,10 +96,7 @@ def register_handlers(runtime: Runtime) -> None:
         for task in retention:
             task.cancel()
 
-    @kopf.on.login()
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        # Kopf's own readers: a service-account token in a pod, else $KUBECONFIG.
-        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+    kopf.on.login()(_login)
 
     @kopf.on.probe(id="envelopes")
     async def envelope_probe(**_: Any) -> int:
@@ -134,12 +145,164 @@ async def _audit_retention_loop(runtime: Runtime, logger: kopf.Logger, interval:
         await asyncio.sleep(interval)
 
 
-def run_operator(*, kubeconfig: str | None, liveness: str | None, config: OperatorConfig, verbose: bool) -> None:
-    """Run until interrupted."""
+def split_webhooks(registry: kopf.OperatorRegistry) -> kopf.OperatorRegistry:
+    """Move ``registry``'s admission handlers into a new registry, which is returned.
+
+    Kopf offers no public way to copy handlers between registries; the handlers themselves are
+    moved unchanged (``tests/unit/test_webhook_config.py`` pins this against the installed Kopf).
+    """
+    webhooks = kopf.OperatorRegistry()
+    webhooks._webhooks = registry._webhooks
+    registry._webhooks = type(webhooks._webhooks)()
+    return webhooks
+
+
+def _register_webhook_operator(
+    registry: kopf.OperatorRegistry, runtime: Runtime, webhook: WebhookConfig | None, elector: LeaderElector
+) -> None:
+    """The always-on operator of a leader-elected process: login, settings, webhook server, probe."""
+
+    @kopf.on.startup(registry=registry)
+    async def webhook_settings(settings: kopf.OperatorSettings, **_: Any) -> None:
+        configure_settings(settings)
+        if webhook is not None:
+            await configure_webhook_server(settings, webhook, now=runtime.clock(), core=runtime.kube.core)
+
+    kopf.on.login(registry=registry)(_login)
+
+    @kopf.on.probe(id="leader", registry=registry)
+    def leader_probe(**_: Any) -> bool:
+        return elector.is_leader
+
+
+def _prepare_webhooks(registry: kopf.OperatorRegistry, webhook: WebhookConfig | None) -> None:
+    if webhook is None:
+        split_webhooks(registry)  # nothing serves them: drop them
+    elif webhook.service_mode:
+        keep_webhooks_when_stopped(registry)
+
+
+def _set_leader_metric(leader: bool) -> None:
+    metrics.LEADERSHIP.leader = leader
+
+
+async def _until_first(*aws: asyncio.Future[Any]) -> set[asyncio.Future[Any]]:
+    done, _ = await asyncio.wait(aws, return_when=asyncio.FIRST_COMPLETED)
+    return done
+
+
+async def _run_elected(
+    *,
+    resources: kopf.OperatorRegistry,
+    webhooks: kopf.OperatorRegistry,
+    elector: LeaderElector,
+    liveness: str | None,
+) -> int:
+    """Serve webhooks now, act once elected; return the exit code (1: leadership lost or a crash)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def own_signals() -> None:
+        # Each kopf.operator() installs its own SIGINT/SIGTERM handlers; ours stop in order.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+
+    stopping = asyncio.ensure_future(stop.wait())
+    webhook_stop, webhook_ready = asyncio.Event(), asyncio.Event()
+    webhook_task = asyncio.ensure_future(
+        kopf.operator(
+            registry=webhooks,
+            clusterwide=True,
+            standalone=True,
+            liveness_endpoint=liveness,
+            stop_flag=webhook_stop,
+            ready_flag=webhook_ready,
+        )
+    )
+    await _until_first(asyncio.ensure_future(webhook_ready.wait()), webhook_task)
+    own_signals()
+    code = 0
+    acquiring = asyncio.ensure_future(elector.acquire())
+    done = await _until_first(acquiring, webhook_task, stopping)
+    if acquiring in done:
+        log.info("leader election: %s leads; starting the resource handlers", elector.identity)
+        resource_stop, resource_ready = asyncio.Event(), asyncio.Event()
+        resource_task = asyncio.ensure_future(
+            kopf.operator(
+                registry=resources,
+                clusterwide=True,
+                standalone=True,
+                stop_flag=resource_stop,
+                ready_flag=resource_ready,
+            )
+        )
+        holding = asyncio.ensure_future(elector.hold())
+        ready = asyncio.ensure_future(resource_ready.wait())
+        done = await _until_first(ready, holding, resource_task, webhook_task, stopping)
+        if ready in done:
+            own_signals()
+            done = await _until_first(holding, resource_task, webhook_task, stopping)
+        if holding in done:
+            # client-go exits here; the standby may take over once renew_deadline < lease_duration
+            # has passed, so this process must have stopped acting by then, however it stops.
+            code = 1
+            grace = max(elector.config.lease_duration - elector.config.renew_deadline, 1.0)
+            log.error("leader election: %s lost the Lease; exiting within %.0f s", elector.identity, grace)
+            loop.call_later(grace, os._exit, 1)
+        elif resource_task in done:
+            code = 1
+            log.error("the resource handlers stopped unexpectedly; exiting")
+        holding.cancel()
+        resource_stop.set()
+        await asyncio.gather(resource_task, return_exceptions=True)
+        await elector.release()
+    else:
+        acquiring.cancel()
+    if webhook_task.done() and not stop.is_set() and code == 0:
+        code = 1
+        log.error("the webhook server stopped unexpectedly; exiting")
+    webhook_stop.set()
+    stopping.cancel()
+    await asyncio.gather(webhook_task, acquiring, stopping, return_exceptions=True)
+    elector.close()
+    return code
+
+
+def run_operator(
+    *,
+    kubeconfig: str | None,
+    liveness: str | None,
+    config: OperatorConfig,
+    verbose: bool,
+    webhook: WebhookConfig | None = None,
+    leader: LeaderConfig | None = None,
+) -> None:
+    """Run until interrupted (or, with leader election, until the Lease is lost: exit code 1).
+
+    ``webhook`` defaults to URL mode from ``config``'s ``webhook_*`` settings when webhooks are on.
+    """
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat.JSON, log_prefix=False, log_refkey="object")
     runtime = Runtime(kube=Kube(load_api_client(kubeconfig)), config=config)
-    register_handlers(runtime)
+    if webhook is None and config.webhooks_enabled:
+        webhook = WebhookConfig(addr=config.webhook_addr, port=config.webhook_port, host=config.webhook_host)
+    leader = leader or LeaderConfig()
     metrics.serve_metrics(addr=config.metrics_addr, port=config.metrics_port)
-    asyncio.run(kopf.operator(clusterwide=True, standalone=True, liveness_endpoint=liveness))
+    if not leader.enabled:
+        register_handlers(runtime, webhook=webhook)
+        _prepare_webhooks(kopf.get_default_registry(), webhook)
+        _set_leader_metric(True)
+        asyncio.run(kopf.operator(clusterwide=True, standalone=True, liveness_endpoint=liveness))
+        return
+    register_handlers(runtime, webhook=None)
+    resources = kopf.get_default_registry()
+    _prepare_webhooks(resources, webhook)
+    webhooks = split_webhooks(resources) if webhook is not None else kopf.OperatorRegistry()
+    _set_leader_metric(False)
+    # Its own small connection pool: the elector never queues behind routing's API calls.
+    elector = LeaderElector(leader, load_api_client(kubeconfig, connections=2), on_change=_set_leader_metric)
+    _register_webhook_operator(webhooks, runtime, webhook, elector)
+    code = asyncio.run(_run_elected(resources=resources, webhooks=webhooks, elector=elector, liveness=liveness))
+    if code:
+        raise SystemExit(code)

@@ -47,6 +47,8 @@ __all__ = [
     "JOBS_FINISHED",
     "JOBS_ROUTED",
     "JOB_DURATION",
+    "LEADER",
+    "LEADERSHIP",
     "QUEUE_TO_ASSIGNED",
     "REGISTRY",
     "ROUTING_DECISION",
@@ -144,6 +146,10 @@ SCHEDULABLE_SLOTS_BUSY = CATALOGUE.gauge(
     "helmhive_schedulable_slots_busy",
     "Slots of schedulable runners held by assigned, unfinished jobs, per provider.",
     ["provider"],
+)
+LEADER = CATALOGUE.gauge(
+    "helmhive_operator_leader",
+    "1 while this operator process acts (it holds the leader Lease, or runs without leader election), else 0.",
 )
 
 
@@ -339,6 +345,26 @@ class OperatorState(Collector):
 STATE = OperatorState()
 """The one scrape-time collector; :func:`OperatorState.bind` points it at the running router."""
 REGISTRY.register(STATE)
+
+
+class LeaderState(Collector):
+    """``helmhive_operator_leader``: set by the operator as it gains or loses leadership."""
+
+    def __init__(self) -> None:
+        self.leader = True
+
+    def describe(self) -> Iterable[Metric]:
+        return [LEADER.family()]
+
+    def collect(self) -> Iterable[Metric]:
+        family = LEADER.family()
+        family.add_metric([], 1 if self.leader else 0)
+        return [family]
+
+
+LEADERSHIP = LeaderState()
+"""Whether this process acts; 1 unless leader election is on and another process holds the Lease."""
+REGISTRY.register(LEADERSHIP)
 
 
 def serve_metrics(*, addr: str, port: int) -> bool:

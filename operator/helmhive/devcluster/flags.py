@@ -128,6 +128,10 @@ def apiserver_args(apiserver: Path, layout: StateLayout, ports: Ports) -> list[s
         "--allow-privileged=true",
         # Loopback may not appear in Endpoints, and no pod here dials the apiserver Service.
         "--endpoint-reconciler-type=none",
+        # Admission webhooks (and aggregated APIs) that name a Service are called at one of its
+        # EndpointSlices' addresses rather than at its ClusterIP: there is no kube-proxy here, so
+        # a selector-less Service with a hand-made EndpointSlice reaches a process on this host.
+        "--enable-aggregator-routing=true",
         "--profiling=false",
         "--v=1",
     ]
