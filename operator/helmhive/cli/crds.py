@@ -1,7 +1,7 @@
 """``helmhive crds generate|check|print``: write the generated files from the models, or fail on drift.
 
-Generated: the CRDs in ``crds/`` and, identically, in the chart's ``charts/helmhive/crds/``; the
-rest of the chart (``Chart.yaml``, ``values.yaml``, ``templates/``);
+Generated: the CRDs in ``crds/`` and, wrapped as Helm templates, in the chart's
+``charts/helmhive/templates/crds/`` (the rest of the chart is written by hand);
 ``docs/api-reference.md``; and the envelope table inside ``docs/envelopes.md``.
 ``check`` exits 1 and lists every file that is missing, different or stray.
 """
@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from helmhive.api.crdgen import build_crds, render_crd_yaml
-from helmhive.deploy.chart import build_chart_files
+from helmhive.deploy.chart import CHART_CRD_DIR, build_chart_files
 from helmhive.deploy.reference import (
     ENVELOPE_TABLE_BEGIN,
     ENVELOPE_TABLE_END,
@@ -26,7 +26,11 @@ from helmhive.deploy.reference import (
 
 app = typer.Typer(no_args_is_help=True, help="Generate the CRDs from the API models, or check them.")
 
-CRD_DIRS = (Path("crds"), Path("charts/helmhive/crds"))
+CHART = Path("charts/helmhive")
+CRD_DIRS = (Path("crds"),)
+# Directories that hold only generated YAML: anything else there is stray. The chart's crds/
+# must stay empty (Helm would install it once and never upgrade it; the CRDs are templates).
+GENERATED_DIRS = (Path("crds"), CHART / CHART_CRD_DIR, CHART / "crds")
 RootOption = Annotated[
     Path, typer.Option("--root", help="Repository root that holds crds/ and charts/.", file_okay=False)
 ]
@@ -44,7 +48,7 @@ def build_crd_files() -> dict[Path, str]:
 def build_generated_files(root: Path) -> dict[Path, str]:
     """Every generated file (CRDs and docs), keyed by path relative to ``root``."""
     files = build_crd_files()
-    files.update({Path("charts/helmhive") / rel: text for rel, text in build_chart_files().items()})
+    files.update({CHART / rel: text for rel, text in build_chart_files().items()})
     files[Path("docs/api-reference.md")] = render_api_reference()
     envelope_doc = root / ENVELOPES_DOC
     if envelope_doc.is_file():
@@ -68,7 +72,7 @@ def decide_drift(root: Path) -> list[str]:
             problems.append(f"missing: {rel}")
         elif path.read_text(encoding="utf-8") != text:
             problems.append(f"differs: {rel}")
-    for directory in CRD_DIRS:
+    for directory in GENERATED_DIRS:
         for path in sorted((root / directory).glob("*.yaml")):
             if path.relative_to(root) not in expected:
                 problems.append(f"stray: {path.relative_to(root)}")
@@ -77,23 +81,24 @@ def decide_drift(root: Path) -> list[str]:
 
 @app.command()
 def generate(root: RootOption = Path(".")) -> None:
-    """Write crds/, the chart's copy and the generated docs from the models."""
-    for rel, text in build_generated_files(root).items():
+    """Write crds/, the chart's CRD templates and the generated docs from the models."""
+    expected = build_generated_files(root)
+    for rel, text in expected.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         if not path.is_file() or path.read_text(encoding="utf-8") != text:
             path.write_text(text, encoding="utf-8")
             typer.echo(f"wrote {rel}")
-    for directory in CRD_DIRS:
+    for directory in GENERATED_DIRS:
         for path in (root / directory).glob("*.yaml"):
-            if path.relative_to(root) not in build_crd_files():
+            if path.relative_to(root) not in expected:
                 path.unlink()
                 typer.echo(f"removed stray {path.relative_to(root)}")
 
 
 @app.command()
 def check(root: RootOption = Path(".")) -> None:
-    """Exit 1 if crds/ or the chart's copy differs from what the models generate."""
+    """Exit 1 if crds/, the chart's CRD templates or the generated docs differ from the models."""
     problems = decide_drift(root)
     if problems:
         for line in problems:
