@@ -25,6 +25,7 @@ from typing import Annotated
 
 import typer
 
+from helmhive.cli import dev_rootfs
 from helmhive.devcluster import cluster
 from helmhive.devcluster.build import (
     DEFAULT_ETCD_VERSION,
@@ -38,6 +39,7 @@ from helmhive.devcluster.procs import log_tail
 app = typer.Typer(no_args_is_help=True, help="Developer tooling.")
 cluster_app = typer.Typer(no_args_is_help=True, help="A real local Kubernetes control plane on loopback.")
 app.add_typer(cluster_app, name="cluster")
+app.add_typer(dev_rootfs.app, name="rootfs")
 
 StateDirOption = Annotated[
     Path | None,
