@@ -3,8 +3,10 @@
 A control plane of the module's own (``fresh_cluster``: etcd, kube-apiserver and
 kube-controller-manager, no kubelet), so pods never start: the tests assert the objects and
 what the API server and the controllers do with them, and run the real operator process
-as the ServiceAccount the chart made. Both tests use the release name ``helmhive`` and
-uninstall it at the end (the CRDs stay, and the next install adopts them).
+as the ServiceAccount the chart made, behind the chart's webhook Service. Both tests use the
+release name ``helmhive`` and uninstall it at the end (the CRDs stay, and the next install
+adopts them; the webhook configurations the operator made are deleted by the test, as
+docs/install.md tells users to).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from chart_rig import CHART, EXAMPLES, helm_fails, run
 from kubernetes import client, config
 
 from harness.identity import mint_token, token_kubeconfig
-from harness.operator import OperatorProcess, free_port
+from harness.operator import OperatorProcess, free_port, host_ip
 from harness.wait import wait_for
 from helmhive.api.kinds import KINDS
 from helmhive.devcluster import cluster as devcluster
@@ -209,50 +211,115 @@ def test_install_upgrade_rollback_uninstall(helm: Path, fresh_cluster: devcluste
     assert cluster.get("deployments,services,serviceaccounts", "-n", NS, "-l", selector)["items"] == []
 
 
-def test_the_operator_runs_as_the_charts_identity_and_passes_the_helm_test_checks(
+def _helm_test_script(urls: str, *, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run the ``helm test`` pod's script here, as the pod does (``python3 -c <script>``)."""
+    script = (CHART / "files" / "helm-test.py").read_text(encoding="utf-8")
+    env = {**os.environ, "HELMHIVE_TEST_URLS": urls, "HELMHIVE_TEST_TIMEOUT": str(timeout)}
+    return subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def _profile(name: str, **spec: Any) -> dict[str, Any]:
+    body = {
+        "envelope": "review-probe",
+        "purpose": "Review small diffs.",
+        "instructions": "Look for bugs.",
+        "providerMappings": [{"provider": "anthropic", "model": "claude-sonnet-4-5"}],
+        **spec,
+    }
+    return {"apiVersion": "helmhive.dev/v1alpha1", "kind": "Profile", "metadata": {"name": name}, "spec": body}
+
+
+def test_the_operator_runs_as_the_charts_identity_behind_the_charts_webhook_service(
     helm: Path, fresh_cluster: devcluster.ClusterInfo, tmp_path: Path
 ) -> None:
-    """The chart's RBAC and policies are enough for the real operator, and the helm test script passes.
+    """The chart's RBAC, policies, Service and operator flags work with the real operator.
 
     No kubelet runs here, so the operator runs as a local process with a token of the chart's
-    ServiceAccount, and the script of the ``helm test`` pod runs against its local ports.
+    ServiceAccount and the webhook flags of the chart's Deployment; an EndpointSlice (what the
+    EndpointSlice controller writes for a ready pod) points the chart's webhook Service at it on
+    this host's address, and kube-apiserver (--enable-aggregator-routing) dials it there. The
+    script of the ``helm test`` pod then runs against the operator's ports.
     """
     cluster = Cluster(helm, fresh_cluster)
     cluster.helm("install", RELEASE, CHART, "-n", NS, "--create-namespace", "--wait=false")
+    service_args = [a for a in _operator_args(cluster) if a.startswith("--webhook-service-")]
+    assert service_args == ["--webhook-service-name=helmhive-webhook", f"--webhook-service-namespace={NS}"]
     api = config.new_client_from_config(str(fresh_cluster.kubeconfig))
     token = mint_token(client.CoreV1Api(api), NS, "helmhive-operator", expiration_seconds=3600)
     kubeconfig = token_kubeconfig(fresh_cluster.kubeconfig, token, tmp_path / "kubeconfig", user="helmhive-operator")
+    address = host_ip()
     operator = OperatorProcess(
         kubeconfig=kubeconfig,
         log_path=tmp_path / "operator.log",
         port=free_port(),
         webhook_port=free_port(),
         metrics_port=free_port(),
+        webhook_addr=address,
         extra_env={"HELMHIVE_NAMESPACE": NS, "HELMHIVE_SERVICE_ACCOUNT": "helmhive-operator"},
+        extra_args=service_args,
     )
-    script = CHART / "files" / "helm-test.py"
-    urls = f"{operator.metrics_url} https://127.0.0.1:{operator.webhook_port}/"
+    slice_ = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": "helmhive-webhook-local",
+            "namespace": NS,
+            "labels": {
+                "kubernetes.io/service-name": "helmhive-webhook",
+                "endpointslice.kubernetes.io/managed-by": "tests.helmhive.dev",
+            },
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+        "ports": [{"name": "https", "port": operator.webhook_port, "protocol": "TCP"}],
+    }
+    urls = f"{operator.metrics_url} https://{address}:{operator.webhook_port}/"
     try:
         operator.start()
-        # The operator, as the chart's ServiceAccount, publishes the envelopes nobody else may write.
-        wait_for(
-            lambda: len(cluster.names("envelopes")) == 7, timeout=60, describe="the operator to publish seven envelopes"
-        )
-        env = {**os.environ, "HELMHIVE_TEST_URLS": urls, "HELMHIVE_TEST_TIMEOUT": "30"}
-        proc = subprocess.run(
-            [sys.executable, script], env=env, capture_output=True, text=True, timeout=120, check=False
-        )
+        created = cluster.kubectl("create", "-f", "-", stdin=json.dumps(slice_))
+        assert created.returncode == 0, created.stderr
+        # As the chart's ServiceAccount, it publishes the envelopes nobody else may write.
+        wait_for(lambda: len(cluster.names("envelopes")) == 7, timeout=60, describe="seven envelopes")
+        # Through the chart's Service: a widening Profile is refused, a narrow one admitted.
+        wide = _profile("too-wide", envelope="change-review", filesystem="write", tools=["read", "edit"])
+
+        def refused() -> str:
+            proc = cluster.kubectl("create", "-n", NS, "-f", "-", stdin=json.dumps(wide))
+            assert proc.returncode != 0, "the widening profile was admitted"
+            assert "spec.filesystem: FilesystemWiderThanEnvelope" in proc.stderr, proc.stderr
+            return proc.stderr
+
+        wait_for(refused, timeout=60, describe="the webhook to refuse a widening profile through the Service")
+        narrow = cluster.kubectl("create", "-n", NS, "-f", "-", stdin=json.dumps(_profile("narrow")))
+        assert narrow.returncode == 0, narrow.stderr
+        configs = cluster.get("validatingwebhookconfiguration", "helmhive.dev")
+        assert {w["clientConfig"]["service"]["name"] for w in configs["webhooks"]} == {"helmhive-webhook"}
+        # The helm test pod's script passes against the operator (the metrics answer 200).
+        proc = _helm_test_script(urls, timeout=30)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert f"{operator.metrics_url}: HTTP 200" in proc.stdout
-        assert f"https://127.0.0.1:{operator.webhook_port}/: HTTP " in proc.stdout
+        assert f"https://{address}:{operator.webhook_port}/: HTTP " in proc.stdout
     finally:
         operator.stop()
-        for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
-            cluster.kubectl("delete", kind, "helmhive.dev", "--ignore-not-found")
         api.close()
     # With the operator gone, the same check fails.
-    env = {**os.environ, "HELMHIVE_TEST_URLS": urls, "HELMHIVE_TEST_TIMEOUT": "2"}
-    proc = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True, timeout=120, check=False)
+    proc = _helm_test_script(urls, timeout=2)
     assert proc.returncode == 1
     assert "no answer" in proc.stdout
+
+    # Uninstall: the Service goes, and with it (garbage collection) the certificate Secret the
+    # operator made; the webhook configurations the operator made stay and, failurePolicy Fail,
+    # refuse Profile writes until they are deleted (docs/install.md, Uninstall).
     cluster.helm("uninstall", RELEASE, "-n", NS)
+    wait_for(lambda: not cluster.exists("secret", "helmhive-webhook-cert", "-n", NS), timeout=60, describe="GC")
+    blocked = cluster.kubectl("create", "-n", NS, "-f", "-", stdin=json.dumps(_profile("after-uninstall")))
+    assert blocked.returncode != 0
+    assert 'failed calling webhook "profile-narrowing.helmhive.dev"' in blocked.stderr
+    deleted = cluster.kubectl(
+        "delete", "validatingwebhookconfiguration,mutatingwebhookconfiguration", "helmhive.dev", "--ignore-not-found"
+    )
+    assert deleted.returncode == 0, deleted.stderr
+    after = cluster.kubectl("create", "-n", NS, "-f", "-", stdin=json.dumps(_profile("after-cleanup")))
+    assert after.returncode == 0, after.stderr

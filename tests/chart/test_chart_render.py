@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 import yaml
 from chart_rig import CHART, EXAMPLES, KUBE_VERSION, by_key, key, non_hooks, render, run, template_fails
 from typer.testing import CliRunner
 
 from helmhive.api.crdgen import build_crds
 from helmhive.cli.crds import app, decide_drift
+from helmhive.cli.main import app as main_app
 from helmhive.controller.routing import RouterSettings
 from helmhive.deploy.manifests import OperatorIdentity, build_install_manifests
 
@@ -162,6 +164,25 @@ def test_the_default_operator_is_restricted_and_wired_to_its_services(helm: Path
     assert ("ServiceMonitor", "helmhive-metrics") not in index  # no Prometheus Operator API: auto renders none
 
 
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param([], id="defaults"),
+        pytest.param(["-f", str(EXAMPLES / "production.yaml")], id="production"),
+        pytest.param(["-f", str(EXAMPLES / "cert-manager.yaml")], id="cert-manager"),
+        pytest.param(["--set", "operator.replicas=2"], id="two-replicas"),
+        pytest.param(["--set", "webhook.enabled=false", "--set", "metrics.enabled=false"], id="all-off"),
+    ],
+)
+def test_helmhive_operator_run_accepts_every_argument_the_chart_renders(helm: Path, values: list[str]) -> None:
+    args = _container(render(helm, *values))["args"]
+    assert args[:2] == ["operator", "run"]
+    cli = typer.main.get_command(main_app)
+    run_command = cli.commands["operator"].commands["run"]  # type: ignore[attr-defined]
+    with run_command.make_context("run", list(args[2:])) as context:  # parses, runs nothing
+        assert context.params["liveness"] == "http://0.0.0.0:8080/healthz"
+
+
 def test_production_values_reach_every_object(helm: Path) -> None:
     docs = render(helm, "-f", EXAMPLES / "production.yaml")
     values = yaml.safe_load((EXAMPLES / "production.yaml").read_text(encoding="utf-8"))
@@ -290,9 +311,24 @@ def _pool_with_image() -> str:
     return "runnerPools=" + json.dumps([pool])
 
 
-def test_more_than_one_replica_is_refused_until_leader_election(helm: Path) -> None:
-    err = template_fails(helm, "--set", "operator.replicas=2")
-    assert "operator.replicas: more than one replica needs leader election" in err
+def test_two_replicas_elect_a_leader_and_roll_without_an_outage(helm: Path) -> None:
+    docs = render(helm, "--set", "operator.replicas=2")
+    deployment = _deployment(docs)
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+    }
+    assert _container(docs)["args"][-3:] == [
+        "--leader-election",
+        "--leader-election-namespace=platform",
+        "--leader-election-lease-name=helmhive-operator",
+    ]
+    (budget,) = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    assert budget["spec"] == {"minAvailable": 1, "selector": deployment["spec"]["selector"]}
+    single = render(helm)
+    assert "PodDisruptionBudget" not in {d["kind"] for d in single}
+    assert not [a for a in _container(single)["args"] if a.startswith("--leader-election")]
 
 
 @pytest.mark.parametrize(
