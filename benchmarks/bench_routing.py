@@ -287,8 +287,8 @@ async def burst(admin: httpx.AsyncClient, *, jobs: int, limit: float) -> dict[st
 # 5. decide_route alone ----------------------------------------------------------------------------
 
 
-def time_decide_route(runners: int, repeats: int = 200) -> dict[str, float]:
-    """Seconds per decide_route call for one job over ``runners`` runners (no I/O)."""
+def time_decide_route(runners: int, repeats: int = 200, decide: Any = decide_route) -> dict[str, float]:
+    """Milliseconds per decide_route call for one job over ``runners`` runners (no I/O)."""
     spec = ProfileSpec.model_validate(
         {
             "envelope": "implementation-probe",
@@ -330,11 +330,11 @@ def time_decide_route(runners: int, repeats: int = 200) -> dict[str, float]:
         ),
     )
     now = dt.datetime.now(dt.UTC)
-    decide_route(job=job, binding=binding, runners=views, active_jobs=active, now=now)
+    decide(job=job, binding=binding, runners=views, active_jobs=active, now=now)
     samples = []
     for _ in range(repeats):
         started = time.perf_counter()
-        decision = decide_route(job=job, binding=binding, runners=views, active_jobs=active, now=now)
+        decision = decide(job=job, binding=binding, runners=views, active_jobs=active, now=now)
         samples.append(time.perf_counter() - started)
     assert decision.routed
     return {"runners": runners, "p50_ms": 1000 * statistics.median(samples), "p95_ms": 1000 * pct(samples, 0.95)}
@@ -504,6 +504,22 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def print_decide_times(repeats: int = 500) -> None:
+    """decide_route now, and the implementation it replaced (the tests' oracle), in the same run."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "unit"))
+    import routing_oracle_v1  # noqa: PLC0415 - a test module, found only from the repository
+
+    for n in (200, 1000):
+        print(f"decide_route over {n} runners: timing {repeats} calls of each implementation ...", flush=True)
+        now = time_decide_route(n, repeats)
+        before = time_decide_route(n, repeats, routing_oracle_v1.decide_route)
+        print(
+            f"  now p50 {now['p50_ms']:.3f} ms, p95 {now['p95_ms']:.3f} ms; before (oracle) p50 "
+            f"{before['p50_ms']:.3f} ms, p95 {before['p95_ms']:.3f} ms; "
+            f"p50 ratio {now['p50_ms'] / before['p50_ms']:.2f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=2000)
@@ -518,8 +534,7 @@ def main() -> None:
     parser.add_argument("--decide-only", action="store_true", help="only time decide_route (no cluster)")
     args = parser.parse_args()
     if args.decide_only:
-        for n in (200, 1000):
-            print(time_decide_route(n))
+        print_decide_times()
         return
     workdir = Path(tempfile.mkdtemp(prefix="helmhive-bench-routing-"))
     with (workdir / "build.log").open("a") as log:

@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 from helmhive.api.common import ReasoningEffort, SessionPolicy
@@ -100,10 +100,11 @@ class RunnerView:
     concurrency: int = 1
     credential_generation: int = 0
     serves_namespace: bool = True
+    key: RunnerKey = field(init=False, repr=False, compare=False)
+    """(namespace, name), computed once: routing reads it for every runner of every decision."""
 
-    @property
-    def key(self) -> RunnerKey:
-        return (self.namespace, self.name)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", (self.namespace, self.name))
 
     def advertises(self, model: str) -> bool:
         """The runner offers ``model``: it is in the catalogue, or it is the reported default."""
@@ -209,22 +210,26 @@ class RoutingDecision:
 # Closeness ranks of a runner's result; lower is closer to running the job.
 _SELECTED, _ELIGIBLE, _CAPACITY, _MODEL, _REQUIREMENT, _PROVIDER, _NAMESPACE, _UNSCHEDULABLE = range(8)
 _NO_POSITION = 1 << 20
+# Reason strings, read once: an enum member's ``.value`` is a descriptor call in the hot loop.
+_NOT_SCHEDULABLE = Reason.NOT_SCHEDULABLE.value
+_NAMESPACE_NOT_SERVED = Reason.NAMESPACE_NOT_SERVED.value
+_PROVIDER_NOT_IN_MAPPINGS = Reason.PROVIDER_NOT_IN_MAPPINGS.value
+_MISSING_CAPABILITY = Reason.MISSING_CAPABILITY.value
+_MISSING_LABEL = Reason.MISSING_LABEL.value
+_MODEL_NOT_ADVERTISED = Reason.MODEL_NOT_ADVERTISED.value
+_NO_DEFAULT_MODEL = Reason.NO_DEFAULT_MODEL.value
+_NO_FREE_CONCURRENCY = Reason.NO_FREE_CONCURRENCY.value
 
+_Result = tuple[int, int, str, str, str, "RouteOption | None", "str | None", RunnerView]
+"""One runner's closest result: (rank, option position, namespace, name, reason, option, model, runner).
 
-@dataclass(slots=True, kw_only=True)
-class _Result:
-    """One runner's closest result: its rank, the option it reached (if any) and the reason."""
-
-    runner: RunnerView
-    rank: int
-    reason: str
-    option: RouteOption | None = None
-    model: str | None = None
-
-    @property
-    def sort_key(self) -> tuple[int, int, str, str]:
-        position = self.option.position if self.option else _NO_POSITION
-        return (self.rank, position, self.runner.namespace, self.runner.name)
+A plain tuple so the candidate table is ordered by C comparisons: (rank, position, namespace,
+name) is unique per runner, so the comparison never reaches the later fields.
+"""
+_Rank = tuple[int, float, str, str]
+"""How an eligible runner ranks for the winning option: (holds no session binding, load, namespace, name)."""
+_SELECTED_REASON = Reason.SELECTED.value
+_NOT_PREFERRED = Reason.NOT_PREFERRED.value
 
 
 def _override(spec: AgentJobSpec) -> ModelOverride | None:
@@ -272,41 +277,51 @@ def decide_session_scope(*, spec: AgentJobSpec, scope: SessionScope) -> str:
 
 
 def _runner_check(
-    runner: RunnerView, *, providers: set[str], capabilities: Sequence[str], labels: Sequence[tuple[str, str]]
+    runner: RunnerView,
+    *,
+    providers: set[str],
+    capabilities: Sequence[str],
+    required: frozenset[str],
+    labels: Sequence[tuple[str, str]],
 ) -> tuple[int, str] | None:
     """The first runner-level requirement ``runner`` fails, as (rank, reason); None if it passes all."""
     if not runner.schedulable:
-        return _UNSCHEDULABLE, f"{Reason.NOT_SCHEDULABLE.value}/{runner.schedulable_reason}"
+        return _UNSCHEDULABLE, f"{_NOT_SCHEDULABLE}/{runner.schedulable_reason}"
     if not runner.serves_namespace:
-        return _NAMESPACE, Reason.NAMESPACE_NOT_SERVED.value
+        return _NAMESPACE, _NAMESPACE_NOT_SERVED
     if runner.provider is None or runner.provider not in providers:
-        return _PROVIDER, Reason.PROVIDER_NOT_IN_MAPPINGS.value
-    for capability in capabilities:
-        if capability not in runner.capabilities:
-            return _REQUIREMENT, f"{Reason.MISSING_CAPABILITY.value}:{capability}"
-    for key, value in labels:
-        if runner.labels.get(key) != value:
-            return _REQUIREMENT, f"{Reason.MISSING_LABEL.value}:{key}={value}"
+        return _PROVIDER, _PROVIDER_NOT_IN_MAPPINGS
+    if not required <= runner.capabilities:
+        for capability in capabilities:
+            if capability not in runner.capabilities:
+                return _REQUIREMENT, f"{_MISSING_CAPABILITY}:{capability}"
+    if labels:
+        runner_labels = runner.labels
+        for key, value in labels:
+            if runner_labels.get(key) != value:
+                return _REQUIREMENT, f"{_MISSING_LABEL}:{key}={value}"
     return None
 
 
 def _option_check(runner: RunnerView, option: RouteOption, *, active: int) -> tuple[int, str, str | None]:
     """(rank, reason, model) of ``runner`` for one option of its provider."""
-    if option.model is not None:
-        if not runner.advertises(option.model):
-            return _MODEL, f"{Reason.MODEL_NOT_ADVERTISED.value}:{option.model}", option.model
-        model = option.model
+    model = option.model
+    if model is not None:
+        if model not in runner.models and model != runner.default_model:
+            return _MODEL, f"{_MODEL_NOT_ADVERTISED}:{model}", model
     elif runner.default_model is None:
-        return _MODEL, Reason.NO_DEFAULT_MODEL.value, None
+        return _MODEL, _NO_DEFAULT_MODEL, None
     else:
         model = runner.default_model
     if active >= runner.concurrency:
-        return _CAPACITY, Reason.NO_FREE_CONCURRENCY.value, model
+        return _CAPACITY, _NO_FREE_CONCURRENCY, model
     return _ELIGIBLE, "", model
 
 
-def _load(runner: RunnerView, active: int) -> Fraction:
-    return Fraction(active, runner.concurrency) if runner.concurrency > 0 else Fraction(1)
+def _load(runner: RunnerView, active: int) -> float:
+    """active / concurrency. A float orders these exactly: both are at most 64, and equal ratios
+    divide to the same correctly rounded float."""
+    return active / runner.concurrency if runner.concurrency > 0 else 1.0
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -336,11 +351,10 @@ def decide_route(
     ``active_jobs`` counts, per runner, the jobs assigned to it and not finished (counted by
     the caller from the jobs themselves). ``attempts`` is how many times the job already
     waited for capacity (for the backoff). ``binding.bound_at`` is the queue time the
-    capacity deadline counts from.
+    capacity deadline counts from. The order of ``runners`` does not matter.
     """
     profile = binding.snapshot
-    ordered = sorted(runners, key=lambda r: (r.namespace, r.name))
-    considered = len(ordered)
+    considered = len(runners)
     override = _override(job.spec)
     if override is not None and not profile.allow_model_override:
         asked = ", ".join(
@@ -366,29 +380,45 @@ def decide_route(
     for option in options:
         by_provider.setdefault(option.provider, []).append(option)
     capabilities = list(profile.required_capabilities)
+    required = frozenset(capabilities)
     labels = sorted(profile.required_labels.items())
+    required_labels = frozenset(labels)
 
+    # One result per runner key (the input order does not matter: every ordering below ends on
+    # the runner's namespace and name).
     results: dict[RunnerKey, _Result] = {}
     eligible: dict[int, list[RunnerView]] = {}
     blocked: set[RunnerKey] = set()
-    for runner in ordered:
-        failed = _runner_check(runner, providers=providers, capabilities=capabilities, labels=labels)
+    for runner in runners:
+        key = runner.key
+        if (
+            runner.schedulable
+            and runner.serves_namespace
+            and runner.provider in providers
+            and required <= runner.capabilities
+            and required_labels <= runner.labels.items()
+        ):
+            failed = None  # the common case, in C comparisons; _runner_check names the first failure
+        else:
+            failed = _runner_check(
+                runner, providers=providers, capabilities=capabilities, required=required, labels=labels
+            )
         if failed is not None:
-            results[runner.key] = _Result(runner=runner, rank=failed[0], reason=failed[1])
+            results[key] = (failed[0], _NO_POSITION, runner.namespace, runner.name, failed[1], None, None, runner)
             continue
-        active = active_jobs.get(runner.key, 0)
+        active = active_jobs.get(key, 0)
         best: tuple[int, int, str, str | None, RouteOption] | None = None
         for option in by_provider[runner.provider or ""]:
             rank, reason, model = _option_check(runner, option, active=active)
             if rank == _ELIGIBLE:
                 eligible.setdefault(option.position, []).append(runner)
             elif rank == _CAPACITY and runner.concurrency > 0:
-                blocked.add(runner.key)
+                blocked.add(key)
             if best is None or (rank, option.position) < best[:2]:
                 best = (rank, option.position, reason, model, option)
         assert best is not None  # the runner's provider has at least one option
-        rank, _, reason, model, option = best
-        results[runner.key] = _Result(runner=runner, rank=rank, reason=reason, option=option, model=model)
+        rank, position, reason, model, option = best
+        results[key] = (rank, position, runner.namespace, runner.name, reason, option, model, runner)
 
     if eligible:
         return _assigned(
@@ -464,30 +494,23 @@ def _assigned(
     )
     scope = decide_session_scope(spec=job.spec, scope=profile.session.scope)
 
-    def holds_session(runner: RunnerView) -> bool:
-        return resumable and any(
-            b.runner_namespace == runner.namespace
-            and b.runner == runner.name
-            and b.provider == runner.provider
-            and b.credential_generation == runner.credential_generation
-            and b.workspace == job.spec.workspace
-            and b.profile == binding.name
-            and b.scope == scope
+    # The session bindings that would let a runner resume this job: (namespace, name, provider, generation).
+    held = (
+        {
+            (b.runner_namespace, b.runner, b.provider, b.credential_generation)
             for b in bindings
-        )
+            if b.workspace == job.spec.workspace and b.profile == binding.name and b.scope == scope
+        }
+        if resumable
+        else set()
+    )
 
-    ranks: dict[RunnerKey, tuple[int, Fraction, str, str]] = {}
+    def rank(runner: RunnerView) -> _Rank:
+        holds = (runner.namespace, runner.name, runner.provider, runner.credential_generation) in held
+        return (0 if holds else 1, _load(runner, active_jobs.get(runner.key, 0)), runner.namespace, runner.name)
 
-    def rank(runner: RunnerView) -> tuple[int, Fraction, str, str]:
-        key = runner.key
-        found = ranks.get(key)
-        if found is None:
-            load = _load(runner, active_jobs.get(key, 0))
-            found = ranks[key] = (0 if holds_session(runner) else 1, load, runner.namespace, runner.name)
-        return found
-
-    winner = min(eligible[position], key=rank)
-    win_rank = rank(winner)
+    # Ranks are unique per runner key, so min() over the tuples never compares two runners.
+    win_rank, winner = min(((rank(r), r) for r in eligible[position]), key=_first)
     model = option.model if option.model is not None else winner.default_model
     assert model is not None  # eligibility checked the runner's default
     choice = RouteChoice(
@@ -502,19 +525,23 @@ def _assigned(
         credential_generation=winner.credential_generation,
         resumes_session=win_rank[0] == 0,
     )
+    # The table: the winner first (rank Selected), then the closest others; only the rows shown
+    # get their NotPreferred reason.
     rows: list[_Result] = []
-    for key, result in results.items():
-        if key == winner.key:
-            rows.append(
-                _Result(runner=winner, rank=_SELECTED, reason=Reason.SELECTED.value, option=option, model=model)
-            )
-        elif result.rank == _ELIGIBLE and result.option is not None:
-            why = _why_not_preferred(result, option, rank(result.runner), win_rank, avoid_provider)
-            rows.append(
-                _Result(runner=result.runner, rank=_ELIGIBLE, reason=why, option=result.option, model=result.model)
-            )
-        else:
-            rows.append(result)
+    limit = policy.max_candidates
+    if limit > 0:
+        rows.append(
+            (_SELECTED, option.position, winner.namespace, winner.name, _SELECTED_REASON, option, model, winner)
+        )
+        winner_key = winner.key
+        others = (result for key, result in results.items() if key != winner_key)
+        for result in heapq.nsmallest(limit - 1, others):
+            closeness, at, namespace, name, _, chosen, chosen_model, runner = result
+            if closeness == _ELIGIBLE and chosen is not None:
+                why = _why_not_preferred(chosen, option, rank(runner), win_rank, avoid_provider)
+                rows.append((_ELIGIBLE, at, namespace, name, why, chosen, chosen_model, runner))
+            else:
+                rows.append(result)
     source = {
         ModelSource.MAPPING: "the mapping's model",
         ModelSource.FALLBACK: "a fallback model",
@@ -539,22 +566,20 @@ def _assigned(
         reason=Reason.ASSIGNED,
         message=_truncate(message, 1024),
         choice=choice,
-        candidates=_table(rows, policy),
+        candidates=_candidates(rows),
         considered_runners=considered,
         avoided_provider=avoid_provider,
     )
 
 
+def _first(pair: tuple[_Rank, RunnerView]) -> _Rank:
+    return pair[0]
+
+
 def _why_not_preferred(
-    result: _Result,
-    winning: RouteOption,
-    mine: tuple[int, Fraction, str, str],
-    theirs: tuple[int, Fraction, str, str],
-    avoid_provider: str | None,
+    option: RouteOption, winning: RouteOption, mine: _Rank, theirs: _Rank, avoid_provider: str | None
 ) -> str:
-    option = result.option
-    assert option is not None
-    prefix = Reason.NOT_PREFERRED.value
+    prefix = _NOT_PREFERRED
     if option.position != winning.position:
         if avoid_provider is not None and option.provider == avoid_provider != winning.provider:
             return f"{prefix}:SameProviderAsImplementation"
@@ -598,10 +623,10 @@ def _failed(
         return RoutingDecision(
             reason=Reason.NO_ELIGIBLE_RUNNER, message="no runner is registered; nothing can run the job", **common
         )
-    closest = min(r.rank for r in results)
-    nearest = [r for r in results if r.rank == closest]
+    closest = min(r[0] for r in results)
+    nearest = [r[4] for r in results if r[0] == closest]  # their reasons
     if closest == _MODEL:
-        missing = sorted({r.reason.partition(":")[2] for r in nearest if r.reason.startswith("ModelNotAdvertised")})
+        missing = sorted({r.partition(":")[2] for r in nearest if r.startswith("ModelNotAdvertised")})
         if missing:
             return RoutingDecision(
                 reason=Reason.MODEL_NOT_ADVERTISED,
@@ -618,7 +643,7 @@ def _failed(
             message="the mapping asks for the runner's default model and no compatible runner reports one",
             **common,
         )
-    summary = ", ".join(sorted({r.reason for r in nearest}))
+    summary = ", ".join(sorted(set(nearest)))
     return RoutingDecision(
         reason=Reason.NO_ELIGIBLE_RUNNER,
         message=_truncate(
@@ -631,18 +656,25 @@ def _failed(
 
 
 def _table(rows: Iterable[_Result], policy: RoutingPolicy) -> tuple[Candidate, ...]:
-    ordered = sorted(rows, key=lambda r: r.sort_key)[: policy.max_candidates]
-    return tuple(
-        Candidate(
-            runner=r.runner.name,
-            namespace=r.runner.namespace,
-            provider=r.option.provider if r.option else r.runner.provider,
-            mapping_index=r.option.mapping_index if r.option else None,
-            model=r.model if r.option else None,
-            reason=_truncate(r.reason, 160),
+    """The closest ``policy.max_candidates`` rows as the candidate table."""
+    limit = policy.max_candidates
+    return _candidates(heapq.nsmallest(limit, rows)) if limit > 0 else ()
+
+
+def _candidates(ordered: Iterable[_Result]) -> tuple[Candidate, ...]:
+    rows = []
+    for _, _, namespace, name, reason, option, model, runner in ordered:
+        rows.append(
+            Candidate(
+                runner=name,
+                namespace=namespace,
+                provider=option.provider if option else runner.provider,
+                mapping_index=option.mapping_index if option else None,
+                model=model if option else None,
+                reason=_truncate(reason, 160),
+            )
         )
-        for r in ordered
-    )
+    return tuple(rows)
 
 
 def _iso(moment: dt.datetime) -> str:
