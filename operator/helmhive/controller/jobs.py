@@ -30,6 +30,7 @@ Every status write is conditional on the ``resourceVersion`` the decision was ma
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import logging
 from collections.abc import Callable, Mapping
@@ -44,7 +45,7 @@ from helmhive.api.memory import WorkspaceSpec
 from helmhive.api.reasons import Reason
 from helmhive.controller import metrics
 from helmhive.controller.deadlines import KeyedLocks
-from helmhive.controller.kube import Conflict, NotFound
+from helmhive.controller.kube import Conflict, KubeError, NotFound
 from helmhive.controller.profiles import decide_profile_body, format_violations
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.revisions import profile_hash, revision_name
@@ -70,10 +71,13 @@ AGENT_JOB = kind_by_name("AgentJob")
 PROFILE = kind_by_name("Profile")
 WORKSPACE = kind_by_name("Workspace")
 _CONFLICT_RETRIES = 5
+_RETRY_SECONDS = 5.0
 log = logging.getLogger("helmhive.controller.jobs")
 
 JobKey = tuple[str, str]
 Expect = Callable[[Reference], None]
+Handoff = Callable[[Mapping[str, Any], dict[str, Any], list[dict[str, Any]] | None], None]
+"""``(job, binding, conditions)``: the job, its ``status.profile``, its cleared conditions (None: unchanged)."""
 
 
 class FailClosed(Exception):
@@ -181,6 +185,8 @@ class JobQueue:
         self.runtime = runtime
         self.room: WaitingRoom[JobKey] = WaitingRoom()
         self.locks = KeyedLocks()
+        self.handoff: Handoff | None = None
+        """Takes a bound job to routing, which writes binding and decision in one status write."""
 
     @staticmethod
     def _entry(key: JobKey) -> tuple[str, str, str]:
@@ -222,6 +228,17 @@ class JobQueue:
                     return
         raise Conflict(409, f"agentjob {key[0]}/{key[1]} kept changing while it was queued")
 
+    async def queue_or_retry(self, body: Mapping[str, Any]) -> None:
+        """:meth:`queue`, and on an API error queue it again later (Kopf does not retry event handlers)."""
+        meta = body["metadata"]
+        key: JobKey = (str(meta["namespace"]), str(meta["name"]))
+        try:
+            await self.queue(body)
+        except KubeError as err:
+            log.warning("job %s/%s: queue step failed (%s); retrying", *key, err, extra=_ref(key))
+            retry = self.runtime.clock() + dt.timedelta(seconds=_RETRY_SECONDS)
+            self.runtime.deadlines.at(self._entry(key), retry, functools.partial(self.requeue, key))
+
     async def _once(self, key: JobKey, body: Mapping[str, Any]) -> bool:
         """Decide and write once; False when the write lost a race (the caller re-reads)."""
         if not decide_needs_binding(body):
@@ -240,8 +257,13 @@ class JobQueue:
             reason, message = missing.final_reason, missing.message
         else:
             self.forget(key)
-            patch: dict[str, Any] = {"profile": binding}
             cleared = build_bound_conditions(status.get("conditions"))
+            if self.handoff is not None:
+                # Routing writes the binding with its decision: one conditional status write per job.
+                self.handoff(body, binding, cleared)
+                log.info("job %s/%s bound to profile revision %s", *key, binding["revision"], extra=_ref(key))
+                return True
+            patch: dict[str, Any] = {"profile": binding}
             if cleared is not None:
                 patch["conditions"] = cleared
             if not await self._write(key, meta, patch):
@@ -293,10 +315,16 @@ def register(runtime: Runtime) -> JobQueue:
     """Register the queue step's handlers; return the queue (tests read its waiting room)."""
     jobs = JobQueue(runtime)
 
-    @kopf.on.resume(GROUP, VERSION, "agentjobs")
-    @kopf.on.create(GROUP, VERSION, "agentjobs")
-    async def job_queued(body: kopf.Body, **_: Any) -> None:
-        await jobs.queue(body)
+    # An event handler, not on.create/on.resume: those make Kopf patch its bookkeeping annotations
+    # onto every job (a mutating call per job). Events include the initial listing after a restart,
+    # and binding is idempotent (a bound job is skipped), so nothing is lost.
+    @kopf.on.event(GROUP, VERSION, "agentjobs")
+    async def job_queued(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        if event.get("type") == "DELETED":
+            meta = body["metadata"]
+            jobs.forget((str(meta["namespace"]), str(meta["name"])))
+        elif decide_needs_binding(body):
+            await jobs.queue_or_retry(body)
 
     @kopf.on.event(GROUP, VERSION, "workspaces")
     async def wake_jobs_on_workspace(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:

@@ -2,37 +2,50 @@
 
 The runner re-checks each MemoryRecord named at queue time when it starts the job and reports
 what it injected and what it dropped, and why, in ``status.result.memory`` (with
-``Running=True``). One Kopf handler on changes of that field builds the record
-(:func:`helmhive.policy.memory_audit.build_memory_report_audit`) and creates it. Kopf keeps the
-last handled report in the job's ``last-handled-configuration`` annotation, so a report written
-while the operator was down is recorded when it starts, and one recorded is not recorded again;
-the record's name is deterministic per job and attempt, so a retry is a harmless 409.
+``Running=True``). An event handler on AgentJobs builds the record
+(:func:`helmhive.policy.memory_audit.build_memory_report_audit`) and creates it.
+
+Its name is deterministic per job and attempt. The handler remembers the names it recorded (or
+found) in memory, so later events of the same job cost nothing; a name it has not seen since it
+started (a report written while the operator was down, or before a restart) is read first and
+created only if missing. An event handler rather than Kopf's ``on.update``: that one would make
+Kopf patch its last-handled-configuration annotation onto every job, a mutating call per job.
 
 The queue-time record (what routing chose) is written by :mod:`helmhive.controller.routing`.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
-from helmhive.api.kinds import GROUP, VERSION
+from helmhive.api.kinds import GROUP, VERSION, kind_by_name
 from helmhive.controller.audit import ensure_audit
-from helmhive.controller.kube import Conflict
+from helmhive.controller.kube import Conflict, NotFound
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.memory_audit import build_memory_report_audit
 
-__all__ = ["ensure_memory_report_audit", "register"]
+__all__ = ["MemoryReports", "ensure_memory_report_audit", "register"]
+
+AUDIT = kind_by_name("AuditRecord")
+_REMEMBERED = 65536
 
 
-async def ensure_memory_report_audit(runtime: Runtime, job: Mapping[str, Any]) -> bool:
+async def ensure_memory_report_audit(runtime: Runtime, job: Mapping[str, Any], *, check_first: bool = False) -> bool:
     """Record the memory ``job``'s runner reported; False if there is none or it was recorded before."""
     now = runtime.clock()
     record = build_memory_report_audit(job=job, now=now)
     if record is None:
         return False
+    if check_first:
+        try:
+            await runtime.kube.get(AUDIT, record["metadata"]["name"], namespace=record["metadata"]["namespace"])
+            return False
+        except NotFound:
+            pass
     meta = job.get("metadata") or {}
     involved = {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -46,10 +59,33 @@ async def ensure_memory_report_audit(runtime: Runtime, job: Mapping[str, Any]) -
     return True
 
 
-def register(runtime: Runtime) -> None:
-    """Register the handler that audits each runner's memory report."""
+class MemoryReports:
+    """Which reports this process has recorded (bounded; the oldest are forgotten first)."""
 
-    @kopf.on.update(GROUP, VERSION, "agentjobs", id="memory-report", field="status.result.memory")
-    async def memory_reported(body: kopf.Body, new: Any, **_: Any) -> None:
-        if new:
-            await ensure_memory_report_audit(runtime, body)
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.recorded: OrderedDict[str, None] = OrderedDict()
+
+    async def observe(self, body: Mapping[str, Any]) -> None:
+        record = build_memory_report_audit(job=body, now=self.runtime.clock())
+        if record is None:
+            return
+        name = f"{record['metadata']['namespace']}/{record['metadata']['name']}"
+        if name in self.recorded:
+            return
+        await ensure_memory_report_audit(self.runtime, body, check_first=True)
+        self.recorded[name] = None
+        if len(self.recorded) > _REMEMBERED:
+            self.recorded.popitem(last=False)
+
+
+def register(runtime: Runtime) -> MemoryReports:
+    """Register the handler that audits each runner's memory report."""
+    reports = MemoryReports(runtime)
+
+    @kopf.on.event(GROUP, VERSION, "agentjobs", id="memory-report")
+    async def memory_reported(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        if event.get("type") != "DELETED" and ((body.get("status") or {}).get("result") or {}).get("memory"):
+            await reports.observe(body)
+
+    return reports

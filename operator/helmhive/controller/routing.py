@@ -199,6 +199,9 @@ class Router:
         self.dirty: dict[JobKey, str] = {}
         self.ready = asyncio.Event()
         self.bodies: dict[JobKey, dict[str, Any]] = {}
+        # Bindings made by the queue step that this process writes together with the decision.
+        self.unwritten: dict[JobKey, dict[str, Any]] = {}
+        self.rebind: Callable[[JobKey], Coroutine[Any, Any, None]] | None = None
         # Slots this process assigned that the jobs index may not show yet.
         self.pending: dict[JobKey, RunnerKey] = {}
         self.pending_by_runner: dict[RunnerKey, set[JobKey]] = {}
@@ -240,10 +243,46 @@ class Router:
     def changed_topology(self) -> None:
         self.topology += 1
 
+    def submit_bound(
+        self, body: Mapping[str, Any], binding: dict[str, Any], conditions: list[dict[str, Any]] | None
+    ) -> None:
+        """The queue step bound ``body``: route it, writing the binding with the decision in one write.
+
+        The decision is made on the job as read plus its binding, and written conditional on the
+        job's ``resourceVersion`` as read, so the binding is still the exact revision and
+        snapshot chosen at queue time, and a job that changed meanwhile is bound again.
+        """
+        bound = _copy(body)
+        bound["status"]["profile"] = binding
+        if conditions is not None:
+            bound["status"]["conditions"] = conditions
+        key: JobKey = (str(bound["metadata"].get("namespace", "")), str(bound["metadata"].get("name", "")))
+        if not decide_needs_routing(bound):
+            return
+        self.bodies[key] = bound
+        self.unwritten[key] = binding
+        self.enqueue(key, "bound")
+
+    def _bound_in_memory(self, key: JobKey, event_type: str | None, body: Mapping[str, Any]) -> bool:
+        """True when ``body`` is the very copy whose binding waits in memory to be written (nothing to do)."""
+        if key not in self.unwritten:
+            return False
+        stored = self.bodies.get(key)
+        same = stored is not None and stored["metadata"].get("resourceVersion") == (body.get("metadata") or {}).get(
+            "resourceVersion"
+        )
+        if same and event_type != "DELETED":
+            return True
+        # The job changed (or was written by someone else): the queue step decides it again.
+        self.unwritten.pop(key, None)
+        return False
+
     def observe_job(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         """React to one AgentJob watch event: queue it, release a reservation, or free capacity."""
         meta = body.get("metadata") or {}
         key: JobKey = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        if self._bound_in_memory(key, event_type, body):
+            return
         status = body.get("status") or {}
         deleted = event_type == "DELETED"
         if deleted or status.get("assignment"):
@@ -263,7 +302,7 @@ class Router:
         elif status.get("routing"):
             self._recover_audits(key, body)
         if deleted or not decide_needs_routing(body):
-            self.bodies.pop(key, None)
+            self._forget_body(key)
             self._stop_waiting(key)
             return
         self.bodies[key] = _copy(body)
@@ -339,6 +378,10 @@ class Router:
                 jobs.discard(key)
                 if not jobs:
                     del self.pending_by_runner[runner]
+
+    def _forget_body(self, key: JobKey) -> None:
+        self.bodies.pop(key, None)
+        self.unwritten.pop(key, None)
 
     def _stop_waiting(self, key: JobKey) -> None:
         waiting = self.waiting.pop(key, None)
@@ -426,14 +469,15 @@ class Router:
         """Decide and write one job (see the module docstring)."""
         body = self.bodies.get(key)
         if body is None or not decide_needs_routing(body):
-            self.bodies.pop(key, None)
+            self._forget_body(key)
             return
         job = parse_job(body)
         if job is None:
             log.warning("job %s/%s has an unusable spec or profile binding; not routed", *key, extra=_ref(key))
-            self.bodies.pop(key, None)
+            self._forget_body(key)
             return
-        waiting_already = _waiting_reason(job)
+        binding = self.unwritten.get(key)
+        waiting_already = binding is None and _waiting_reason(job)
         backoff = trigger == "backoff"
         async with self.lock:
             decision = self.decide(job, attempts=job.attempts)
@@ -457,12 +501,15 @@ class Router:
             memory_ids=memory_ids,
             now=now,
         )
+        if binding is not None:
+            status["profile"] = binding
         if decision.outcome is not RouteOutcome.WAITING:
             self._mark_audited(key)  # this process audits it; its own watch event needs no recovery check
         updated = await self._write(job, status)
         if updated is None:
             self.audited.pop(key, None)
             return
+        self.unwritten.pop(key, None)
         if decision.choice is not None:
             self.holding[key] = decision.choice.runner_key
             metrics.observe_assigned(updated, job_kind=job.spec.job_kind, provider=decision.choice.provider, now=now)
@@ -475,7 +522,7 @@ class Router:
             if decide_needs_routing(updated):
                 self.bodies[key] = _copy(updated)
             else:
-                self.bodies.pop(key, None)
+                self._forget_body(key)
         self._count(decision)
         self._spawn(self.write_audits(_copy(updated), check_first=False))
 
@@ -497,7 +544,7 @@ class Router:
             await self._reread(key)
         except NotFound:
             self._release(key)
-            self.bodies.pop(key, None)
+            self._forget_body(key)
             self._stop_waiting(key)
         except KubeError as err:
             self._release(key)
@@ -506,16 +553,21 @@ class Router:
         return None
 
     async def _reread(self, key: JobKey) -> None:
+        if self.unwritten.pop(key, None) is not None and self.rebind is not None:
+            # The binding was never written: the queue step binds the job as it is now.
+            self._forget_body(key)
+            self._spawn(self.rebind(key))
+            return
         try:
             fresh = await self.runtime.kube.get(AGENT_JOB, key[1], namespace=key[0])
         except NotFound:
-            self.bodies.pop(key, None)
+            self._forget_body(key)
             return
         if decide_needs_routing(fresh):
             self.bodies[key] = fresh
             self.enqueue(key, "conflict")
         else:
-            self.bodies.pop(key, None)
+            self._forget_body(key)
 
     def _wait(self, key: JobKey, decision: RoutingDecision) -> None:
         waiting = self.waiting.get(key)
