@@ -202,8 +202,11 @@ def mint_runners(api: client.ApiClient, count: int) -> list[SimRunner]:
 # 3. The burst ----------------------------------------------------------------------------------
 
 
-async def burst(admin: httpx.AsyncClient, *, jobs: int, limit: float) -> dict[str, Any]:  # noqa: PLR0915
-    """Create ``jobs`` AgentJobs and watch until every one is assigned (or the timeout)."""
+async def burst(admin: httpx.AsyncClient, *, jobs: int, limit: float, rate: float = 0.0) -> dict[str, Any]:  # noqa: PLR0915
+    """Create ``jobs`` AgentJobs and watch until every one is assigned (or the timeout).
+
+    ``rate`` > 0 paces the creates at that many a second (steady arrival) instead of a burst.
+    """
     created: dict[str, float] = {}
     bound: dict[str, float] = {}
     assigned: dict[str, float] = {}
@@ -250,7 +253,16 @@ async def burst(admin: httpx.AsyncClient, *, jobs: int, limit: float) -> dict[st
             created[name] = time.monotonic()
 
     started = time.monotonic()
-    await asyncio.gather(*(create(f"job-{i:05d}") for i in range(jobs)))
+    if rate > 0:
+        pending = []
+        for i in range(jobs):
+            await asyncio.sleep(max(0.0, started + i / rate - time.monotonic()))
+            pending.append(asyncio.create_task(create(f"job-{i:05d}")))
+            if i % max(1, int(rate * 10)) == 0:
+                print(f"  {i} of {jobs} jobs created at {rate:g}/s, {len(assigned)} assigned", flush=True)
+        await asyncio.gather(*pending)
+    else:
+        await asyncio.gather(*(create(f"job-{i:05d}") for i in range(jobs)))
     created_all = time.monotonic() - started
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(watcher, limit)
@@ -431,8 +443,9 @@ async def run(  # noqa: PLR0915
             writes_before = await write_counts(admin)
             cpu_before = cpu_seconds(operator.pid)
             rss_before = rss_kib(operator.pid)
-            print(f"creating {args.jobs} jobs ...", flush=True)
-            result["burst"] = await burst(admin, jobs=args.jobs, limit=args.timeout)
+            pace = f"at {args.rate:g} a second" if args.rate else "as fast as the client can"
+            print(f"creating {args.jobs} jobs {pace} ...", flush=True)
+            result["burst"] = await burst(admin, jobs=args.jobs, limit=args.timeout, rate=args.rate)
             # Audits are written off the assignment path: count the writes once every one is there.
             audits_url = f"{GROUP_PATH}/namespaces/{NS}/auditrecords"
             selector = {"labelSelector": "helmhive.dev/audit-action=JobRouted"}
@@ -474,7 +487,8 @@ def render(result: dict[str, Any]) -> str:
     rss = result["operator_rss_kib"]
     lines = [
         f"{b['jobs']} jobs over {args['runners']} runners x {args['concurrency']} slots; operator QPS "
-        f"{args['qps']:g} burst {args['burst']}",
+        f"{args['qps']:g} burst {args['burst']}; "
+        + (f"steady arrival at {args['rate']:g} jobs/s" if args.get("rate") else "one burst"),
         f"raw status patches by a plain client: {raw['parallel']:.0f}/s with {raw['writers']} in flight, "
         f"{raw['sequential']:.0f}/s one at a time",
         f"assigned {b['assigned']}/{b['jobs']} in {b['wall_seconds']:.1f} s from the first create "
@@ -525,8 +539,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--runners", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=10, help="slots per runner (pool and report)")
-    parser.add_argument("--qps", type=float, default=50.0, help="the operator's HELMHIVE_ROUTING_QPS")
-    parser.add_argument("--burst", type=int, default=100, help="the operator's HELMHIVE_ROUTING_BURST")
+    parser.add_argument("--qps", type=float, default=200.0, help="the operator's HELMHIVE_ROUTING_QPS (its default)")
+    parser.add_argument("--burst", type=int, default=400, help="the operator's HELMHIVE_ROUTING_BURST (its default)")
+    parser.add_argument("--rate", type=float, default=0.0, help="create jobs at this steady rate per second (0: burst)")
     parser.add_argument("--writers", type=int, default=8, help="requests in flight for the raw patch rate")
     parser.add_argument("--raw-seconds", type=float, default=20.0)
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for every assignment")
