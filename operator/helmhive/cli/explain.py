@@ -12,8 +12,10 @@ stored decision (``status.routing``, ``status.assignment``, conditions) next to 
 for the runners as they are now, not counting the job against its own runner. For a manifest
 it binds the profile in memory exactly as the queue step would.
 
-Exit status: 0 when the (fresh) decision assigns a runner, 3 when the job would wait for
-capacity, 1 when it fails closed, 2 for a usage error or an unreadable job or manifest.
+Exit status: 0 when the (fresh) decision assigns a runner, 3 when the job would wait (for
+capacity, or at queue time for a Workspace or Profile that does not exist yet), 1 when it fails
+closed, 2 for a usage error or an unreadable job or manifest. No Kopf: the binding is the queue
+step's own :func:`~helmhive.controller.binding.bind_profile`.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-import kopf
 import typer
 import yaml
 from rich.console import Console
@@ -34,7 +35,7 @@ from rich.table import Table
 
 from helmhive.api.job import ChangeStage, ProfileBinding
 from helmhive.api.kinds import kind_by_name
-from helmhive.controller.jobs import FailClosed, bind_profile
+from helmhive.controller.binding import FailClosed, ProfileRevisionPending, bind_profile
 from helmhive.controller.kube import Forbidden, Kube, KubeError, NotFound, load_api_client
 from helmhive.controller.runtime import Runtime, utc_now
 from helmhive.policy.conditions import find_condition
@@ -77,6 +78,10 @@ class OutputFormat(enum.StrEnum):
 
 class _Usage(Exception):
     """A problem with what was asked: printed without a traceback, exit status 2."""
+
+
+class _Waiting(Exception):
+    """The job waits at queue time for a Workspace or Profile that does not exist yet: exit status 3."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -192,9 +197,18 @@ async def explain(*, kube: Kube, job_name: str | None, manifest: dict[str, Any] 
         try:
             status["profile"] = await bind_profile(Runtime(kube=kube), body)
         except FailClosed as closed:
+            if closed.missing is not None:
+                # GitOps order: a reference that does not exist yet is waited for, not a failure.
+                raise _Waiting(
+                    f"the job waits at queue time: {closed.missing.waiting_reason.value}: {closed.message} "
+                    f"(it is bound and routed as soon as that exists; at its deadline, "
+                    f"--reference-wait-seconds after creation, it fails closed {closed.reason.value})"
+                ) from None
             raise _Usage(f"the job fails closed at queue time: {closed.reason.value}: {closed.message}") from None
-        except kopf.TemporaryError as err:
-            raise _Usage(f"the profile cannot be bound yet: {err}") from None
+        except ProfileRevisionPending as pending:
+            raise _Waiting(
+                f"the job waits at queue time: {pending.missing.waiting_reason.value}: {pending.missing.message}"
+            ) from None
         notes.append("profile bound in memory, as the queue step would bind it")
     body["status"] = status
     job = parse_job(body)
@@ -348,6 +362,9 @@ def run(
     except _Usage as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
+    except _Waiting as err:
+        typer.echo(str(err), err=True)
+        raise typer.Exit(3) from None
     except KubeError as err:
         typer.echo(f"error: the API server refused: {err}", err=True)
         raise typer.Exit(2) from None

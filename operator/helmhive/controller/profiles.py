@@ -20,15 +20,13 @@ from pydantic import ValidationError
 
 from helmhive.api.audit import AuditAction, AuditActor, AuditState
 from helmhive.api.kinds import kind_by_name
-from helmhive.api.profile import ProfileSpec
 from helmhive.api.reasons import ConditionType, Reason
 from helmhive.controller.audit import ensure_audit
 from helmhive.controller.kube import Conflict
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.audit import build_audit_record
 from helmhive.policy.conditions import find_condition, set_condition
-from helmhive.policy.envelopes import get_envelope
-from helmhive.policy.profiles import ProfileVerdict, decide_profile
+from helmhive.policy.profiles import decide_profile_body, format_violations
 from helmhive.policy.revisions import (
     LABEL_PROFILE,
     build_profile_revision,
@@ -36,7 +34,6 @@ from helmhive.policy.revisions import (
     profile_hash,
     revision_name,
 )
-from helmhive.policy.violations import Violation
 
 __all__ = ["ACTOR_ANNOTATION", "actor_from", "decide_profile_body", "format_violations", "register"]
 
@@ -44,29 +41,6 @@ PROFILE = kind_by_name("Profile")
 AGENT_JOB = kind_by_name("AgentJob")
 ACTOR_ANNOTATION = "helmhive.dev/changed-by"
 _MESSAGE_LIMIT = 1000
-
-
-def decide_profile_body(spec: Mapping[str, Any]) -> tuple[ProfileSpec | None, ProfileVerdict]:
-    """Parse a Profile spec from the wire and decide it; parse errors become violations."""
-    try:
-        parsed = ProfileSpec.model_validate(dict(spec))
-    except ValidationError as err:
-        violations = tuple(
-            Violation(
-                field_path="spec." + ".".join(str(p) for p in e["loc"]),
-                reason=Reason.INVALID_SPEC,
-                message=str(e["msg"])[:300],
-            )
-            for e in err.errors()
-        )
-        return None, ProfileVerdict(effective=None, violations=violations)
-    return parsed, decide_profile(profile=parsed, envelope=get_envelope(parsed.envelope))
-
-
-def format_violations(violations: tuple[Violation, ...], *, limit: int = _MESSAGE_LIMIT) -> str:
-    """All violations as ``path: Reason: message`` joined by ``; ``, bounded to ``limit``."""
-    text = "; ".join(f"{v.field_path}: {v.reason.value}: {v.message}" for v in violations)
-    return text if len(text) <= limit else text[: limit - 20] + f"… ({len(violations)} in all)"
 
 
 def actor_from(meta: Mapping[str, Any]) -> AuditActor:

@@ -26,18 +26,19 @@ Pure: no I/O, no clock, no Kubernetes client.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 # Typed by types-jsonschema when it is installed; without it the ignore keeps mypy clean.
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped,unused-ignore]
+from pydantic import ValidationError
 
 from helmhive.api.common import FilesystemAccess, NetworkAccess, ToolKind
 from helmhive.api.envelope import EnvelopeClass, EnvelopeSpec, MemoryAccess, OutputContract, OutputFormat
 from helmhive.api.profile import EffectiveProfile, ProfileSpec
 from helmhive.api.reasons import Reason
-from helmhive.policy.envelopes import CAP_WORKSPACE_WRITE, is_review
+from helmhive.policy.envelopes import CAP_WORKSPACE_WRITE, get_envelope, is_review
 from helmhive.policy.violations import Violation, field_path
 
 __all__ = [
@@ -48,6 +49,8 @@ __all__ = [
     "as_profile_spec",
     "compose_output_schema",
     "decide_profile",
+    "decide_profile_body",
+    "format_violations",
 ]
 
 WRITE_TOOLS: frozenset[ToolKind] = frozenset({ToolKind.EDIT, ToolKind.DELETE, ToolKind.MOVE, ToolKind.EXECUTE})
@@ -403,3 +406,29 @@ def _union(first: Sequence[str], second: Sequence[str]) -> list[str]:
 
 def _short(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_MESSAGE_LIMIT = 1000
+
+
+def decide_profile_body(spec: Mapping[str, Any]) -> tuple[ProfileSpec | None, ProfileVerdict]:
+    """Parse a Profile spec from the wire and decide it; parse errors become violations."""
+    try:
+        parsed = ProfileSpec.model_validate(dict(spec))
+    except ValidationError as err:
+        violations = tuple(
+            Violation(
+                field_path="spec." + ".".join(str(p) for p in e["loc"]),
+                reason=Reason.INVALID_SPEC,
+                message=str(e["msg"])[:300],
+            )
+            for e in err.errors()
+        )
+        return None, ProfileVerdict(effective=None, violations=violations)
+    return parsed, decide_profile(profile=parsed, envelope=get_envelope(parsed.envelope))
+
+
+def format_violations(violations: tuple[Violation, ...], *, limit: int = _MESSAGE_LIMIT) -> str:
+    """All violations as ``path: Reason: message`` joined by ``; ``, bounded to ``limit``."""
+    text = "; ".join(f"{v.field_path}: {v.reason.value}: {v.message}" for v in violations)
+    return text if len(text) <= limit else text[: limit - 20] + f"… ({len(violations)} in all)"

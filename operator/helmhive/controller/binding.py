@@ -1,0 +1,133 @@
+"""Binding a job's profile at queue time: the exact revision and snapshot, or why not (yet).
+
+:func:`bind_profile` resolves the job's profile (``spec.profile``, else the Workspace's active
+profile for the job kind), requires it to be Valid at its current revision, and returns the
+``status.profile`` binding: name, revision, hash and the full effective snapshot. It reads the
+Workspace and the Profile and writes nothing, so the operator's queue step
+(:mod:`helmhive.controller.jobs`) and ``helmhive explain-routing`` bind the same way. No Kopf
+here: the CLI imports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from helmhive.api.job import AgentJobSpec
+from helmhive.api.kinds import kind_by_name
+from helmhive.api.memory import WorkspaceSpec
+from helmhive.api.reasons import Reason
+from helmhive.controller.kube import NotFound
+from helmhive.controller.runtime import Runtime
+from helmhive.policy.profiles import decide_profile_body, format_violations
+from helmhive.policy.revisions import profile_hash, revision_name
+from helmhive.policy.waiting import (
+    MissingReference,
+    Reference,
+    missing_profile,
+    missing_profile_binding,
+    missing_workspace,
+    pending_profile_revision,
+)
+
+__all__ = ["Expect", "FailClosed", "ProfileRevisionPending", "bind_profile"]
+
+PROFILE = kind_by_name("Profile")
+WORKSPACE = kind_by_name("Workspace")
+Expect = Callable[[Reference], None]
+
+
+class FailClosed(Exception):
+    """The job cannot be queued: ``reason`` is the fixed name for ``Routed=False``.
+
+    ``missing`` is set when the reason is a reference that does not exist (yet); the queue
+    step waits for it until the job's deadline instead of failing at once.
+    """
+
+    def __init__(self, reason: Reason, message: str, *, missing: MissingReference | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.missing = missing
+
+
+class ProfileRevisionPending(Exception):
+    """The profile is valid, but the revision for its current spec is not written yet."""
+
+    def __init__(self, missing: MissingReference) -> None:
+        super().__init__(missing.message)
+        self.missing = missing
+
+
+def _expect_nothing(_: Reference) -> None:
+    return None
+
+
+def _missing(missing: MissingReference) -> FailClosed:
+    return FailClosed(missing.final_reason, missing.message, missing=missing)
+
+
+async def _resolve_profile_name(runtime: Runtime, spec: AgentJobSpec, namespace: str, expect: Expect) -> str:
+    if spec.profile:
+        return spec.profile
+    absent = missing_workspace(namespace=namespace, name=spec.workspace)
+    expect(absent.reference)
+    try:
+        workspace = await runtime.kube.get(WORKSPACE, spec.workspace, namespace=namespace)
+    except NotFound:
+        raise _missing(absent) from None
+    try:
+        parsed: WorkspaceSpec | None = WorkspaceSpec.model_validate(workspace.get("spec") or {})
+    except ValidationError:
+        parsed = None  # an unreadable Workspace names no profile until it is fixed
+    for binding in parsed.profiles if parsed is not None else ():
+        if binding.job_kind == spec.job_kind:
+            return binding.profile
+    raise _missing(missing_profile_binding(namespace=namespace, workspace=spec.workspace, job_kind=spec.job_kind))
+
+
+async def bind_profile(
+    runtime: Runtime, body: Mapping[str, Any], *, expect: Expect = _expect_nothing
+) -> dict[str, Any]:
+    """Return the ``status.profile`` binding for a queued job; raise FailClosed or ProfileRevisionPending.
+
+    ``expect`` is told about each Workspace or Profile just before it is read.
+    """
+    meta = body["metadata"]
+    namespace = meta["namespace"]
+    try:
+        spec = AgentJobSpec.model_validate(dict(body.get("spec") or {}))
+    except ValidationError as err:
+        raise FailClosed(Reason.INVALID_SPEC, str(err.errors()[0]["msg"])) from None
+    name = await _resolve_profile_name(runtime, spec, namespace, expect)
+    absent = missing_profile(namespace=namespace, name=name)
+    expect(absent.reference)
+    try:
+        profile = await runtime.kube.get(PROFILE, name, namespace=namespace)
+    except NotFound:
+        raise _missing(absent) from None
+    parsed, verdict = decide_profile_body(profile.get("spec") or {})
+    if parsed is None or verdict.effective is None:
+        raise FailClosed(
+            Reason.PROFILE_NOT_VALID, f"profile {name} is not valid: {format_violations(verdict.violations)}"
+        )
+    if parsed.envelope != spec.job_kind:
+        raise FailClosed(
+            Reason.PROFILE_NOT_VALID,
+            f"profile {name} is for envelope {parsed.envelope.value}, not job kind {spec.job_kind.value}",
+        )
+    digest = profile_hash(parsed)
+    status = profile.get("status") or {}
+    if status.get("currentHash") != digest:
+        # The profile reconciler makes the revision; its status write wakes this job.
+        raise ProfileRevisionPending(pending_profile_revision(namespace=namespace, name=name))
+    effective = verdict.effective
+    return {
+        "name": name,
+        "revision": revision_name(name, digest),
+        "hash": digest,
+        "snapshot": effective.to_wire(),
+        "boundAt": runtime.clock().strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
