@@ -210,6 +210,12 @@ def test_install_upgrade_rollback_uninstall(helm: Path, fresh_cluster: devcluste
     assert cluster.get("validatingadmissionpolicies,validatingadmissionpolicybindings", "-l", selector)["items"] == []
     assert cluster.get("deployments,services,serviceaccounts", "-n", NS, "-l", selector)["items"] == []
 
+    # The same release name installs again over the kept CRDs (Helm takes them over).
+    out = cluster.helm("install", RELEASE, CHART, "-n", NS, "--wait=false")
+    assert "STATUS: deployed" in out
+    assert cluster.exists("workspace", "shop", "-n", "team-a")
+    cluster.helm("uninstall", RELEASE, "-n", NS)
+
 
 def _helm_test_script(urls: str, *, timeout: float) -> subprocess.CompletedProcess[str]:
     """Run the ``helm test`` pod's script here, as the pod does (``python3 -c <script>``)."""

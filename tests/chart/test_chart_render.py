@@ -143,6 +143,7 @@ def test_the_default_operator_is_restricted_and_wired_to_its_services(helm: Path
     defaults = RouterSettings()
     env = _env(container)
     assert env["HELMHIVE_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert (env["HELMHIVE_ROUTING_WORKERS"], env["HELMHIVE_ROUTING_QPS"], env["HELMHIVE_ROUTING_BURST"]) == (
         str(defaults.workers),
         str(int(defaults.qps)),
@@ -202,8 +203,8 @@ def test_production_values_reach_every_object(helm: Path) -> None:
     env = _env(container)
     assert (env["HELMHIVE_ROUTING_WORKERS"], env["HELMHIVE_ROUTING_QPS"], env["HELMHIVE_ROUTING_BURST"]) == (
         "16",
-        "100",
-        "200",
+        "400",
+        "800",
     )
     assert env["HTTPS_PROXY"] == "http://proxy.example.com:3128"
     template = deployment["spec"]["template"]["metadata"]
