@@ -106,7 +106,7 @@ def test_settings_come_from_the_environment() -> None:
         {"HELMHIVE_ROUTING_QPS": "5", "HELMHIVE_ROUTING_BURST": "7", "HELMHIVE_ROUTING_CAPACITY_DEADLINE_SECONDS": "60"}
     )
     assert (settings.qps, settings.burst, settings.policy.capacity_deadline_seconds) == (5.0, 7, 60.0)
-    assert RouterSettings.from_env({}).qps == 50.0
+    assert RouterSettings.from_env({}) == RouterSettings()  # the defaults (QPS 200, burst 400) are the same
 
 
 @pytest.mark.asyncio
@@ -166,7 +166,7 @@ def test_a_review_knows_the_implementations_provider_before_the_index_does() -> 
     }
     parsed = parse_job(review)
     assert parsed is not None
-    assert r._avoid_provider(parsed) == "anthropic"
+    assert r.decide(parsed, attempts=0).avoided_provider == "anthropic"
     # Once the implementation's own event shows its assignment, the index has it.
     implementation = job("impl", runner="r1")
     implementation["spec"] = {"change": {"name": "ch", "stage": "implementation"}}

@@ -33,7 +33,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from helmhive.api.job import ChangeStage, ProfileBinding
+from helmhive.api.job import ProfileBinding
 from helmhive.api.kinds import kind_by_name
 from helmhive.controller.binding import FailClosed, ProfileRevisionPending, bind_profile
 from helmhive.controller.kube import Forbidden, Kube, KubeError, NotFound, load_api_client
@@ -43,17 +43,15 @@ from helmhive.policy.memory import select_memory
 from helmhive.policy.routing import (
     RouteOutcome,
     RoutingDecision,
-    RoutingJob,
-    RunnerKey,
-    RunnerView,
-    SessionBindingView,
-    decide_route,
 )
 from helmhive.policy.routing_inputs import (
     QueuedJob,
+    RouteInputs,
+    build_route_inputs,
     build_runner_views,
     decide_active_jobs,
     decide_implementation_provider,
+    decide_job_route,
     parse_job,
     parse_memory_record,
     parse_pool,
@@ -215,18 +213,9 @@ async def explain(*, kube: Kube, job_name: str | None, manifest: dict[str, Any] 
     if job is None:
         raise _Usage("the job's spec or profile binding is not valid")
 
-    views, active, avoid, sessions = await _gather(kube, job, namespace, notes)
+    inputs = await _gather(kube, job, namespace, notes)
     now = utc_now()
-    decision = decide_route(
-        job=RoutingJob(namespace=job.namespace, name=job.name, spec=job.spec),
-        binding=job.binding,
-        runners=views,
-        active_jobs=active,
-        bindings=sessions,
-        now=now,
-        avoid_provider=avoid,
-        attempts=job.attempts,
-    )
+    decision = decide_job_route(inputs, now=now)
     memory_ids: list[str] = []
     if decision.choice is not None:
         records = [r for r in (parse_memory_record(b) for b in await kube.list(MEMORY, namespace)) if r]
@@ -250,10 +239,8 @@ async def explain(*, kube: Kube, job_name: str | None, manifest: dict[str, Any] 
     )
 
 
-async def _gather(
-    kube: Kube, job: QueuedJob, namespace: str, notes: list[str]
-) -> tuple[list[RunnerView], dict[RunnerKey, int], str | None, list[SessionBindingView]]:
-    """What the router would see for ``job``: runner views, active jobs, the avoided provider, sessions."""
+async def _gather(kube: Kube, job: QueuedJob, namespace: str, notes: list[str]) -> RouteInputs:
+    """What the router would see for ``job``, from lists, through the router's own input builder."""
     runners = [f for f in (parse_runner(r) for r in await _list(kube, RUNNER, namespace, notes)) if f]
     pools = {p.key: p for p in (parse_pool(b) for b in await _list(kube, POOL, namespace, notes)) if p}
     jobs = await _list(kube, AGENT_JOB, namespace, notes)
@@ -264,18 +251,15 @@ async def _gather(
     except KubeError:
         labels = None
         notes.append(f"namespace {namespace}: labels unreadable; only pools in it are counted as serving it")
-    views = build_runner_views(runners=runners, pools=pools, job_namespace=namespace, namespace_labels=labels)
-    active = decide_active_jobs(jobs, exclude=[(job.namespace, job.name)])
-    avoid = None
-    if job.spec.change is not None and job.spec.change.stage is ChangeStage.REVIEW:
-        providers = dict(f for f in (decide_implementation_provider(j) for j in jobs) if f)
-        avoid = providers.get((namespace, job.spec.change.name, job.spec.change.iteration))
-    sessions = [
-        v
-        for v in (parse_session_binding(b) for b in await _list(kube, SESSION, namespace, notes))
-        if v and v.workspace == job.spec.workspace and v.profile == job.binding.name
-    ]
-    return views, active, avoid, sessions
+    providers = dict(f for f in (decide_implementation_provider(j) for j in jobs) if f)
+    sessions = [v for v in (parse_session_binding(b) for b in await _list(kube, SESSION, namespace, notes)) if v]
+    return build_route_inputs(
+        job=job,
+        runners=build_runner_views(runners=runners, pools=pools, job_namespace=namespace, namespace_labels=labels),
+        active_jobs=decide_active_jobs(jobs, exclude=[(job.namespace, job.name)]),
+        sessions=sessions,
+        implementation_provider=providers.get,
+    )
 
 
 def _render(explanation: Explanation, console: Console) -> None:

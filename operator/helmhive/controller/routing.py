@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 import os
@@ -58,22 +59,22 @@ from helmhive.policy.memory import NamedMemoryRecord, select_memory
 from helmhive.policy.routing import (
     RouteOutcome,
     RoutingDecision,
-    RoutingJob,
     RoutingPolicy,
     RunnerKey,
     RunnerView,
     SessionBindingView,
     build_status_patch,
-    decide_route,
 )
 from helmhive.policy.routing_audit import build_routing_audits
 from helmhive.policy.routing_inputs import (
     PoolServing,
     QueuedJob,
     RunnerFacts,
+    build_route_inputs,
     build_runner_views,
     decide_assigned_runner,
     decide_implementation_provider,
+    decide_job_route,
     decide_needs_routing,
     parse_job,
     parse_memory_record,
@@ -418,11 +419,7 @@ class Router:
         self._views[namespace] = (self.topology, views)
         return views
 
-    def _avoid_provider(self, job: QueuedJob) -> str | None:
-        change = job.spec.change
-        if change is None or change.stage is not ChangeStage.REVIEW:
-            return None
-        key = (job.namespace, change.name, change.iteration)
+    def _implementation_provider(self, key: tuple[str, str, int]) -> str | None:
         indexed = next(iter(self.implementations.get(key, ())), None)
         # The index learns of an implementation's assignment from its watch event; this process's own
         # write is known at once, so a review queued right behind it cannot miss it.
@@ -432,26 +429,14 @@ class Router:
     def decide(self, job: QueuedJob, *, attempts: int) -> RoutingDecision:
         """The pure decision for ``job`` from the indexes and reservations (call under ``self.lock``)."""
         views = self.runner_views(job.namespace)
-        return decide_route(
-            job=RoutingJob(namespace=job.namespace, name=job.name, spec=job.spec),
-            binding=job.binding,
+        inputs = build_route_inputs(
+            job=dataclasses.replace(job, attempts=attempts) if attempts != job.attempts else job,
             runners=views,
             active_jobs=self.active_jobs(v.key for v in views),
-            bindings=self.session_bindings(job),
-            now=self.runtime.clock(),
-            avoid_provider=self._avoid_provider(job),
-            attempts=attempts,
-            policy=self.settings.policy,
+            sessions=(view for store in self.sessions.values() for view in store),
+            implementation_provider=self._implementation_provider,
         )
-
-    def session_bindings(self, job: QueuedJob) -> list[SessionBindingView]:
-        """Stored session bindings of ``job``'s workspace and profile (decide_route matches the rest of the key)."""
-        return [
-            view
-            for store in self.sessions.values()
-            for view in store
-            if view.workspace == job.spec.workspace and view.profile == job.binding.name
-        ]
+        return decide_job_route(inputs, now=self.runtime.clock(), policy=self.settings.policy)
 
     def memory_ids(self, job: QueuedJob) -> list[str]:
         records = list(self.memory.get(job.namespace, ()))

@@ -11,14 +11,17 @@ run and the real decision see the same facts:
   active jobs per runner, counted from the jobs themselves;
 - :func:`parse_job`, :func:`decide_needs_routing`: a queued job and whether it awaits a decision;
 - :func:`parse_session_binding`: a SessionBinding with a stored session, for the session tie-break;
-- :func:`parse_memory_record`: a MemoryRecord that may be injected (its ``Active`` is not False).
+- :func:`parse_memory_record`: a MemoryRecord that may be injected (its ``Active`` is not False);
+- :func:`build_route_inputs`, :func:`decide_job_route`: the one way both callers turn those facts
+  into a decision for one job (its session bindings, the provider a review avoids).
 
 Nothing here does I/O or reads the clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import datetime as dt
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,18 +36,29 @@ from helmhive.api.runner import AuthState, ReportedStatus, RunnerPoolSpec, Runne
 from helmhive.api.session import SessionBindingSpec
 from helmhive.policy.conditions import find_condition
 from helmhive.policy.memory import NamedMemoryRecord
-from helmhive.policy.routing import RunnerKey, RunnerView, SessionBindingView
+from helmhive.policy.routing import (
+    RoutingDecision,
+    RoutingJob,
+    RoutingPolicy,
+    RunnerKey,
+    RunnerView,
+    SessionBindingView,
+    decide_route,
+)
 
 __all__ = [
     "PoolServing",
     "QueuedJob",
+    "RouteInputs",
     "RunnerFacts",
+    "build_route_inputs",
     "build_runner_view",
     "build_runner_views",
     "decide_active_jobs",
     "decide_assigned_runner",
     "decide_implementation_provider",
     "decide_job_finished",
+    "decide_job_route",
     "decide_needs_routing",
     "decide_pool_serves",
     "match_label_selector",
@@ -425,3 +439,63 @@ def parse_memory_record(body: Mapping[str, Any]) -> NamedMemoryRecord | None:
     if active is not None and active.get("status") == "False":
         return None
     return NamedMemoryRecord(name=str((body.get("metadata") or {}).get("name", "")), spec=spec)
+
+
+ChangeKey = tuple[str, str, int]
+"""(namespace, change, iteration): whose implementation a review must not share a provider with."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RouteInputs:
+    """Everything :func:`decide_route` needs about one job, besides the clock and the policy."""
+
+    job: QueuedJob
+    runners: Sequence[RunnerView]
+    active_jobs: Mapping[RunnerKey, int]
+    bindings: list[SessionBindingView]
+    avoid_provider: str | None
+
+
+def build_route_inputs(
+    *,
+    job: QueuedJob,
+    runners: Sequence[RunnerView],
+    active_jobs: Mapping[RunnerKey, int],
+    sessions: Iterable[SessionBindingView],
+    implementation_provider: Callable[[ChangeKey], str | None],
+) -> RouteInputs:
+    """The inputs of ``job``'s decision: the router builds them from its indexes, explain-routing from lists.
+
+    ``sessions`` may hold every stored binding: only those of the job's workspace and profile
+    are kept (decide_route matches the rest of the key). For a change's review,
+    ``implementation_provider`` names the provider of the same iteration's implementation,
+    which the review avoids.
+    """
+    workspace, profile = job.spec.workspace, job.binding.name
+    change = job.spec.change
+    avoid = None
+    if change is not None and change.stage is ChangeStage.REVIEW:
+        avoid = implementation_provider((job.namespace, change.name, change.iteration))
+    return RouteInputs(
+        job=job,
+        runners=runners,
+        active_jobs=active_jobs,
+        bindings=[v for v in sessions if v.workspace == workspace and v.profile == profile],
+        avoid_provider=avoid,
+    )
+
+
+def decide_job_route(inputs: RouteInputs, *, now: dt.datetime, policy: RoutingPolicy | None = None) -> RoutingDecision:
+    """:func:`decide_route` for the job of ``inputs``."""
+    job = inputs.job
+    return decide_route(
+        job=RoutingJob(namespace=job.namespace, name=job.name, spec=job.spec),
+        binding=job.binding,
+        runners=inputs.runners,
+        active_jobs=inputs.active_jobs,
+        bindings=inputs.bindings,
+        now=now,
+        avoid_provider=inputs.avoid_provider,
+        attempts=job.attempts,
+        policy=policy or RoutingPolicy(),
+    )
