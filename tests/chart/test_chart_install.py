@@ -168,6 +168,15 @@ def test_install_upgrade_rollback_uninstall(helm: Path, fresh_cluster: devcluste
     assert _workers(cluster) == "4"
     wait_for(lambda: _revision(cluster) == "2", timeout=60, describe="the Deployment to roll out revision 2")
 
+    # A RunnerPool spec the CRD refuses: the API server names the field, nothing is created.
+    err = cluster.helm_fails(
+        "upgrade", RELEASE, CHART, "-n", NS, "--reuse-values", "-f", EXAMPLES / "runner-pools.yaml",
+        "--set", "runnerPools[0].spec.concurrency=0", "--wait=false",
+    )  # fmt: skip
+    assert 'RunnerPool.helmhive.dev "reference" is invalid' in err
+    assert "spec.concurrency: Invalid value: 0: spec.concurrency in body should be greater than or equal to 1" in err
+    assert not cluster.exists("runnerpool", "reference", "-n", NS)
+
     # Upgrade to a chart whose CRD changed (and declare a RunnerPool, now that its CRD exists):
     # the CRDs are templates, so helm upgrade applies the new CRD.
     original = _runner_pool_description(cluster)

@@ -196,7 +196,7 @@ def test_production_values_reach_every_object(helm: Path) -> None:
     assert pod["nodeSelector"] == op["nodeSelector"]
     assert pod["tolerations"] == op["tolerations"]
     assert pod["affinity"] == op["affinity"]
-    assert pod["priorityClassName"] == "system-cluster-critical"
+    assert pod["priorityClassName"] == "platform-critical"
     assert container["resources"] == op["resources"]
     assert "--verbose" in container["args"]
     assert "--revision-history=20" in container["args"]
