@@ -7,13 +7,12 @@ identifier: only names, revisions and content hashes.
 
 from __future__ import annotations
 
-import datetime as dt
 import enum
 from typing import Annotated
 
 from pydantic import Field, StringConstraints
 
-from helmhive.api.common import ApiModel, Message, ShortText
+from helmhive.api.common import ApiModel, Message, ShortText, Timestamp
 
 __all__ = ["AuditAction", "AuditActor", "AuditObject", "AuditRecordSpec", "AuditState"]
 
@@ -70,7 +69,7 @@ class AuditRecordSpec(ApiModel):
     action: AuditAction
     actor: AuditActor
     object: AuditObject
-    time: dt.datetime
+    time: Timestamp
     before: AuditState | None = None
     after: AuditState | None = None
     message: Message = ""

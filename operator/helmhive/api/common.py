@@ -41,6 +41,7 @@ __all__ = [
     "SessionPolicy",
     "ShortText",
     "StatusBase",
+    "Timestamp",
     "ToolKind",
     "Url",
     "immutable",
@@ -48,6 +49,13 @@ __all__ = [
 
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+TIMESTAMP_PATTERN = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
+)
+Timestamp = Annotated[dt.datetime, Field(json_schema_extra={"pattern": TIMESTAMP_PATTERN})]
+"""An RFC 3339 time in a spec. The pattern keeps the API server's ``date-time`` (which also takes
+``…ZTjunk`` or a ``+25:00`` offset) to what the operator parses, so a time it admits is a time."""
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)]
 """A Kubernetes object name (DNS-1123 subdomain)."""

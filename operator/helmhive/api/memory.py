@@ -23,6 +23,7 @@ from helmhive.api.common import (
     Sensitivity,
     ShortText,
     StatusBase,
+    Timestamp,
     Url,
 )
 
@@ -97,7 +98,7 @@ class MemoryRecordSpec(ApiModel):
     text: Annotated[str, StringConstraints(min_length=1, max_length=MEMORY_TEXT_MAX)]
     source: MemorySource
     sensitivity: Sensitivity
-    expires_at: dt.datetime | None = None
+    expires_at: Timestamp | None = None
 
 
 class MemoryRecordStatus(StatusBase):

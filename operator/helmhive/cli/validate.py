@@ -85,10 +85,12 @@ def load_documents(*, text: str, file: str) -> tuple[list[SourceDocument], dict[
     try:
         for index, body in enumerate(yaml.load_all(text, Loader=_ManifestLoader)):
             documents.append(SourceDocument(file=file, index=index, body=body))
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, RecursionError) as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if isinstance(exc, RecursionError):
+            problem = "nested too deeply to read (collections inside collections, hundreds of levels)"
         documents.append(
             SourceDocument(
                 file=file,
@@ -102,7 +104,7 @@ def load_documents(*, text: str, file: str) -> tuple[list[SourceDocument], dict[
         for index, node in enumerate(yaml.compose_all(text, Loader=_ManifestLoader)):
             if node is not None:
                 nodes[index] = node
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         pass
     return documents, nodes
 

@@ -14,7 +14,9 @@ For each document, in order:
    (or no group for a Helmhive kind) is ``WrongApiVersion``, and an unknown kind in
    ``helmhive.dev`` is ``UnknownKind``.
 2. **Schema.** The generated CRD schema (:func:`helmhive.api.crdgen.build_offline_schema`)
-   checked with ``jsonschema``, unknown fields refused as ``kubectl apply`` does;
+   checked with ``jsonschema`` as the API server reads it (RE2 patterns, its ``date-time``,
+   null fields pruned: :mod:`helmhive.policy.validate_apiserver`), unknown fields refused as
+   ``kubectl apply`` does;
    plus what the API server adds beyond JSON Schema: the CRDs' create-time CEL rules
    and the uniqueness of keyed lists (``x-kubernetes-list-type: map``).
 3. **Model.** The spec parsed by its pydantic model (catches, for example, timestamps).
@@ -48,7 +50,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # Typed by types-jsonschema when it is installed; without it the ignore keeps mypy clean.
-from jsonschema import Draft202012Validator  # type: ignore[import-untyped,unused-ignore]
 from jsonschema.exceptions import ValidationError as SchemaValidationError  # type: ignore[import-untyped,unused-ignore]
 from pydantic import BaseModel
 from pydantic import ValidationError as ModelValidationError
@@ -65,6 +66,7 @@ from helmhive.api.reasons import Reason
 from helmhive.policy.envelopes import ENVELOPES
 from helmhive.policy.memory import decide_memory_scope
 from helmhive.policy.profiles import decide_profile
+from helmhive.policy.validate_apiserver import ApiServerValidator, api_regex, without_nulls
 from helmhive.policy.violations import PathSegment, Violation, field_path
 
 __all__ = [
@@ -113,9 +115,11 @@ class ValidationIssue:
     line: int | None = None
 
     def render(self) -> str:
-        kind = self.kind or "?"
-        name = self.name or f"#{self.document + 1}"
-        return f"{self.file}:{kind}/{name}: {self.field_path or '-'}: {self.reason.value}: {self.message}"
+        """One line, whatever the input held: control characters are shown escaped."""
+        kind = _one_line(self.kind) or "?"
+        name = _one_line(self.name) or f"#{self.document + 1}"
+        path = _one_line(self.field_path) or "-"
+        return f"{_one_line(self.file)}:{kind}/{name}: {path}: {self.reason.value}: {_one_line(self.message)}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -189,7 +193,12 @@ def validate_documents(
     for doc in documents:
         found = _classify(doc, issues, skipped)
         if found is not None:
-            _check_object(found)
+            try:
+                _check_object(found)
+            except RecursionError:
+                found.spec = None
+                found.issues = []
+                found.issue("", Reason.INVALID_DOCUMENT, "nested too deeply to check (hundreds of levels)")
             objects.append(found)
     _cross_check(objects, external=frozenset(external_profiles))
     for obj in objects:
@@ -284,13 +293,13 @@ def _schema(kind: str) -> dict[str, Any]:
 
 
 @functools.cache
-def _validator(kind: str) -> Draft202012Validator:
-    return Draft202012Validator(_schema(kind))
+def _validator(kind: str) -> Any:
+    return ApiServerValidator(_schema(kind))
 
 
 def _check_object(obj: _Object) -> None:
     validator = _validator(obj.kind)
-    body = obj.doc.body
+    body = without_nulls(_schema(obj.kind), obj.doc.body)
     schema_errors = sorted(validator.iter_errors(body), key=lambda e: [str(p) for p in e.absolute_path])
     for error in schema_errors:
         for violation in _schema_violations(error):
@@ -356,6 +365,7 @@ def _schema_violations(error: SchemaValidationError) -> Iterator[Violation]:
         ),
         "minLength": lambda: "must not be empty" if value == 1 else f"must have at least {value} characters",
         "minItems": lambda: f"must have at least {value} item{'s' if value != 1 else ''}",
+        "format": lambda: f"{_short(repr(instance), 80)} is not a {value} (for example 2027-01-15T00:00:00Z)",
     }
     render = messages.get(str(error.validator))
     yield Violation(
@@ -387,7 +397,7 @@ def cel_rule_supported(rule: str) -> bool:
 def _cel_holds(rule: str, value: Any) -> bool | None:
     """Evaluate a create-time rule of a supported form; None when it does not apply."""
     if (m := _CEL_MATCHES.match(rule)) and isinstance(value, str):
-        return re.search(m.group(1), value) is not None
+        return api_regex(m.group(1)).search(value) is not None
     if "oldSelf" in rule or not isinstance(value, dict):
         return None
     if m := _CEL_CONDITIONAL.match(rule):
@@ -410,7 +420,7 @@ def _key_ok(key: Any, checks: str) -> bool:
         if m is None:
             return True
         op, number, pattern = m.groups()
-        if pattern is not None and re.search(pattern, key) is None:
+        if pattern is not None and api_regex(pattern).search(key) is None:
             return False
         if op == "<=" and len(key) > int(number):
             return False
@@ -618,6 +628,13 @@ def _type_name(value: Any) -> str:
         float: "a number",
         type(None): "null",
     }.get(type(value), type(value).__name__)
+
+
+def _one_line(text: str) -> str:
+    """``text`` with control characters (a newline in a name, say) escaped as Python would."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def _short(text: str, limit: int = _MESSAGE_LIMIT) -> str:
