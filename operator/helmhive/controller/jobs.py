@@ -157,7 +157,8 @@ class JobQueue:
             if self.handoff is not None:
                 # Routing writes the binding with its decision: one conditional status write per job.
                 self.handoff(body, binding, cleared)
-                log.info("job %s/%s bound to profile revision %s", *key, binding["revision"], extra=_ref(key))
+                # Routing writes and audits the binding with its decision; one log line per job is enough.
+                log.debug("job %s/%s bound to profile revision %s", *key, binding["revision"], extra=_ref(key))
                 return True
             patch: dict[str, Any] = {"profile": binding}
             if cleared is not None:
@@ -214,13 +215,19 @@ def register(runtime: Runtime) -> JobQueue:
     # An event handler, not on.create/on.resume: those make Kopf patch its bookkeeping annotations
     # onto every job (a mutating call per job). Events include the initial listing after a restart,
     # and binding is idempotent (a bound job is skipped), so nothing is lost.
-    @kopf.on.event(GROUP, VERSION, "agentjobs")
-    async def job_queued(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        if event.get("type") == "DELETED":
+    # The operator's one event handler on AgentJobs: every step subscribes to runtime.job_events.
+    @kopf.on.event(GROUP, VERSION, "agentjobs", id="agentjob-events")
+    async def agentjob_events(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        await runtime.job_events.dispatch(event.get("type"), body)
+
+    async def job_queued(event_type: str | None, body: Mapping[str, Any]) -> None:
+        if event_type == "DELETED":
             meta = body["metadata"]
             jobs.forget((str(meta["namespace"]), str(meta["name"])))
         elif decide_needs_binding(body):
             await jobs.queue_or_retry(body)
+
+    runtime.job_events.subscribe("queue", job_queued)
 
     @kopf.on.event(GROUP, VERSION, "workspaces")
     async def wake_jobs_on_workspace(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:

@@ -198,14 +198,12 @@ def register(runtime: Runtime, lost: LostJobs | None = None) -> LostJobs:
             for job in lost.held_on(runner):
                 lost.end(job, runner)
 
-    def job_is_on_lost_runner(body: kopf.Body, type: str | None, **_: Any) -> bool:
-        return type != "DELETED" and lost.job_on_lost_runner(body) is not None
-
-    @kopf.on.event(GROUP, VERSION, "agentjobs", when=job_is_on_lost_runner)
-    async def end_job_on_lost_runner(body: kopf.Body, **_: Any) -> None:
-        runner = lost.job_on_lost_runner(body)
+    async def end_job_on_lost_runner(event_type: str | None, body: Mapping[str, Any]) -> None:
+        runner = None if event_type == "DELETED" else lost.job_on_lost_runner(body)
         if runner is not None:
             meta = body["metadata"]
             lost.end((str(meta["namespace"]), str(meta["name"])), runner)
+
+    runtime.job_events.subscribe("lost-runner", end_job_on_lost_runner)
 
     return lost

@@ -5,6 +5,7 @@ what it injected and what it dropped, and why, in ``status.result.memory`` (with
 ``Running=True``). An event handler on AgentJobs builds the record
 (:func:`helmhive.policy.memory_audit.build_memory_report_audit`) and creates it.
 
+It is one step of the operator's AgentJob event handler (:class:`~helmhive.controller.runtime.JobEvents`).
 Its name is deterministic per job and attempt. The handler remembers the names it recorded (or
 found) in memory, so later events of the same job cost nothing; a name it has not seen since it
 started (a report written while the operator was down, or before a restart) is read first and
@@ -19,8 +20,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
-
-import kopf
 
 from helmhive.api.kinds import GROUP, VERSION, kind_by_name
 from helmhive.controller.audit import ensure_audit
@@ -83,9 +82,10 @@ def register(runtime: Runtime) -> MemoryReports:
     """Register the handler that audits each runner's memory report."""
     reports = MemoryReports(runtime)
 
-    @kopf.on.event(GROUP, VERSION, "agentjobs", id="memory-report")
-    async def memory_reported(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        if event.get("type") != "DELETED" and ((body.get("status") or {}).get("result") or {}).get("memory"):
+    async def memory_reported(event_type: str | None, body: Mapping[str, Any]) -> None:
+        if event_type != "DELETED" and ((body.get("status") or {}).get("result") or {}).get("memory"):
             await reports.observe(body)
+
+    runtime.job_events.subscribe("memory-report", memory_reported)
 
     return reports

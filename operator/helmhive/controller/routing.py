@@ -41,7 +41,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,7 +190,7 @@ class Router:
         self.runners: Mapping[Any, Iterable[RunnerFacts]] = {}
         self.pools: Mapping[Any, Iterable[PoolServing]] = {}
         self.namespaces: Mapping[Any, Iterable[dict[str, str]]] = {}
-        self.jobs_by_runner: Mapping[Any, Iterable[JobKey]] = {}
+        self.jobs_by_runner: Mapping[Any, Collection[JobKey]] = {}
         self.memory: Mapping[Any, Iterable[NamedMemoryRecord]] = {}
         self.implementations: Mapping[Any, Iterable[str]] = {}
         self.sessions: Mapping[Any, Iterable[SessionBindingView]] = {}
@@ -402,7 +402,8 @@ class Router:
         for runner in runners:
             indexed = self.jobs_by_runner.get(runner, ())
             pending = self.pending_by_runner.get(runner)
-            total = len(set(indexed) | pending) if pending else len(set(indexed))
+            # A Kopf index store holds one value per job object, so its length is the count.
+            total = len(set(indexed) | pending) if pending else len(indexed)
             if total:
                 counts[runner] = total
         return counts
@@ -741,9 +742,10 @@ def register(runtime: Runtime, router: Router | None = None) -> Router:
         view = parse_session_binding(body)
         return {view.runner_namespace: view} if view is not None else {}
 
-    @kopf.on.event(GROUP, VERSION, "agentjobs")
-    async def route_jobs(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        router.observe_job(event.get("type"), body)
+    async def route_jobs(event_type: str | None, body: Mapping[str, Any]) -> None:
+        router.observe_job(event_type, body)
+
+    runtime.job_events.subscribe("routing", route_jobs)
 
     # Event handlers run after the indexes took the same event in, so cached views are dropped in time.
     @kopf.on.event(GROUP, VERSION, "runners")

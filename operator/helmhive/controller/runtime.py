@@ -8,14 +8,18 @@ against the real test cluster with a clock they control. The one
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+import logging
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from helmhive.controller.deadlines import DeadlineScheduler
 from helmhive.controller.kube import Kube
 from helmhive.policy.waiting import DEFAULT_REFERENCE_WAIT
 
-__all__ = ["Clock", "OperatorConfig", "Runtime", "utc_now"]
+__all__ = ["Clock", "JobEvents", "JobObserver", "OperatorConfig", "Runtime", "utc_now"]
+
+log = logging.getLogger("helmhive.controller.jobs")
 
 Clock = Callable[[], dt.datetime]
 
@@ -64,12 +68,40 @@ class OperatorConfig:
         return f"system:serviceaccount:{self.namespace}:{self.service_account}"
 
 
+JobObserver = Callable[[str | None, Mapping[str, Any]], Awaitable[None]]
+"""Takes one AgentJob watch event: (its type, None for the initial listing; the job)."""
+
+
+class JobEvents:
+    """The operator's steps that react to AgentJob events, called in the order they subscribed.
+
+    Kopf builds each handler's arguments and logging context for every event; one handler that
+    calls every step (registered by :mod:`helmhive.controller.jobs`) costs that once per event,
+    not once per step. A step that raises is logged and does not stop the others.
+    """
+
+    def __init__(self) -> None:
+        self.observers: list[tuple[str, JobObserver]] = []
+
+    def subscribe(self, name: str, observer: JobObserver) -> None:
+        self.observers.append((name, observer))
+
+    async def dispatch(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        for name, observer in self.observers:
+            try:
+                await observer(event_type, body)
+            except Exception:
+                meta = body.get("metadata") or {}
+                log.exception("agentjob %s/%s: step %s failed", meta.get("namespace"), meta.get("name"), name)
+
+
 @dataclass(kw_only=True)
 class Runtime:
     kube: Kube
     clock: Clock = utc_now
     config: OperatorConfig = field(default_factory=OperatorConfig)
     deadlines: DeadlineScheduler = field(init=False)
+    job_events: JobEvents = field(default_factory=JobEvents)
 
     def __post_init__(self) -> None:
         self.deadlines = DeadlineScheduler(clock=self.now)
