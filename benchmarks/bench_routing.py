@@ -355,6 +355,49 @@ def time_decide_route(runners: int, repeats: int = 200, decide: Any = decide_rou
 # Orchestration --------------------------------------------------------------------------------------
 
 
+async def restart_and_route_one(
+    workdir: Path,
+    env: dict[str, str],
+    operator: subprocess.Popen[bytes],
+    admin: httpx.AsyncClient,
+    result: dict[str, Any],
+) -> subprocess.Popen[bytes]:
+    """Stop the operator (SIGTERM) and start it again; time its recovery over everything that exists.
+
+    Recovery is measured two ways: until its liveness endpoint answers (Kopf has listed every
+    watched kind and filled the indexes), and until a job created right after the start is
+    assigned (the router decided over the rebuilt indexes, with every earlier job counted).
+    """
+    print("restarting the operator over everything that exists ...", flush=True)
+    operator.terminate()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        operator.wait(timeout=60)
+    started = time.monotonic()
+    fresh, health = start_operator(workdir / "operator.kubeconfig", workdir, env)
+    await asyncio.to_thread(wait, lambda: httpx.get(health, timeout=2).status_code == 200, 600, "liveness again")
+    live = time.monotonic() - started
+    (await admin.post(f"{GROUP_PATH}/namespaces/{NS}/agentjobs", json=job_body("after-restart"))).raise_for_status()
+    while True:
+        job = (await admin.get(f"{GROUP_PATH}/namespaces/{NS}/agentjobs/after-restart")).json()
+        if (job.get("status") or {}).get("assignment") or _routed_false(job):
+            break
+        await asyncio.sleep(0.2)
+    result["restart"] = {
+        "liveness_seconds": live,
+        "first_job_assigned_seconds": time.monotonic() - started,
+        "first_job_outcome": "assigned" if (job.get("status") or {}).get("assignment") else "not assigned",
+        "operator_rss_kib": rss_kib(fresh.pid)[0],
+        "operator_cpu_seconds": cpu_seconds(fresh.pid),
+    }
+    print(f"  {result['restart']}", flush=True)
+    return fresh
+
+
+def _routed_false(job: dict[str, Any]) -> bool:
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Routed" and c.get("status") == "False" for c in conditions)
+
+
 def start_operator(kubeconfig: Path, workdir: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
     health, webhook = free_ports(2)
     log = (workdir / "operator.log").open("wb")
@@ -458,6 +501,17 @@ async def run(  # noqa: PLR0915
             result["operator_rss_kib"] = {"before": rss_before[0], "after": rss_kib(operator.pid)[0],
                                           "peak": rss_kib(operator.pid)[1]}  # fmt: skip
             result["writes"] = dict(writes)
+            if args.idle_seconds > 0:
+                print(f"idle window: {args.idle_seconds:g} s with every job assigned, only heartbeats ...", flush=True)
+                idle_cpu = cpu_seconds(operator.pid)
+                await asyncio.sleep(args.idle_seconds)
+                result["idle"] = {
+                    "seconds": args.idle_seconds,
+                    "operator_cpu_seconds": cpu_seconds(operator.pid) - idle_cpu,
+                    "operator_rss_kib": rss_kib(operator.pid)[0],
+                }
+            if args.restart:
+                operator = await restart_and_route_one(workdir, env, operator, admin, result)
             fleet.stop.set()
             for task in beats:
                 task.cancel()
@@ -510,6 +564,21 @@ def render(result: dict[str, Any]) -> str:
         f"(max jobs on one runner {b['per_runner']['max_jobs_on_one_runner']}, "
         f"runners used {b['per_runner']['runners_used']})",
     ]
+    if "idle" in result:
+        idle = result["idle"]
+        lines.append(
+            f"at rest ({idle['seconds']:g} s, every job assigned, heartbeats only): operator CPU "
+            f"{idle['operator_cpu_seconds']:.2f} s "
+            f"({100 * idle['operator_cpu_seconds'] / idle['seconds']:.1f}% of a core), "
+            f"RSS {idle['operator_rss_kib'] / 1024:.0f} MiB"
+        )
+    if "restart" in result:
+        again = result["restart"]
+        lines.append(
+            f"restart over everything: live after {again['liveness_seconds']:.1f} s, a new job "
+            f"{again['first_job_outcome']} {again['first_job_assigned_seconds']:.1f} s after the start; "
+            f"RSS {again['operator_rss_kib'] / 1024:.0f} MiB, CPU {again['operator_cpu_seconds']:.1f} s"
+        )
     for timing in result["decide_route"]:
         lines.append(
             f"decide_route alone, {timing['runners']} runners: "
@@ -547,6 +616,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for every assignment")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--decide-only", action="store_true", help="only time decide_route (no cluster)")
+    parser.add_argument("--idle-seconds", type=float, default=0.0, help="then measure operator CPU at rest")
+    parser.add_argument("--restart", action="store_true", help="then restart the operator and time its recovery")
     args = parser.parse_args()
     if args.decide_only:
         print_decide_times()
