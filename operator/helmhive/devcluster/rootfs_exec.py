@@ -34,15 +34,37 @@ def _mount(*args: str) -> None:
     subprocess.run(["mount", *args], check=True)
 
 
-def _inside(root: Path, path: str) -> Path:
-    target = root / path.lstrip("/")
-    if ".." in Path(path).parts:
-        raise SystemExit(f"rootfs_exec: a mount target may not contain '..': {path}")
-    return target
+def inside(root: Path, path: str, *, hops: int = 32) -> Path:
+    """``path`` of the tree at ``root`` as a host path, following the tree's symlinks inside it.
+
+    Symlinks are resolved as if ``root`` were ``/`` (Debian's ``/var/run -> /run`` would
+    otherwise point at the host's ``/run``); ``..`` never climbs above ``root``.
+    """
+    resolved = root
+    todo = [part for part in Path(path).parts if part not in ("/", "")]
+    while todo:
+        part = todo.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            resolved = resolved.parent if resolved != root else root
+            continue
+        candidate = resolved / part
+        if candidate.is_symlink():
+            hops -= 1
+            if hops < 0:
+                raise SystemExit(f"rootfs_exec: too many symlinks in {path}")
+            link = Path(candidate.readlink())
+            todo = [p for p in link.parts if p not in ("/", "")] + todo
+            if link.is_absolute():
+                resolved = root
+            continue
+        resolved = candidate
+    return resolved
 
 
 def _mount_point(root: Path, path: str, *, file: bool) -> Path:
-    target = _inside(root, path)
+    target = inside(root, path)
     if file:
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.exists():
@@ -75,9 +97,9 @@ def setup(spec: dict[str, Any]) -> None:
     (root / "dev" / "shm").mkdir()
     _mount("-t", "tmpfs", "-o", "mode=1777,nosuid,nodev", "shm", str(root / "dev" / "shm"))
     for path in tmpfs:
-        _mount("-t", "tmpfs", "-o", "mode=1777,nosuid,nodev", "tmpfs", str(_inside(root, path)))
+        _mount("-t", "tmpfs", "-o", "mode=1777,nosuid,nodev", "tmpfs", str(inside(root, path)))
     for bind in binds:
-        target = str(_inside(root, bind["target"]))
+        target = str(inside(root, bind["target"]))
         _mount("--bind", bind["source"], target)
         if bind.get("read_only"):
             _mount("-o", "remount,bind,ro", target)
