@@ -11,7 +11,7 @@ from helmhive.runner.adapters.base import CancelOrigin, TurnOutcome, TurnResult
 from helmhive.runner.jobstatus import (
     CancelCause,
     JobAction,
-    Verdict,
+    JobEnding,
     build_final_status,
     build_running_status,
     decide_job_action,
@@ -139,7 +139,7 @@ def test_running_then_final_status() -> None:
     assert running["session"] == {"mode": "fresh"}
     job["status"].update(running)
     later = NOW + dt.timedelta(seconds=5)
-    verdict = Verdict(succeeded=True, reason="Completed", message="done")
+    verdict = JobEnding(succeeded=True, reason="Completed", message="done")
     final = build_final_status(job=job, verdict=verdict, result={"summary": "hi"}, now=later)
     by_type = {c["type"]: c for c in final["conditions"]}
     assert {t: (c["status"], c["reason"]) for t, c in by_type.items() if t != "Routed"} == {

@@ -19,12 +19,12 @@ from helmhive.runner.adapters.claude_cli import decide_auth_status, parse_model_
 from helmhive.runner.config import ConfigError, RunnerFileConfig, load_config
 from helmhive.runner.control import (
     ControlAction,
-    RunnerView,
+    ControlFields,
     accepts_jobs,
     decide_control_action,
     decide_control_state,
     decide_startup,
-    runner_view,
+    read_control_fields,
 )
 from helmhive.runner.credentials import CredentialHolder, read_revoked_generation, write_revoked_generation
 from helmhive.runner.heartbeat import build_lease, micro_time
@@ -182,7 +182,7 @@ def test_fingerprint_is_stable_and_moves_with_the_environment() -> None:
     ids=["nothing", "spec-fallback", "operator-stricter", "spec-stricter", "operator-only", "unknown-fails-closed"],
 )
 def test_control_state(spec: str | None, effective: str | None, expected: ControlState) -> None:
-    assert decide_control_state(view=RunnerView(spec_state=spec, effective_state=effective)) is expected
+    assert decide_control_state(view=ControlFields(spec_state=spec, effective_state=effective)) is expected
 
 
 def test_control_actions() -> None:
@@ -221,8 +221,8 @@ def test_runner_view_reads_spec_status_and_report() -> None:
         "spec": {"controlState": "Draining"},
         "status": {"effectiveControlState": "Disabled", "report": {"credentialGeneration": 4, "registeredAt": "t"}},
     }
-    assert runner_view(obj) == RunnerView("Draining", "Disabled", 4, "t")
-    assert runner_view(None) == RunnerView()
+    assert read_control_fields(obj) == ControlFields("Draining", "Disabled", 4, "t")
+    assert read_control_fields(None) == ControlFields()
 
 
 # -- config --------------------------------------------------------------------------------

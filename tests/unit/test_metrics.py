@@ -295,10 +295,10 @@ def test_a_killed_turn_counts_as_a_turn_a_cancellation_and_a_kill() -> None:
 
 
 class _Process:
-    def __init__(self, view: runner_metrics.RunnerView) -> None:
+    def __init__(self, view: runner_metrics.RunnerGauges) -> None:
         self.view = view
 
-    def metrics_view(self) -> runner_metrics.RunnerView:
+    def metrics_view(self) -> runner_metrics.RunnerGauges:
         return self.view
 
 
@@ -307,7 +307,7 @@ def test_the_runner_gauges_show_its_one_control_state_and_its_slots() -> None:
     assert all(not f.samples for f in state.collect())
     state.bind(
         _Process(
-            runner_metrics.RunnerView(
+            runner_metrics.RunnerGauges(
                 provider="unit-runner",
                 adapter="acp",
                 version="0.1.0",

@@ -18,9 +18,9 @@ from helmhive.policy.routing_inputs import (
     decide_needs_routing,
     decide_pool_serves,
     match_label_selector,
-    parse_job,
     parse_memory_record,
     parse_pool,
+    parse_queued_job,
     parse_runner,
     parse_session_binding,
 )
@@ -256,7 +256,7 @@ def test_a_change_implementation_records_its_provider_for_the_review() -> None:
 
 
 def test_parse_job_refuses_an_unusable_binding() -> None:
-    assert parse_job(job_body("a", profile={"name": "x"})) is None
+    assert parse_queued_job(job_body("a", profile={"name": "x"})) is None
 
 
 def test_only_a_binding_with_a_stored_session_counts_for_the_session_tie_break() -> None:

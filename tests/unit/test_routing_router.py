@@ -13,7 +13,7 @@ import pytest
 
 from helmhive.controller.routing import Router, RouterSettings, TokenBucket, _Waiting
 from helmhive.controller.runtime import Runtime
-from helmhive.policy.routing_inputs import parse_job
+from helmhive.policy.routing_inputs import parse_queued_job
 
 
 def router() -> Router:
@@ -164,7 +164,7 @@ def test_a_review_knows_the_implementations_provider_before_the_index_does() -> 
             "purpose": "p",
         },
     }
-    parsed = parse_job(review)
+    parsed = parse_queued_job(review)
     assert parsed is not None
     assert r.decide(parsed, attempts=0).avoided_provider == "anthropic"
     # Once the implementation's own event shows its assignment, the index has it.

@@ -52,14 +52,14 @@ from helmhive.policy.routing_inputs import (
     decide_active_jobs,
     decide_implementation_provider,
     decide_job_route,
-    parse_job,
     parse_memory_record,
     parse_pool,
+    parse_queued_job,
     parse_runner,
     parse_session_binding,
 )
 
-__all__ = ["OutputFormat", "run"]
+__all__ = ["ExplainFormat", "run"]
 
 AGENT_JOB = kind_by_name("AgentJob")
 RUNNER = kind_by_name("Runner")
@@ -69,7 +69,7 @@ SESSION = kind_by_name("SessionBinding")
 _EXIT = {RouteOutcome.ASSIGNED: 0, RouteOutcome.FAILED: 1, RouteOutcome.WAITING: 3}
 
 
-class OutputFormat(enum.StrEnum):
+class ExplainFormat(enum.StrEnum):
     TABLE = "table"
     JSON = "json"
 
@@ -209,7 +209,7 @@ async def explain(*, kube: Kube, job_name: str | None, manifest: dict[str, Any] 
             ) from None
         notes.append("profile bound in memory, as the queue step would bind it")
     body["status"] = status
-    job = parse_job(body)
+    job = parse_queued_job(body)
     if job is None:
         raise _Usage("the job's spec or profile binding is not valid")
 
@@ -327,7 +327,7 @@ def run(
         Path | None,
         typer.Option("--filename", "-f", metavar="FILE", help="Dry-run this AgentJob manifest instead."),
     ] = None,
-    output: Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json")] = OutputFormat.TABLE,
+    output: Annotated[ExplainFormat, typer.Option("--output", "-o", metavar="table|json")] = ExplainFormat.TABLE,
     kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", metavar="PATH", help="Kubeconfig file.")] = None,
 ) -> None:
     """Explain the routing decision for a job (or a manifest, as a dry run): the choice and every candidate."""
@@ -352,7 +352,7 @@ def run(
     except KubeError as err:
         typer.echo(f"error: the API server refused: {err}", err=True)
         raise typer.Exit(2) from None
-    if output is OutputFormat.JSON:
+    if output is ExplainFormat.JSON:
         typer.echo(json.dumps(explanation.to_json(), indent=2))
     else:
         _render(explanation, Console(width=160))

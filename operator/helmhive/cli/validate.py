@@ -33,7 +33,7 @@ from helmhive.policy.validation import (
 )
 from helmhive.policy.violations import split_field_path
 
-__all__ = ["OutputFormat", "find_line", "load_documents", "load_paths", "run"]
+__all__ = ["ValidateFormat", "find_line", "load_documents", "load_paths", "run"]
 
 _SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -52,7 +52,7 @@ _ManifestLoader.yaml_implicit_resolvers = {
 }
 
 
-class OutputFormat(enum.StrEnum):
+class ValidateFormat(enum.StrEnum):
     TEXT = "text"
     JSON = "json"
 
@@ -163,8 +163,8 @@ def _with_lines(issues: Sequence[ValidationIssue], nodes: dict[tuple[str, int], 
     return out
 
 
-def _emit(report: ValidationReport, issues: list[ValidationIssue], files: int, output: OutputFormat) -> None:
-    if output is OutputFormat.JSON:
+def _emit(report: ValidationReport, issues: list[ValidationIssue], files: int, output: ValidateFormat) -> None:
+    if output is ValidateFormat.JSON:
         payload: dict[str, Any] = {
             "valid": not issues,
             "files": files,
@@ -194,8 +194,8 @@ def run(
         typer.Argument(metavar="PATH", help="Manifest files, or directories searched for *.yaml, *.yml, *.json."),
     ],
     output: Annotated[
-        OutputFormat, typer.Option("--output", "-o", metavar="text|json", help="text, or json for CI.")
-    ] = (OutputFormat.TEXT),
+        ValidateFormat, typer.Option("--output", "-o", metavar="text|json", help="text, or json for CI.")
+    ] = (ValidateFormat.TEXT),
     external_profile: Annotated[
         list[str] | None,
         typer.Option(

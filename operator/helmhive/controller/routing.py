@@ -76,9 +76,9 @@ from helmhive.policy.routing_inputs import (
     decide_implementation_provider,
     decide_job_route,
     decide_needs_routing,
-    parse_job,
     parse_memory_record,
     parse_pool,
+    parse_queued_job,
     parse_runner,
     parse_session_binding,
 )
@@ -458,7 +458,7 @@ class Router:
         if body is None or not decide_needs_routing(body):
             self._forget_body(key)
             return
-        job = parse_job(body)
+        job = parse_queued_job(body)
         if job is None:
             log.warning("job %s/%s has an unusable spec or profile binding; not routed", *key, extra=_ref(key))
             self._forget_body(key)

@@ -33,28 +33,32 @@ from helmhive.api.reasons import ConditionType, Reason
 from helmhive.api.runner import CredentialSpec, RunnerPoolSpec
 from helmhive.controller.audit import ensure_audit
 from helmhive.controller.kube import KubeError, NotFound
-from helmhive.controller.runners import RunnerView, WriteMemo, patch_runners
+from helmhive.controller.runners import ParsedRunner, WriteMemo, patch_runners
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.audit import build_audit_record
 from helmhive.policy.conditions import find_condition, set_condition
 from helmhive.policy.credentials import CredentialDecision, build_credential_hash, decide_credential
 from helmhive.policy.runnerpool import PoolRef, build_pool_objects, decide_pool_name_problem, decide_pruned_objects
-from helmhive.policy.runners import LeaseView, PoolCounts, PoolFacts, Verdict, decide_pool_counts
+from helmhive.policy.runners import ConditionVerdict, LeaseView, PoolCounts, PoolFacts, decide_pool_counts
 
 __all__ = ["POOL", "PoolLoop", "register"]
 
 POOL = kind_by_name("RunnerPool")
 
 
-def _credential_verdict(credential: CredentialSpec, decision: CredentialDecision) -> Verdict:
+def _credential_verdict(credential: CredentialSpec, decision: CredentialDecision) -> ConditionVerdict:
     if credential.secret_ref is None:
         claim = credential.volume.claim_name if credential.volume else "none"
-        return Verdict(status=True, reason=Reason.CREDENTIAL_NOT_REQUIRED, message=f"a login on volume claim {claim}")
+        return ConditionVerdict(
+            status=True, reason=Reason.CREDENTIAL_NOT_REQUIRED, message=f"a login on volume claim {claim}"
+        )
     name = credential.secret_ref.name
     if not decision.available:
         key = f" (key {credential.secret_ref.key})" if credential.secret_ref.key else ""
-        return Verdict(status=False, reason=Reason.CREDENTIAL_MISSING, message=f"Secret {name}{key} is missing")
-    return Verdict(
+        return ConditionVerdict(
+            status=False, reason=Reason.CREDENTIAL_MISSING, message=f"Secret {name}{key} is missing"
+        )
+    return ConditionVerdict(
         status=True, reason=Reason.CREDENTIAL_FOUND, message=f"Secret {name}, generation {decision.generation}"
     )
 
@@ -66,7 +70,7 @@ class PoolLoop:
     runtime: Runtime
     ref: PoolRef
     credential: CredentialDecision
-    ready: Verdict = field(default_factory=lambda: Verdict(status=None, reason=Reason.PENDING))
+    ready: ConditionVerdict = field(default_factory=lambda: ConditionVerdict(status=None, reason=Reason.PENDING))
     applied_digest: str | None = None
     next_apply: float = 0.0
     next_credential_check: float = 0.0
@@ -90,7 +94,7 @@ class PoolLoop:
         self,
         *,
         body: kopf.Body,
-        runners: kopf.Index[tuple[str, str], RunnerView],
+        runners: kopf.Index[tuple[str, str], ParsedRunner],
         leases: kopf.Index[tuple[str, str], LeaseView],
         logger: kopf.Logger,
     ) -> None:
@@ -137,7 +141,7 @@ class PoolLoop:
                 first = err.errors()[0]
                 where = ".".join(str(p) for p in first["loc"])
                 problem = f"spec.{where}: {first['msg']} ({err.error_count()} problem(s))"
-        self.ready = Verdict(status=False, reason=Reason.INVALID_SPEC, message=problem)
+        self.ready = ConditionVerdict(status=False, reason=Reason.INVALID_SPEC, message=problem)
         return None
 
     async def _check_credential(self, spec: RunnerPoolSpec, *, logger: kopf.Logger) -> None:
@@ -215,7 +219,7 @@ class PoolLoop:
                 current = f"{kind} {name}"
                 await self.runtime.kube.delete_object(api_version, kind, name, self.ref.namespace)
         except KubeError as err:
-            self.ready = Verdict(status=False, reason=Reason.APPLY_FAILED, message=f"{current}: {err.message}")
+            self.ready = ConditionVerdict(status=False, reason=Reason.APPLY_FAILED, message=f"{current}: {err.message}")
             logger.warning("pool %s: %s not applied: %s", self.ref.name, current, err.message)
             return
         if digest != self.applied_digest:
@@ -227,7 +231,7 @@ class PoolLoop:
             )
         self.applied_digest = digest
         self.next_apply = clock + self.runtime.config.objects_resync_seconds
-        self.ready = Verdict(status=True, reason=Reason.RECONCILED, message=f"{len(objects)} objects applied")
+        self.ready = ConditionVerdict(status=True, reason=Reason.RECONCILED, message=f"{len(objects)} objects applied")
 
     async def _patch_status(
         self,
@@ -289,7 +293,7 @@ def register(runtime: Runtime) -> None:
         **kwargs: Any,
     ) -> None:
         # Kopf passes each index by its handler's name; they are live views of the watch streams.
-        runners_by_pool: kopf.Index[tuple[str, str], RunnerView] = kwargs["runners_by_pool"]
+        runners_by_pool: kopf.Index[tuple[str, str], ParsedRunner] = kwargs["runners_by_pool"]
         runner_leases: kopf.Index[tuple[str, str], LeaseView] = kwargs["runner_leases"]
         loop = PoolLoop.resume(
             runtime=runtime,

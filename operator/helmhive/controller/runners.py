@@ -42,7 +42,7 @@ from helmhive.policy.runners import (
     decide_runner_transitions,
 )
 
-__all__ = ["RUNNER", "RUNNER_LABEL", "RunnerView", "WriteMemo", "build_lease_view", "build_runner_view", "register"]
+__all__ = ["RUNNER", "RUNNER_LABEL", "ParsedRunner", "WriteMemo", "build_lease_view", "parse_runner_body", "register"]
 
 RUNNER = kind_by_name("Runner")
 RUNNER_LABEL = "helmhive.dev/runner"
@@ -51,7 +51,7 @@ _WARNING_ACTIONS = {AuditAction.RUNNER_REVOKED}
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunnerView:
+class ParsedRunner:
     """A Runner as the derivation needs it, parsed once when its watch event arrives."""
 
     name: str
@@ -85,7 +85,7 @@ def _control_state_manager(managed_fields: Iterable[Mapping[str, Any]]) -> str |
     return best[1] if best else None
 
 
-def build_runner_view(body: Mapping[str, Any]) -> RunnerView | None:
+def parse_runner_body(body: Mapping[str, Any]) -> ParsedRunner | None:
     """Parse a Runner body; None if its spec is unusable. An unparsable report counts as no report."""
     meta = body.get("metadata") or {}
     try:
@@ -98,7 +98,7 @@ def build_runner_view(body: Mapping[str, Any]) -> RunnerView | None:
     except ValidationError:
         raw_status.pop("report", None)
         status = RunnerStatus.model_validate(raw_status)
-    return RunnerView(
+    return ParsedRunner(
         name=str(meta.get("name", "")),
         namespace=str(meta.get("namespace", "")),
         uid=str(meta.get("uid", "")),
@@ -154,7 +154,7 @@ class WriteMemo:
             del self.entries[key]
 
 
-def _audit_record(view: RunnerView, transition: RunnerTransition, pool: str, now: dt.datetime) -> dict[str, Any]:
+def _audit_record(view: ParsedRunner, transition: RunnerTransition, pool: str, now: dt.datetime) -> dict[str, Any]:
     details: dict[str, str] = {"pool": pool}
     actor = None
     report = view.status.report
@@ -183,7 +183,7 @@ def _audit_record(view: RunnerView, transition: RunnerTransition, pool: str, now
 
 async def _write_runner(
     kube: Kube,
-    view: RunnerView,
+    view: ParsedRunner,
     *,
     pool: PoolRef,
     derived: RunnerDerived,
@@ -215,7 +215,7 @@ async def patch_runners(
     runtime: Runtime,
     pool: PoolRef,
     facts: PoolFacts,
-    runners: Iterable[RunnerView],
+    runners: Iterable[ParsedRunner],
     leases: Mapping[tuple[str, str], Iterable[LeaseView]],
     memo: WriteMemo,
     logger: kopf.Logger,
@@ -225,7 +225,7 @@ async def patch_runners(
     grace = dt.timedelta(seconds=runtime.config.runner_grace_seconds)
     clock = time.monotonic()
     results: list[RunnerDerived] = []
-    writes: list[tuple[RunnerView, RunnerDerived, dict[str, Any]]] = []
+    writes: list[tuple[ParsedRunner, RunnerDerived, dict[str, Any]]] = []
     seen: list[str] = []
     for view in runners:
         seen.append(view.name)
@@ -241,7 +241,7 @@ async def patch_runners(
     memo.forget_except(seen)
     gate = asyncio.Semaphore(_WRITERS)
 
-    async def write(view: RunnerView, derived: RunnerDerived, status: dict[str, Any]) -> None:
+    async def write(view: ParsedRunner, derived: RunnerDerived, status: dict[str, Any]) -> None:
         async with gate:
             try:
                 await _write_runner(
@@ -266,8 +266,8 @@ def register(runtime: Runtime) -> None:
 
     # Kopf hands each index to handlers as a keyword argument named by its id.
     @kopf.index(GROUP, VERSION, "runners", id="runners_by_pool")
-    def runners_by_pool(*, body: kopf.Body, **_: Any) -> dict[tuple[str, str], RunnerView]:
-        view = build_runner_view(body)
+    def runners_by_pool(*, body: kopf.Body, **_: Any) -> dict[tuple[str, str], ParsedRunner]:
+        view = parse_runner_body(body)
         if view is None:
             # An empty dict drops the object from the index; None would keep its previous value.
             return {}

@@ -9,7 +9,7 @@ run and the real decision see the same facts:
 - :func:`build_runner_view`, :func:`build_runner_views`: one :class:`RunnerView` per runner;
 - :func:`decide_job_finished`, :func:`decide_assigned_runner`, :func:`decide_active_jobs`:
   active jobs per runner, counted from the jobs themselves;
-- :func:`parse_job`, :func:`decide_needs_routing`: a queued job and whether it awaits a decision;
+- :func:`parse_queued_job`, :func:`decide_needs_routing`: a queued job and whether it awaits a decision;
 - :func:`parse_session_binding`: a SessionBinding with a stored session, for the session tie-break;
 - :func:`parse_memory_record`: a MemoryRecord that may be injected (its ``Active`` is not False);
 - :func:`build_route_inputs`, :func:`decide_job_route`: the one way both callers turn those facts
@@ -62,9 +62,9 @@ __all__ = [
     "decide_needs_routing",
     "decide_pool_serves",
     "match_label_selector",
-    "parse_job",
     "parse_memory_record",
     "parse_pool",
+    "parse_queued_job",
     "parse_runner",
     "parse_session_binding",
 ]
@@ -373,7 +373,7 @@ def decide_needs_routing(body: Mapping[str, Any]) -> bool:
     return routed.get("status") != "False" or routed.get("reason") == Reason.WAITING_FOR_CAPACITY.value
 
 
-def parse_job(body: Mapping[str, Any]) -> QueuedJob | None:
+def parse_queued_job(body: Mapping[str, Any]) -> QueuedJob | None:
     """Parse a job awaiting routing; None when its spec or profile binding is unusable."""
     meta = body.get("metadata") or {}
     status = body.get("status") or {}

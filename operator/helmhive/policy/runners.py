@@ -37,13 +37,13 @@ from helmhive.policy.conditions import set_condition
 
 __all__ = [
     "CONTROL_ORDER",
+    "ConditionVerdict",
     "LeaseView",
     "PoolCounts",
     "PoolFacts",
     "RunnerDerived",
     "RunnerStatusUpdate",
     "RunnerTransition",
-    "Verdict",
     "build_runner_status",
     "decide_authentication",
     "decide_effective_control_state",
@@ -96,7 +96,7 @@ class PoolFacts:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Verdict:
+class ConditionVerdict:
     """One condition's status, fixed reason name and message."""
 
     status: bool | None
@@ -110,9 +110,9 @@ class RunnerDerived:
 
     reported_status: ReportedStatus
     effective_control_state: ControlState
-    online: Verdict
-    authenticated: Verdict
-    schedulable: Verdict
+    online: ConditionVerdict
+    authenticated: ConditionVerdict
+    schedulable: ConditionVerdict
     heartbeat_time: dt.datetime | None
 
     @property
@@ -126,12 +126,14 @@ def decide_effective_control_state(*, pool: ControlState, runner: ControlState |
     return max(states, key=CONTROL_ORDER.index)
 
 
-def decide_heartbeat(*, runner_name: str, lease: LeaseView | None, now: dt.datetime, grace: dt.timedelta) -> Verdict:
+def decide_heartbeat(
+    *, runner_name: str, lease: LeaseView | None, now: dt.datetime, grace: dt.timedelta
+) -> ConditionVerdict:
     """Online if the runner's own Lease was renewed within its duration plus ``grace``."""
     if lease is None:
-        return Verdict(status=False, reason=Reason.LEASE_MISSING, message=f"no Lease {runner_name} exists")
+        return ConditionVerdict(status=False, reason=Reason.LEASE_MISSING, message=f"no Lease {runner_name} exists")
     if lease.holder != runner_name:
-        return Verdict(
+        return ConditionVerdict(
             status=False,
             reason=Reason.HEARTBEAT_STALE,
             message=f"Lease {runner_name} is held by {lease.holder or 'nobody'}, not by the runner",
@@ -139,65 +141,71 @@ def decide_heartbeat(*, runner_name: str, lease: LeaseView | None, now: dt.datet
     expires = lease.expires_at(grace)
     if lease.renew_time is None or expires is None or expires < now:
         renewed = format_time(lease.renew_time) if lease.renew_time else "never"
-        return Verdict(
+        return ConditionVerdict(
             status=False,
             reason=Reason.HEARTBEAT_STALE,
             message=f"Lease last renewed {renewed}; it expired after {lease.duration_seconds}s plus "
             f"{grace.total_seconds():g}s grace",
         )
     # No renew time in the message: it would change the condition, and cost a write, on every renewal.
-    return Verdict(
+    return ConditionVerdict(
         status=True,
         reason=Reason.HEARTBEAT_FRESH,
         message=f"the Lease is renewed within its {lease.duration_seconds}s duration",
     )
 
 
-def decide_authentication(*, report: RunnerReport | None) -> Verdict:
+def decide_authentication(*, report: RunnerReport | None) -> ConditionVerdict:
     """The Authenticated condition, straight from the runner's report."""
     if report is None:
-        return Verdict(status=None, reason=Reason.NEVER_REPORTED, message="the runner has not reported yet")
+        return ConditionVerdict(status=None, reason=Reason.NEVER_REPORTED, message="the runner has not reported yet")
     auth = report.authentication
     detail = f"{auth.reason}: {auth.message}".strip(": ") if (auth.reason or auth.message) else ""
     match auth.state:
         case AuthState.AUTHENTICATED:
-            return Verdict(status=True, reason=Reason.AUTHENTICATED, message=detail)
+            return ConditionVerdict(status=True, reason=Reason.AUTHENTICATED, message=detail)
         case AuthState.FAILING:
-            return Verdict(status=False, reason=Reason.ADAPTER_FAILING, message=detail or "the adapter is failing")
+            return ConditionVerdict(
+                status=False, reason=Reason.ADAPTER_FAILING, message=detail or "the adapter is failing"
+            )
         case AuthState.UNAUTHENTICATED:
-            return Verdict(status=False, reason=Reason.UNAUTHENTICATED, message=detail or "the provider login failed")
+            return ConditionVerdict(
+                status=False, reason=Reason.UNAUTHENTICATED, message=detail or "the provider login failed"
+            )
         case _:
-            return Verdict(status=None, reason=Reason.AUTHENTICATION_UNKNOWN, message=detail)
+            return ConditionVerdict(status=None, reason=Reason.AUTHENTICATION_UNKNOWN, message=detail)
 
 
 def _schedulable(
     *,
     control: ControlState,
     report: RunnerReport | None,
-    online: Verdict,
-    authenticated: Verdict,
+    online: ConditionVerdict,
+    authenticated: ConditionVerdict,
     pool: PoolFacts,
-) -> Verdict:
+) -> ConditionVerdict:
     if control is not ControlState.ACTIVE:
-        return Verdict(status=False, reason=_CONTROL_REASON[control], message=f"the control state is {control.value}")
+        return ConditionVerdict(
+            status=False, reason=_CONTROL_REASON[control], message=f"the control state is {control.value}"
+        )
     if report is None:
-        return Verdict(status=False, reason=Reason.NEVER_REPORTED, message="the runner has not reported yet")
+        return ConditionVerdict(status=False, reason=Reason.NEVER_REPORTED, message="the runner has not reported yet")
     if online.status is not True:
-        return Verdict(status=False, reason=online.reason, message=online.message)
+        return ConditionVerdict(status=False, reason=online.reason, message=online.message)
     if authenticated.status is not True:
-        return Verdict(status=False, reason=authenticated.reason, message=authenticated.message)
+        return ConditionVerdict(status=False, reason=authenticated.reason, message=authenticated.message)
     if not pool.credential_available:
-        return Verdict(
+        return ConditionVerdict(
             status=False, reason=Reason.CREDENTIAL_MISSING, message="the pool's credential Secret is missing"
         )
     if report.credential_generation != pool.credential_generation:
-        return Verdict(
+        return ConditionVerdict(
             status=False,
             reason=Reason.CREDENTIAL_ROTATED,
             message=f"reported with credential generation {report.credential_generation}; "
             f"the pool's credential is generation {pool.credential_generation}",
         )
-    return Verdict(status=True, reason=Reason.SCHEDULABLE, message="Active, Online and Authenticated")
+    return ConditionVerdict(status=True, reason=Reason.SCHEDULABLE, message="Active, Online and Authenticated")
 
 
 def decide_runner_status(

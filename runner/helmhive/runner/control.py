@@ -29,13 +29,13 @@ from helmhive.api.common import ControlState
 
 __all__ = [
     "ControlAction",
-    "RunnerView",
+    "ControlFields",
     "StartupDecision",
     "accepts_jobs",
     "decide_control_action",
     "decide_control_state",
     "decide_startup",
-    "runner_view",
+    "read_control_fields",
 ]
 
 REVOKED_GENERATION_REASON = "RevokedCredentialGeneration"
@@ -55,7 +55,7 @@ class ControlAction(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class RunnerView:
+class ControlFields:
     """What the runner reads from its Runner object."""
 
     spec_state: str | None = None
@@ -64,15 +64,15 @@ class RunnerView:
     registered_at: str | None = None
 
 
-def runner_view(obj: dict[str, Any] | None) -> RunnerView:
+def read_control_fields(obj: dict[str, Any] | None) -> ControlFields:
     """Extract the fields the runner acts on from a Runner object (None: the object is gone)."""
     if not obj:
-        return RunnerView()
+        return ControlFields()
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
     report = status.get("report") or {}
     generation = report.get("credentialGeneration")
-    return RunnerView(
+    return ControlFields(
         spec_state=spec.get("controlState"),
         effective_state=status.get("effectiveControlState"),
         reported_generation=generation if isinstance(generation, int) else None,
@@ -89,7 +89,7 @@ def _parse(value: str | None) -> ControlState | None:
         return ControlState.DISABLED  # an unknown state fails closed
 
 
-def decide_control_state(*, view: RunnerView) -> ControlState:
+def decide_control_state(*, view: ControlFields) -> ControlState:
     """The operator's effective state if it has derived one, else the runner's spec, else Active.
 
     When both are present the more restrictive wins, so a runner never acts more permissively

@@ -49,7 +49,7 @@ from helmhive.runner.jobcontext import JobSession, PreparedJob, prepare_job
 from helmhive.runner.jobresult import ensure_job_result
 from helmhive.runner.jobstatus import (
     CancelCause,
-    Verdict,
+    JobEnding,
     build_final_status,
     build_running_status,
     decide_turn_failure,
@@ -151,7 +151,7 @@ class JobExecution:
             event_type="Warning" if warning else "Normal",
         )
 
-    async def _finish(self, verdict: Verdict, result: Mapping[str, Any] | None = None) -> None:
+    async def _finish(self, verdict: JobEnding, result: Mapping[str, Any] | None = None) -> None:
         def build(obj: dict[str, Any]) -> dict[str, Any] | None:
             if view_job(obj).finished:
                 return None
@@ -163,7 +163,7 @@ class JobExecution:
         if obj is not None:
             await self._event(obj, verdict.reason, verdict.message[:1000], warning=not verdict.succeeded)
 
-    async def end_unstarted(self, verdict: Verdict, *, require_running: bool) -> bool:
+    async def end_unstarted(self, verdict: JobEnding, *, require_running: bool) -> bool:
         """End a job this process did not run (cancelled while queued, or lost); True if written."""
         wrote = False
 
@@ -193,7 +193,7 @@ class JobExecution:
             self._log(logging.ERROR, "job failed on the API", status=exc.status, detail=exc.message)
             why = f"the runner could not read or write what the job needs ({type(exc).__name__}): {exc.message}"
             try:
-                await self._finish(Verdict(succeeded=False, reason=Reason.RUNNER_API_FAILED, message=why[:1000]))
+                await self._finish(JobEnding(succeeded=False, reason=Reason.RUNNER_API_FAILED, message=why[:1000]))
             except KubeError:  # not even that: the job stays Running, and is ended as lost on the next list
                 self._log(logging.ERROR, "job could not be ended", status=exc.status)
             return TurnResult(outcome=TurnOutcome.PROTOCOL_ERROR, message=f"API error {exc.status}")
@@ -202,7 +202,7 @@ class JobExecution:
             why = f"the runner failed to run the job: {type(exc).__name__}: {exc}"[:1000]
             with contextlib.suppress(KubeError):
                 await self._finish(
-                    Verdict(succeeded=False, reason=detailed(Reason.AGENT_FAILED, "RunnerError"), message=why)
+                    JobEnding(succeeded=False, reason=detailed(Reason.AGENT_FAILED, "RunnerError"), message=why)
                 )
             return TurnResult(outcome=TurnOutcome.PROTOCOL_ERROR, message=type(exc).__name__)
 
@@ -215,7 +215,7 @@ class JobExecution:
             return skipped
         if view.cancel or self.cause is not None:
             why = "the job was deleted" if self.cause is CancelCause.DELETED else "spec.cancel was set"
-            await self._finish(Verdict(succeeded=False, reason=Reason.CANCELLED, message=f"{why} before it started"))
+            await self._finish(JobEnding(succeeded=False, reason=Reason.CANCELLED, message=f"{why} before it started"))
             return skipped
         prepared = await prepare_job(
             kube=self.ctx.kube,
@@ -227,7 +227,7 @@ class JobExecution:
             limit_support=self.ctx.limit_support,
             now=self.ctx.now(),
         )
-        if isinstance(prepared, Verdict):
+        if isinstance(prepared, JobEnding):
             await self._finish(prepared)
             return skipped
         spec, plan, session = prepared.spec, prepared.plan, prepared.session
@@ -274,7 +274,7 @@ class JobExecution:
 
     async def _execute(
         self, prepared: PreparedJob, *, cancel: asyncio.Event, job: dict[str, Any]
-    ) -> tuple[Verdict, dict[str, Any], TurnResult]:
+    ) -> tuple[JobEnding, dict[str, Any], TurnResult]:
         """Prepare the tree, run the agent, and for an implementation make the patch and run the checks."""
         spec, plan, session = prepared.spec, prepared.plan, prepared.session
         problem = await ensure_job_workspace(
@@ -309,7 +309,7 @@ class JobExecution:
             found = await run_implementation_steps(
                 plan=plan, spec=spec, landlock_abi=self.ctx.landlock_abi, cancel=cancel
             )
-            if isinstance(found, Verdict):
+            if isinstance(found, JobEnding):
                 return found, {"summary": found.message[:4096]}, turn
             if found.checks.cancelled:
                 stopped = TurnResult(outcome=TurnOutcome.CANCELLED, cancel_origin=CancelOrigin.CALLER)
@@ -356,7 +356,7 @@ class JobExecution:
         job: dict[str, Any],
         session: JobSession,
         prepared: PreparedJob,
-    ) -> tuple[Verdict, dict[str, Any], TurnResult] | Accepted:
+    ) -> tuple[JobEnding, dict[str, Any], TurnResult] | Accepted:
         """The turn (and at most one repair turn): a failure's (verdict, result, turn), or the accepted answer."""
         contract = prepared.binding.snapshot.output_contract
         turn = await adapter.run_turn(request, cancel)
@@ -389,10 +389,10 @@ class JobExecution:
                 f"the answer broke the output contract after {turns - 1} repair turn(s): {'; '.join(check.errors)}"
             )[:1000]
             failed = {"summary": bounded.summary, "validationErrors": list(check.errors)[:20]}
-            return Verdict(succeeded=False, reason=Reason.OUTPUT_CONTRACT_VIOLATED, message=message), failed, turn
+            return JobEnding(succeeded=False, reason=Reason.OUTPUT_CONTRACT_VIOLATED, message=message), failed, turn
         return Accepted(turn=turn, document=check.document, turns=turns)
 
-    def _failed(self, turn: TurnResult, prepared: PreparedJob) -> tuple[Verdict, dict[str, Any], TurnResult]:
+    def _failed(self, turn: TurnResult, prepared: PreparedJob) -> tuple[JobEnding, dict[str, Any], TurnResult]:
         verdict = decide_turn_failure(
             result=turn, cause=self.cause, timeout_s=prepared.spec.timeout_seconds, limits=prepared.plan.limits
         )

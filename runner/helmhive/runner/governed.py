@@ -34,7 +34,7 @@ from helmhive.api.reasons import Reason
 from helmhive.policy.envelopes import is_governed
 from helmhive.runner.checks import ChecksRun, build_checks_message, run_checks
 from helmhive.runner.config import RunnerConfig
-from helmhive.runner.jobstatus import Verdict
+from helmhive.runner.jobstatus import JobEnding
 from helmhive.runner.kube import NotFound, RunnerKube
 from helmhive.runner.patches import (
     ComputedPatch,
@@ -77,22 +77,22 @@ def display_repository(url: str) -> str:
     return _USERINFO.sub(r"\1", url)
 
 
-def decide_governed_problem(*, spec: AgentJobSpec, filesystem: FilesystemAccess) -> Verdict | None:
+def decide_governed_problem(*, spec: AgentJobSpec, filesystem: FilesystemAccess) -> JobEnding | None:
     """Why the job may not run as specified (None: it may). Governed work never runs without its source."""
     kind = spec.job_kind
     if is_governed(kind) and spec.source is None:
         message = f"a {kind.value} job needs spec.source (a repository and an exact commit); it has none"
-        return Verdict(succeeded=False, reason=Reason.SOURCE_REQUIRED, message=message)
+        return JobEnding(succeeded=False, reason=Reason.SOURCE_REQUIRED, message=message)
     if spec.source is not None and filesystem is FilesystemAccess.NONE:
         message = "spec.source is set, but the job's profile gives it no filesystem to check it out into"
-        return Verdict(succeeded=False, reason=Reason.INVALID_SPEC, message=message)
+        return JobEnding(succeeded=False, reason=Reason.INVALID_SPEC, message=message)
     if kind is JobKind.CHANGE_REVIEW and spec.patch is None:
         message = "a change-review job needs spec.patch (the implementation's patch and its SHA-256); it has none"
-        return Verdict(succeeded=False, reason=Reason.PATCH_UNAVAILABLE, message=message)
+        return JobEnding(succeeded=False, reason=Reason.PATCH_UNAVAILABLE, message=message)
     return None
 
 
-def decide_patch_digest(*, text: str, ref: PatchRef) -> Verdict | None:
+def decide_patch_digest(*, text: str, ref: PatchRef) -> JobEnding | None:
     """``PatchDigestMismatch`` unless the stored text is exactly the bytes ``ref`` names."""
     raw = text.encode()
     digest = hashlib.sha256(raw).hexdigest()
@@ -102,7 +102,7 @@ def decide_patch_digest(*, text: str, ref: PatchRef) -> Verdict | None:
         f"the patch in ConfigMap {ref.config_map} (key {ref.key}) is {len(raw)} bytes with sha256 {digest}; "
         f"spec.patch names {ref.bytes} bytes with sha256 {ref.sha256}"
     )
-    return Verdict(succeeded=False, reason=Reason.PATCH_DIGEST_MISMATCH, message=message)
+    return JobEnding(succeeded=False, reason=Reason.PATCH_DIGEST_MISMATCH, message=message)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,17 +114,17 @@ class ReviewPatch:
     section: str
 
 
-async def load_review_patch(*, kube: RunnerKube, ref: PatchRef) -> ReviewPatch | Verdict:
+async def load_review_patch(*, kube: RunnerKube, ref: PatchRef) -> ReviewPatch | JobEnding:
     """Read the patch ``ref`` names from its ConfigMap (the job's namespace) and verify it."""
     try:
         data = await kube.get_config_map_data(ref.config_map)
     except NotFound:
         message = f"the patch's ConfigMap {ref.config_map} does not exist (was the implementation job deleted?)"
-        return Verdict(succeeded=False, reason=Reason.PATCH_UNAVAILABLE, message=message)
+        return JobEnding(succeeded=False, reason=Reason.PATCH_UNAVAILABLE, message=message)
     text = data.get(ref.key)
     if text is None:
         message = f"the ConfigMap {ref.config_map} has no key {ref.key}"
-        return Verdict(succeeded=False, reason=Reason.PATCH_UNAVAILABLE, message=message)
+        return JobEnding(succeeded=False, reason=Reason.PATCH_UNAVAILABLE, message=message)
     mismatch = decide_patch_digest(text=text, ref=ref)
     if mismatch is not None:
         return mismatch
@@ -142,7 +142,7 @@ def ensure_job_tree(
     source: SourceRef,
     credential_dir: Path | None,
     patch: ReviewPatch | None,
-) -> Verdict | None:
+) -> JobEnding | None:
     """Check out the exact source into the (created, not yet sealed) sandbox, then apply a review's
     patch; the verdict that ends the job if either fails. Synchronous: run it in a thread.
 
@@ -159,25 +159,25 @@ def ensure_job_tree(
             credentials=credentials,
         )
     except SourceError as exc:
-        return Verdict(succeeded=False, reason=exc.reason, message=exc.message[:1000])
+        return JobEnding(succeeded=False, reason=exc.reason, message=exc.message[:1000])
     if patch is not None:
         try:
             run_patch_apply(tree=build_git_tree(plan), text=patch.text)
         except PatchError as exc:
-            return Verdict(succeeded=False, reason=exc.reason, message=exc.message[:1000])
+            return JobEnding(succeeded=False, reason=exc.reason, message=exc.message[:1000])
     return None
 
 
 async def ensure_job_workspace(
     *, plan: SandboxPlan, source: SourceRef | None, patch: ReviewPatch | None, config: RunnerConfig
-) -> Verdict | None:
+) -> JobEnding | None:
     """The job's directories; with a source, its checkout (and a review's patch) before the
     filesystem mode is applied. The verdict that ends the job if any step fails."""
     try:
         await asyncio.to_thread(create_sandbox, plan)
     except OSError as exc:
         why = f"the job's working directory could not be prepared: {exc.strerror or exc}"
-        return Verdict(succeeded=False, reason=Reason.SANDBOX_UNAVAILABLE, message=why)
+        return JobEnding(succeeded=False, reason=Reason.SANDBOX_UNAVAILABLE, message=why)
     if source is not None:
         failed = await asyncio.to_thread(
             ensure_job_tree,
@@ -193,7 +193,7 @@ async def ensure_job_workspace(
         await asyncio.to_thread(seal_sandbox, plan)
     except OSError as exc:
         why = f"the job's working directory could not be made {plan.fs_access}-only: {exc.strerror or exc}"
-        return Verdict(succeeded=False, reason=Reason.SANDBOX_UNAVAILABLE, message=why)
+        return JobEnding(succeeded=False, reason=Reason.SANDBOX_UNAVAILABLE, message=why)
     return None
 
 
@@ -207,16 +207,16 @@ class ImplementationSteps:
 
 async def run_implementation_steps(
     *, plan: SandboxPlan, spec: AgentJobSpec, landlock_abi: int, cancel: asyncio.Event
-) -> ImplementationSteps | Verdict:
+) -> ImplementationSteps | JobEnding:
     """Compute the patch against the exact commit, then run the checks on the patched tree."""
     assert spec.source is not None
     try:
         patch = await asyncio.to_thread(run_patch_diff, tree=build_git_tree(plan), commit=spec.source.commit)
     except PatchError as exc:
-        return Verdict(succeeded=False, reason=exc.reason, message=exc.message[:1000])
+        return JobEnding(succeeded=False, reason=exc.reason, message=exc.message[:1000])
     if patch is None:
         message = f"the agent's turn left the tree exactly as commit {spec.source.commit} (no patch)"
-        return Verdict(succeeded=False, reason=Reason.NO_CHANGES, message=message)
+        return JobEnding(succeeded=False, reason=Reason.NO_CHANGES, message=message)
     checks = await run_checks(spec.checks, plan=plan, landlock_abi=landlock_abi, cancel=cancel)
     return ImplementationSteps(patch=patch, checks=checks)
 

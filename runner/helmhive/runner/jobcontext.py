@@ -1,6 +1,6 @@
 """Everything a job needs before it runs: its parsed spec and binding, sandbox, session, memory and prompt.
 
-:func:`prepare_job` gathers it, or returns the :class:`~helmhive.runner.jobstatus.Verdict` that
+:func:`prepare_job` gathers it, or returns the :class:`~helmhive.runner.jobstatus.JobEnding` that
 fails the job closed (``InvalidSpec``, ``SandboxUnavailable``, ``SessionNotFound``):
 
 * **Memory.** The operator chose the records at queue time (``status.assignment.memoryIds``).
@@ -54,7 +54,7 @@ from helmhive.runner.governed import (
     git_credential_dir,
     load_review_patch,
 )
-from helmhive.runner.jobstatus import Verdict
+from helmhive.runner.jobstatus import JobEnding
 from helmhive.runner.kube import KubeError, NotFound, RunnerKube
 from helmhive.runner.limits import LimitSupport, build_enforced_limits
 from helmhive.runner.sandbox import (
@@ -73,7 +73,7 @@ __all__ = [
     "build_memory_report",
     "decide_job_session",
     "load_memory",
-    "parse_job",
+    "parse_assigned_job",
     "prepare_job",
     "resolve_session",
 ]
@@ -175,7 +175,7 @@ async def resolve_session(
     binding: ProfileBinding,
     assignment: Assignment,
     credential_generation: int,
-) -> JobSession | Verdict:
+) -> JobSession | JobEnding:
     """The job's session, with its binding created if missing; or the verdict that fails it closed."""
 
     def decide(existing: Mapping[str, Mapping[str, Any]]) -> SessionDecision:
@@ -197,7 +197,7 @@ async def resolve_session(
     written = (job.get("status") or {}).get("session")
     if written:
         if written.get("binding") != decision.binding_name:
-            return Verdict(
+            return JobEnding(
                 succeeded=False,
                 reason=Reason.INVALID_SPEC,
                 message=(
@@ -214,7 +214,7 @@ async def resolve_session(
     if intent is not SessionIntent.FRESH and decision.binding_name is not None:
         stored = await sessions.load(decision.binding_name)
         if stored is None:
-            return Verdict(
+            return JobEnding(
                 succeeded=False,
                 reason=Reason.SESSION_NOT_FOUND,
                 message=(
@@ -245,7 +245,7 @@ class ParsedJob:
     assignment: Assignment
 
 
-def parse_job(job: Mapping[str, Any]) -> ParsedJob | Verdict:
+def parse_assigned_job(job: Mapping[str, Any]) -> ParsedJob | JobEnding:
     """The spec, the bound profile and the assignment; ``InvalidSpec`` if any is unusable."""
     status = job.get("status") or {}
     try:
@@ -257,11 +257,11 @@ def parse_job(job: Mapping[str, Any]) -> ParsedJob | Verdict:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        return Verdict(succeeded=False, reason=Reason.INVALID_SPEC, message=f"{where}: {first['msg']}"[:1000])
+        return JobEnding(succeeded=False, reason=Reason.INVALID_SPEC, message=f"{where}: {first['msg']}"[:1000])
     bound, kind = parsed.binding.snapshot.envelope, parsed.spec.job_kind
     if bound is not kind:
         message = f"the bound profile is for {bound.value}, not {kind.value}"
-        return Verdict(succeeded=False, reason=Reason.INVALID_SPEC, message=message)
+        return JobEnding(succeeded=False, reason=Reason.INVALID_SPEC, message=message)
     return parsed
 
 
@@ -302,10 +302,10 @@ async def prepare_job(
     landlock_abi: int,
     limit_support: LimitSupport,
     now: dt.datetime,
-) -> PreparedJob | Verdict:
+) -> PreparedJob | JobEnding:
     """Parse, plan the sandbox, resolve the session and memory, build the prompt; or fail closed."""
-    parsed = parse_job(job)
-    if isinstance(parsed, Verdict):
+    parsed = parse_assigned_job(job)
+    if isinstance(parsed, JobEnding):
         return parsed
     snapshot, settings = parsed.binding.snapshot, config.file.sandbox
     problem = decide_governed_problem(spec=parsed.spec, filesystem=snapshot.filesystem)
@@ -337,7 +337,7 @@ async def prepare_job(
     )
     refusal = sandbox_refusal(plan=plan, settings=settings, landlock_abi=landlock_abi)
     if refusal is not None:
-        return Verdict(succeeded=False, reason=Reason.SANDBOX_UNAVAILABLE, message=refusal)
+        return JobEnding(succeeded=False, reason=Reason.SANDBOX_UNAVAILABLE, message=refusal)
     session = await resolve_session(
         sessions=sessions,
         job=job,
@@ -346,7 +346,7 @@ async def prepare_job(
         assignment=parsed.assignment,
         credential_generation=config.env.credential_generation,
     )
-    if isinstance(session, Verdict):
+    if isinstance(session, JobEnding):
         return session
     home = "own"
     if session.binding is not None and session.binding_identity is not None:
@@ -360,7 +360,7 @@ async def prepare_job(
     review: ReviewPatch | None = None
     if parsed.spec.job_kind is JobKind.CHANGE_REVIEW and parsed.spec.patch is not None:
         loaded = await load_review_patch(kube=kube, ref=parsed.spec.patch)
-        if isinstance(loaded, Verdict):
+        if isinstance(loaded, JobEnding):
             return loaded
         review = loaded
     ids = list(parsed.assignment.memory_ids)

@@ -19,7 +19,7 @@ from helmhive.api.reasons import Reason
 from helmhive.policy.results import build_bounded_result
 from helmhive.runner.checks import build_checks_message, decide_checks_reason
 from helmhive.runner.governed import ImplementationSteps, build_implementation_result
-from helmhive.runner.jobstatus import Verdict
+from helmhive.runner.jobstatus import JobEnding
 from helmhive.runner.kube import KubeError, RunnerKube
 from helmhive.runner.patches import PATCH_KEY
 
@@ -28,7 +28,7 @@ __all__ = ["StoredResult", "ensure_job_result"]
 
 @dataclass(frozen=True, kw_only=True)
 class StoredResult:
-    verdict: Verdict
+    verdict: JobEnding
     result: dict[str, Any]
     checks_event: tuple[Reason, str] | None = None
     """An implementation's checks: the Event's reason and message."""
@@ -57,7 +57,7 @@ async def ensure_job_result(
             await kube.create_config_map(config_map)
         except KubeError as exc:
             why = f"the artifacts ConfigMap {config_map['metadata']['name']} was not created: {exc.message}"
-            verdict = Verdict(succeeded=False, reason=Reason.ARTIFACT_STORE_FAILED, message=why[:1000])
+            verdict = JobEnding(succeeded=False, reason=Reason.ARTIFACT_STORE_FAILED, message=why[:1000])
             return StoredResult(verdict=verdict, result={"summary": bounded.summary})
     result: dict[str, Any] = {"summary": bounded.summary, "output": bounded.output, "artifacts": artifacts}
     message = f"the agent answered in {turns} turn(s)" + (" (one repair turn)" if turns > 1 else "")
@@ -68,5 +68,5 @@ async def ensure_job_result(
         message += f"; {note}"
         evidence = steps.checks.evidence
         event = (decide_checks_reason(evidence), build_checks_message(evidence))
-    verdict = Verdict(succeeded=True, reason=Reason.COMPLETED, message=message[:1000])
+    verdict = JobEnding(succeeded=True, reason=Reason.COMPLETED, message=message[:1000])
     return StoredResult(verdict=verdict, result=result, checks_event=event)

@@ -30,7 +30,7 @@ from typing import Any
 from helmhive.api.reasons import Reason
 from helmhive.runner.agents import build_job_adapter
 from helmhive.runner.execution import AGENT_JOBS, ExecutionContext, JobExecution
-from helmhive.runner.jobstatus import JobAction, Verdict, decide_job_action, view_job
+from helmhive.runner.jobstatus import JobAction, JobEnding, decide_job_action, view_job
 from helmhive.runner.kube import KubeError
 from helmhive.runner.landlock import landlock_abi
 from helmhive.runner.limits import probe_limit_support
@@ -152,9 +152,11 @@ class ClusterJobSource:
         execution = JobExecution(ctx=self.ctx, name=name, uid=uid)
         if lost:
             message = "the runner restarted while the job was running here; its turn was lost"
-            verdict = Verdict(succeeded=False, reason=Reason.RUNNER_LOST, message=message)
+            verdict = JobEnding(succeeded=False, reason=Reason.RUNNER_LOST, message=message)
         else:
-            verdict = Verdict(succeeded=False, reason=Reason.CANCELLED, message="spec.cancel was set before it started")
+            verdict = JobEnding(
+                succeeded=False, reason=Reason.CANCELLED, message="spec.cancel was set before it started"
+            )
         try:
             await execution.end_unstarted(verdict, require_running=lost)
         except KubeError as exc:  # tried again at the next list

@@ -27,8 +27,8 @@ from helmhive.runner.limits import EnforcedLimits, decide_limit_exceeded
 __all__ = [
     "CancelCause",
     "JobAction",
+    "JobEnding",
     "JobView",
-    "Verdict",
     "build_final_status",
     "build_running_status",
     "decide_job_action",
@@ -116,7 +116,7 @@ def decide_job_action(
 
 
 @dataclass(frozen=True, kw_only=True)
-class Verdict:
+class JobEnding:
     """How a job ends: a fixed reason (maybe with a detail) and a message."""
 
     succeeded: bool
@@ -136,7 +136,7 @@ _NAMED_FAILURES = {
 
 def decide_turn_failure(
     *, result: TurnResult, cause: CancelCause | None, timeout_s: int, limits: EnforcedLimits | None = None
-) -> Verdict:
+) -> JobEnding:
     """The verdict for a turn that did not complete (or was cut short by ``cause``).
 
     A cause (timeout, cancel, deletion) names the outcome whatever the agent did on the way
@@ -146,26 +146,30 @@ def decide_turn_failure(
     """
     detail = f"{result.outcome.value}: {result.message}".strip(": ")
     if cause is CancelCause.TIMED_OUT:
-        return Verdict(succeeded=False, reason=Reason.TIMED_OUT, message=f"spec.timeoutSeconds ({timeout_s}s) passed")
+        return JobEnding(succeeded=False, reason=Reason.TIMED_OUT, message=f"spec.timeoutSeconds ({timeout_s}s) passed")
     if cause is CancelCause.CANCELLED:
-        return Verdict(succeeded=False, reason=Reason.CANCELLED, message="spec.cancel was set; the turn was cancelled")
+        return JobEnding(
+            succeeded=False, reason=Reason.CANCELLED, message="spec.cancel was set; the turn was cancelled"
+        )
     if cause is CancelCause.DELETED:
-        return Verdict(succeeded=False, reason=Reason.CANCELLED, message="the job was deleted; the turn was cancelled")
+        return JobEnding(
+            succeeded=False, reason=Reason.CANCELLED, message="the job was deleted; the turn was cancelled"
+        )
     if result.outcome is TurnOutcome.CANCELLED and result.cancel_origin is not None:
         why = "the runner stopped the turn (shutdown or control state)"
-        return Verdict(succeeded=False, reason=Reason.INTERRUPTED, message=why)
+        return JobEnding(succeeded=False, reason=Reason.INTERRUPTED, message=why)
     if limits is not None and result.cancel_origin is None and result.outcome is not TurnOutcome.KILLED:
         hit = decide_limit_exceeded(exit_code=result.agent_exit_code, diagnostics=result.diagnostics, limits=limits)
         if hit is not None:
-            return Verdict(
+            return JobEnding(
                 succeeded=False, reason=detailed(Reason.RESOURCE_LIMIT_EXCEEDED, hit.resource), message=hit.message
             )
     named = _NAMED_FAILURES.get(result.outcome)
     if result.outcome is TurnOutcome.KILLED and result.cancel_origin is not None:
         named = Reason.INTERRUPTED
     if named is not None:
-        return Verdict(succeeded=False, reason=named, message=detail)
-    return Verdict(succeeded=False, reason=detailed(Reason.AGENT_FAILED, result.outcome.value), message=detail)
+        return JobEnding(succeeded=False, reason=named, message=detail)
+    return JobEnding(succeeded=False, reason=detailed(Reason.AGENT_FAILED, result.outcome.value), message=detail)
 
 
 def _conditions(
@@ -230,7 +234,7 @@ def build_running_status(
 def build_final_status(
     *,
     job: Mapping[str, Any],
-    verdict: Verdict,
+    verdict: JobEnding,
     result: Mapping[str, Any],
     now: dt.datetime,
 ) -> dict[str, Any]:

@@ -55,14 +55,13 @@ from helmhive.runner.control import (
     decide_control_action,
     decide_control_state,
     decide_startup,
-    runner_view,
+    read_control_fields,
 )
 from helmhive.runner.credentials import CredentialHolder, read_revoked_generation, write_revoked_generation
 from helmhive.runner.heartbeat import LeaseKeeper
 from helmhive.runner.kube import KubeError, RunnerKube
 from helmhive.runner.logs import fields
-from helmhive.runner.metrics import RunnerView as MetricsView
-from helmhive.runner.metrics import record_heartbeat, record_probe, record_report_write, record_turn
+from helmhive.runner.metrics import RunnerGauges, record_heartbeat, record_probe, record_report_write, record_turn
 from helmhive.runner.registration import ReportPublisher, ensure_runner
 from helmhive.runner.report import (
     build_fingerprint,
@@ -209,10 +208,10 @@ class RunnerProcess:
     def active_jobs(self) -> int:
         return len(self._active)
 
-    def metrics_view(self) -> MetricsView:
+    def metrics_view(self) -> RunnerGauges:
         """What the scrape-time gauges show (called from the metrics thread: plain reads only)."""
         report = self.publisher.last_report
-        return MetricsView(
+        return RunnerGauges(
             provider=self.config.file.provider,
             adapter=self.config.file.adapter.type.value,
             version=helmhive_version(),
@@ -242,7 +241,7 @@ class RunnerProcess:
                 logging.ERROR, "registration failed", status=exc.status, reason=type(exc).__name__, detail=exc.message
             )
             return ExitCode.REGISTRATION_FAILED
-        view = runner_view(self._runner)
+        view = read_control_fields(self._runner)
         self.state = decide_control_state(view=view)
         startup = decide_startup(
             state=self.state,
@@ -342,7 +341,7 @@ class RunnerProcess:
             self._deregistered.set()
             return
         self._runner = obj
-        state = decide_control_state(view=runner_view(obj))
+        state = decide_control_state(view=read_control_fields(obj))
         if state is not self.state:
             previous, self.state = self.state, state
             self._log(logging.INFO, "control state changed", previous=previous.value, state=state.value)

@@ -41,8 +41,8 @@ __all__ = [
     "REPORT_WRITES",
     "STATE",
     "TURN_DURATION",
+    "RunnerGauges",
     "RunnerState",
-    "RunnerView",
     "record_heartbeat",
     "record_probe",
     "record_report_write",
@@ -134,7 +134,7 @@ def _identity(config: RunnerConfig) -> tuple[str, str]:
 
 
 def record_probe(*, config: RunnerConfig, auth: str) -> None:
-    """``auth`` is an adapter :class:`~helmhive.runner.adapters.base.AuthState` value."""
+    """``auth`` is an :class:`~helmhive.api.runner.AuthState` value (the adapters report the API's states)."""
     PROBES.labels(*_identity(config), auth).inc()
 
 
@@ -154,7 +154,7 @@ def record_turn(*, config: RunnerConfig, result: TurnResult) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunnerView:
+class RunnerGauges:
     """What the scrape-time gauges show."""
 
     provider: str
@@ -170,7 +170,7 @@ class RunnerView:
 class RunnerSource(Protocol):
     """Reads the running process's state (each read is a single attribute or ``len``, safe from another thread)."""
 
-    def metrics_view(self) -> RunnerView: ...
+    def metrics_view(self) -> RunnerGauges: ...
 
 
 class RunnerState(Collector):
@@ -193,7 +193,7 @@ class RunnerState(Collector):
         return list(self._families(source.metrics_view() if source is not None else None))
 
     @staticmethod
-    def _families(view: RunnerView | None) -> list[Metric]:
+    def _families(view: RunnerGauges | None) -> list[Metric]:
         info = InfoMetricFamily(INFO.name.removesuffix("_info"), INFO.help)
         control, auth = CONTROL_STATE.family(), AUTH_STATE.family()
         active, slots, heartbeat = JOBS_ACTIVE.family(), JOB_SLOTS.family(), LAST_HEARTBEAT.family()

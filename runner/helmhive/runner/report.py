@@ -30,7 +30,6 @@ from helmhive.api.runner import (
     RunnerReport,
 )
 from helmhive.runner.adapters.base import AdapterReport
-from helmhive.runner.adapters.base import AuthState as AdapterAuth
 from helmhive.runner.config import RunnerFileConfig
 
 __all__ = [
@@ -110,7 +109,7 @@ def decide_authentication(*, adapter: AdapterReport, credential_present: bool) -
     specific, reason.
     """
     message = adapter.auth_message[:900]
-    if not credential_present and adapter.auth in (AdapterAuth.AUTHENTICATED, AdapterAuth.UNKNOWN):
+    if not credential_present and adapter.auth in (AuthState.AUTHENTICATED, AuthState.UNKNOWN):
         return AuthReport(
             state=AuthState.UNAUTHENTICATED,
             reason=NO_CREDENTIAL_REASON,
@@ -119,7 +118,7 @@ def decide_authentication(*, adapter: AdapterReport, credential_present: bool) -
                 f"the agent said: {adapter.auth.value}/{adapter.auth_reason.value}"
             )[:1024],
         )
-    return AuthReport(state=AuthState(adapter.auth.value), reason=adapter.auth_reason.value, message=message)
+    return AuthReport(state=adapter.auth, reason=adapter.auth_reason.value, message=message)
 
 
 def build_catalogue(*, adapter: AdapterReport) -> ModelCatalogue:

@@ -19,19 +19,12 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from helmhive.api.runner import AuthState as AuthState  # noqa: PLC0414 (re-exported: the adapters report the API's states)
+
 MAX_NAME = 253
 MAX_MESSAGE = 2_000
 MAX_TEXT = 1_000_000
 MAX_LIST = 64
-
-
-class AuthState(StrEnum):
-    """Whether the agent can do work with the login it was given."""
-
-    AUTHENTICATED = "Authenticated"
-    UNAUTHENTICATED = "Unauthenticated"
-    UNKNOWN = "Unknown"
-    FAILING = "Failing"
 
 
 class AuthReason(StrEnum):
