@@ -185,11 +185,15 @@ def load_config(*, environ: Mapping[str, str], read_text: Callable[[Path], str])
             text = read_text(Path(path))
         except OSError as exc:
             problems.append(f"{ENV['config_path']}: cannot read {path}: {exc.strerror or exc}")
+        except UnicodeDecodeError as exc:
+            problems.append(f"runner.json: not UTF-8 (byte {exc.start})")
         else:
             try:
                 file = RunnerFileConfig.model_validate(json.loads(text))
             except json.JSONDecodeError as exc:
                 problems.append(f"runner.json: not JSON: {exc.msg} (line {exc.lineno})")
+            except RecursionError:
+                problems.append("runner.json: nested too deeply to read")
             except ValidationError as exc:
                 problems.extend(
                     f"{_field_path(tuple(i['loc']), prefix='runner.json')}: {i['msg']}" for i in exc.errors()

@@ -25,6 +25,7 @@ from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 import acp
+import pydantic
 from acp import schema
 from pydantic import SecretStr
 
@@ -129,6 +130,13 @@ class AcpAdapter:
             await self._discard(proc, kill=True)
             message = f"the agent exited (code {code}) during {what}"
             outcome = TurnOutcome.AGENT_CRASHED
+        except pydantic.ValidationError as exc:
+            # An answer of the wrong shape breaks the protocol; where and how, never the values.
+            code = await self._discard(proc, kill=True)
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "result"
+            message = f"the agent answered {what} with a malformed result ({where}: {first['type']}); killed"
+            outcome = TurnOutcome.PROTOCOL_ERROR
         diagnostics = proc.stderr.text()
         raise AdapterFailure(outcome, message, stage=stage, diagnostics=diagnostics, exit_code=code) from None
 
