@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
+from helmhive.policy.agentjob import decide_held_runner
 from helmhive.policy.lost_runners import (
     LostVerdict,
     RunnerLiveness,
     build_lost_job_status,
     build_runner_liveness,
-    decide_held_runner,
     decide_runner_lost,
 )
 from helmhive.policy.retry import MAX_AUTOMATIC_RETRIES

@@ -7,15 +7,13 @@ from typing import Any
 import pytest
 
 from helmhive.api.common import LabelSelector
+from helmhive.policy.agentjob import decide_finished, decide_held_runner, decide_needs_routing
 from helmhive.policy.routing_inputs import (
     PoolServing,
     build_runner_view,
     build_runner_views,
     decide_active_jobs,
-    decide_assigned_runner,
     decide_implementation_provider,
-    decide_job_finished,
-    decide_needs_routing,
     decide_pool_serves,
     match_label_selector,
     parse_memory_record,
@@ -226,8 +224,8 @@ def test_active_jobs_are_counted_from_the_jobs_themselves() -> None:
     ]
     assert decide_active_jobs(jobs) == {("runners", "r1"): 2, ("runners", "r2"): 1}
     assert decide_active_jobs(jobs, exclude=[("team", "a")]) == {("runners", "r1"): 1, ("runners", "r2"): 1}
-    assert decide_assigned_runner(job_body("c", runner="r1", succeeded="True")) is None
-    assert decide_job_finished({"conditions": [{"type": "Succeeded", "status": "Unknown"}]}) is False
+    assert decide_held_runner(job_body("c", runner="r1", succeeded="True")) is None
+    assert decide_finished({"status": {"conditions": [{"type": "Succeeded", "status": "Unknown"}]}}) is False
 
 
 def test_which_jobs_await_a_routing_decision() -> None:

@@ -44,14 +44,13 @@ from helmhive.controller.binding import FailClosed, ProfileRevisionPending, bind
 from helmhive.controller.deadlines import KeyedLocks
 from helmhive.controller.kube import Conflict, KubeError, NotFound
 from helmhive.controller.runtime import Runtime
+from helmhive.policy import agentjob
+from helmhive.policy.agentjob import decide_needs_binding
 from helmhive.policy.waiting import (
     MissingReference,
     Reference,
     ReferenceKind,
     WaitingRoom,
-    build_bound_conditions,
-    build_unbound_conditions,
-    decide_needs_binding,
     decide_reference_wait,
     parse_timestamp,
 )
@@ -137,11 +136,11 @@ class JobQueue:
 
     async def _once(self, key: JobKey, body: Mapping[str, Any]) -> bool:
         """Decide and write once; False when the write lost a race (the caller re-reads)."""
-        if not decide_needs_binding(body):
+        job = agentjob.parse_agent_job(body)
+        if not job.needs_binding:
             self.forget(key)
             return True
         meta = body["metadata"]
-        status = dict(body.get("status") or {})
         self.room.forget(key)  # what it waits for is recorded afresh below, before each read
         missing: MissingReference | None = None
         try:
@@ -153,17 +152,14 @@ class JobQueue:
             reason, message = missing.final_reason, missing.message
         else:
             self.forget(key)
-            cleared = build_bound_conditions(status.get("conditions"))
+            bound = agentjob.bind(job, binding=binding)
             if self.handoff is not None:
                 # Routing writes the binding with its decision: one conditional status write per job.
-                self.handoff(body, binding, cleared)
+                self.handoff(body, binding, bound.status.get("conditions"))
                 # Routing writes and audits the binding with its decision; one log line per job is enough.
                 log.debug("job %s/%s bound to profile revision %s", *key, binding["revision"], extra=_ref(key))
                 return True
-            patch: dict[str, Any] = {"profile": binding}
-            if cleared is not None:
-                patch["conditions"] = cleared
-            if not await self._write(key, meta, patch):
+            if not await self._write(key, meta, bound.status):
                 return False
             log.info("job %s/%s bound to profile revision %s", *key, binding["revision"], extra=_ref(key))
             return True
@@ -182,12 +178,11 @@ class JobQueue:
                 self.runtime.deadlines.at(self._entry(key), wait.deadline, functools.partial(self.requeue, key))
         if not waiting:
             self.forget(key)
-        update = build_unbound_conditions(
-            status.get("conditions"), reason=reason, message=message, generation=meta.get("generation"), now=now
-        )
-        if not update.changed:
-            return True
-        if not await self._write(key, meta, {"conditions": update.conditions}):
+        step = agentjob.wait if waiting else agentjob.fail
+        update = step(job, reason=reason, message=message, now=now)
+        if update is None:
+            return True  # already says so
+        if not await self._write(key, meta, update.status):
             return False
         metrics.record_queue_decision(reason=reason, waiting=waiting)
         if waiting:

@@ -14,10 +14,12 @@ runners, not to jobs, and reads nothing from the API server while no runner is l
   operator was down, or just before the assignment was seen) is ended too.
 
 Kopf runs no handler before every index is filled from its initial list, so "absent from the
-index" means absent from the cluster. Ending a job reads it once (a GET), builds the new status
-with :func:`helmhive.policy.lost_runners.build_lost_job_status` (ended, or re-queued when
-:func:`helmhive.policy.retry.decide_job_retry` allows it) and PUTs it conditionally on the
-resourceVersion just read, so a retried attempt never ends or re-queues a job twice. A write
+index" means absent from the cluster. Ending a job reads it once (a GET), builds the lost step's
+status patch with :func:`helmhive.policy.lost_runners.build_lost_job_status` (from
+:func:`helmhive.policy.agentjob.decide_lost`: ended, or re-queued when
+:func:`helmhive.policy.retry.decide_job_retry` allows it) and merge-patches only the fields that
+step owns, conditionally on the resourceVersion just read, so a retried attempt never ends or
+re-queues a job twice and a field another writer owns is never overwritten with a stale copy. A write
 that loses a race re-reads and decides again; one that fails is retried with a backoff, for as
 long as the job is still held on a runner that is still lost.
 """
@@ -35,6 +37,7 @@ from helmhive.api.kinds import GROUP, VERSION, kind_by_name
 from helmhive.api.reasons import Reason
 from helmhive.controller.kube import Conflict, NotFound
 from helmhive.controller.runtime import Runtime
+from helmhive.policy.agentjob import decide_held_runner
 from helmhive.policy.lost_runners import (
     JobKey,
     LostJobUpdate,
@@ -42,7 +45,6 @@ from helmhive.policy.lost_runners import (
     RunnerLiveness,
     build_lost_job_status,
     build_runner_liveness,
-    decide_held_runner,
     decide_runner_lost,
 )
 
@@ -51,7 +53,7 @@ __all__ = ["LostJobs", "register"]
 AGENT_JOB = kind_by_name("AgentJob")
 log = logging.getLogger("helmhive.controller.lost")
 
-_WRITERS = 8  # jobs ended concurrently (one GET, one PUT and one Event each)
+_WRITERS = 8  # jobs ended concurrently (one GET, one status patch and one Event each)
 _BACKOFF = (0.0, 1.0, 2.0, 5.0, 10.0, 30.0)  # seconds before each further attempt at one job
 
 
@@ -139,7 +141,7 @@ class LostJobs:
         now = self.runtime.clock()
         update = build_lost_job_status(job=fresh, message=message, now=now)
         try:
-            await kube.replace_status(AGENT_JOB, job[1], update.body, job[0])
+            await kube.patch_status(AGENT_JOB, job[1], update.patch, namespace=job[0])
         except NotFound:
             return True
         except Conflict:

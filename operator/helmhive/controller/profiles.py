@@ -24,8 +24,9 @@ from helmhive.api.reasons import ConditionType, Reason
 from helmhive.controller.audit import ensure_audit
 from helmhive.controller.kube import Conflict
 from helmhive.controller.runtime import Runtime
+from helmhive.policy.agentjob import parse_agent_job
 from helmhive.policy.audit import build_audit_record
-from helmhive.policy.conditions import find_condition, set_condition
+from helmhive.policy.conditions import set_condition
 from helmhive.policy.profiles import decide_profile_body, format_violations
 from helmhive.policy.revisions import (
     LABEL_PROFILE,
@@ -67,15 +68,10 @@ def _stamp_actor(userinfo: Mapping[str, Any], operator_username: str) -> str | N
 
 async def _referenced_revisions(runtime: Runtime, namespace: str, profile: str) -> set[str]:
     referenced = set()
-    for job in await runtime.kube.list(AGENT_JOB, namespace):
-        status = job.get("status") or {}
-        binding = status.get("profile") or {}
-        finished = (find_condition(status.get("conditions"), ConditionType.SUCCEEDED) or {}).get("status") in (
-            "True",
-            "False",
-        )
-        if binding.get("name") == profile and not finished:
-            referenced.add(str(binding.get("revision")))
+    for body in await runtime.kube.list(AGENT_JOB, namespace):
+        job = parse_agent_job(body)
+        if job.profile_name == profile and not job.finished:
+            referenced.add(str(job.raw_status["profile"].get("revision")))
     return referenced
 
 

@@ -54,6 +54,8 @@ from helmhive.controller import metrics
 from helmhive.controller.audit import ensure_audit
 from helmhive.controller.kube import Conflict, KubeError, NotFound
 from helmhive.controller.runtime import Runtime
+from helmhive.policy import agentjob
+from helmhive.policy.agentjob import decide_held_runner, decide_needs_routing
 from helmhive.policy.conditions import find_condition
 from helmhive.policy.memory import NamedMemoryRecord, select_memory
 from helmhive.policy.routing import (
@@ -63,7 +65,6 @@ from helmhive.policy.routing import (
     RunnerKey,
     RunnerView,
     SessionBindingView,
-    build_status_patch,
 )
 from helmhive.policy.routing_audit import build_routing_audits
 from helmhive.policy.routing_inputs import (
@@ -72,10 +73,8 @@ from helmhive.policy.routing_inputs import (
     RunnerFacts,
     build_route_inputs,
     build_runner_views,
-    decide_assigned_runner,
     decide_implementation_provider,
     decide_job_route,
-    decide_needs_routing,
     parse_memory_record,
     parse_pool,
     parse_queued_job,
@@ -292,7 +291,7 @@ class Router:
             implementation = decide_implementation_provider(body)
             if implementation is not None:
                 self.implementations_written.pop(implementation[0], None)
-        holder = None if deleted else decide_assigned_runner(body)
+        holder = None if deleted else decide_held_runner(body)
         previous = self.holding.pop(key, None)
         if holder is not None:
             self.holding[key] = holder
@@ -479,17 +478,13 @@ class Router:
             self._stop_waiting(key)
         memory_ids = self.memory_ids(job) if decision.choice is not None else []
         now = self.runtime.clock()
-        status = build_status_patch(
+        status = agentjob.route(
+            job.state,
             decision=decision,
-            conditions=job.conditions,
-            generation=job.generation,
-            # ``attempts`` counts the waits written: the first one, then one per backoff attempt.
-            attempts=job.attempts + 1 if decision.outcome is RouteOutcome.WAITING else job.attempts,
             memory_ids=memory_ids,
+            binding=binding,  # bind and route in one write
             now=now,
-        )
-        if binding is not None:
-            status["profile"] = binding
+        ).status
         if decision.outcome is not RouteOutcome.WAITING:
             self._mark_audited(key)  # this process audits it; its own watch event needs no recovery check
         updated = await self._write(job, status)
@@ -722,7 +717,7 @@ def register(runtime: Runtime, router: Router | None = None) -> Router:
 
     @kopf.index(GROUP, VERSION, "agentjobs", id="routing_jobs")
     async def routing_jobs(body: kopf.Body, **_: Any) -> dict[RunnerKey, JobKey]:
-        runner = decide_assigned_runner(body)
+        runner = decide_held_runner(body)
         if runner is None:
             return {}
         return {runner: (str(body["metadata"]["namespace"]), str(body["metadata"]["name"]))}

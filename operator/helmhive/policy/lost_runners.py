@@ -7,26 +7,25 @@ keeps every held job in an index by runner, so one runner's transition finds its
 and each job's own watch event is checked against the runner's last known state (a job
 assigned to a runner that was already lost). This module decides; it reads and writes nothing.
 
-* :func:`decide_held_runner`: the runner an assigned, unfinished job is held on (``Succeeded``
-  absent or ``Unknown``), whether it started or not;
+* the runner an assigned, unfinished job is held on, started or not, is
+  :attr:`helmhive.policy.agentjob.AgentJob.held_runner` (``decide_held_runner`` there);
 * :func:`build_runner_liveness` / :func:`decide_runner_lost`: a Runner as the decision needs it,
   and why it counts as lost (a message), or None;
-* :func:`build_lost_job_status`: the whole job with the status to PUT: ended
-  ``Succeeded=False``/``RunnerLost``, or re-queued when :func:`helmhive.policy.retry.decide_job_retry`
-  allows it. The caller writes it conditionally on the job's ``resourceVersion``.
+* :func:`build_lost_job_status`: the lost step's merge patch of the job's status, built by
+  :func:`helmhive.policy.agentjob.decide_lost`: ended ``Succeeded=False``/``RunnerLost``, or
+  re-queued when :func:`helmhive.policy.retry.decide_job_retry` allows it. The caller writes it
+  conditionally on the job's ``resourceVersion``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from helmhive.api.reasons import ConditionType, Reason
-from helmhive.policy.conditions import find_condition, set_condition
-from helmhive.policy.retry import decide_job_retry
+from helmhive.policy.agentjob import apply_merge_patch, decide_lost, parse_agent_job
 
 __all__ = [
     "JobKey",
@@ -36,7 +35,6 @@ __all__ = [
     "RunnerLiveness",
     "build_lost_job_status",
     "build_runner_liveness",
-    "decide_held_runner",
     "decide_runner_lost",
 ]
 
@@ -71,31 +69,11 @@ class LostVerdict(StrEnum):
 
 @dataclass(frozen=True, kw_only=True)
 class LostJobUpdate:
-    """The job to PUT to its status subresource (``metadata.resourceVersion`` as read) and the verdict."""
+    """The lost step's write: the merge patch (conditional on the job as read), the job after it, the verdict."""
 
+    patch: dict[str, Any]
     body: dict[str, Any]
     verdict: LostVerdict
-
-
-def _unfinished(status: Mapping[str, Any]) -> bool:
-    succeeded = find_condition(status.get("conditions"), ConditionType.SUCCEEDED)
-    return succeeded is None or succeeded.get("status") == "Unknown"
-
-
-def decide_held_runner(job: Mapping[str, Any]) -> RunnerKey | None:
-    """The runner an assigned job is held on while it is not finished; None otherwise.
-
-    The runner's namespace is ``status.assignment.runnerNamespace``, else the job's own.
-    """
-    status = job.get("status") or {}
-    assignment = status.get("assignment")
-    if not assignment or not _unfinished(status):
-        return None
-    runner = assignment.get("runner")
-    if not runner:
-        return None
-    namespace = assignment.get("runnerNamespace") or (job.get("metadata") or {}).get("namespace") or ""
-    return (str(namespace), str(runner))
 
 
 def build_runner_liveness(body: Mapping[str, Any]) -> RunnerLiveness:
@@ -121,57 +99,17 @@ def decide_runner_lost(runner: RunnerLiveness | None) -> str | None:
     return None
 
 
-def _with_conditions(
-    conditions: Sequence[dict[str, Any]] | None,
-    updates: Sequence[tuple[str, bool | None, str, str]],
-    *,
-    generation: int | None,
-    now: dt.datetime,
-) -> list[dict[str, Any]]:
-    current = list(conditions or [])
-    for ctype, value, reason, message in updates:
-        current = set_condition(
-            current, type=ctype, status=value, reason=reason, message=message, generation=generation, now=now
-        ).conditions
-    return current
-
-
 def build_lost_job_status(*, job: Mapping[str, Any], message: str, now: dt.datetime) -> LostJobUpdate:
-    """The job, ended ``RunnerLost`` or re-queued, ready to PUT to its status subresource.
+    """The lost step for ``job``: ended ``RunnerLost``, or re-queued (see :func:`helmhive.policy.agentjob.decide_lost`).
 
-    Ended: ``Succeeded=False`` and ``Ready=False`` (and ``Running=False`` if it had started) with
-    reason ``RunnerLost``, ``result.outcome = RunnerLost`` and ``completedAt``; the messages say
-    ``not re-run: <why>``. Re-queued (only when :func:`decide_job_retry` allows it): the status
-    keeps only the profile binding and ``observedGeneration``, ``attempts`` grows by one and
-    ``Routed=Unknown``/``RunnerLost`` says why, so the router places the job again.
+    ``patch`` is the conditional merge patch to write (only what the step owns, conditional on the
+    ``resourceVersion`` read); ``body`` is the job as it will be once the patch is applied.
     """
-    generation = (job.get("metadata") or {}).get("generation")
-    status = dict(job.get("status") or {})
-    updates: list[tuple[str, bool | None, str, str]] = [
-        (ConditionType.SUCCEEDED, False, Reason.RUNNER_LOST, message),
-        (ConditionType.READY, False, Reason.RUNNER_LOST, message),
-    ]
-    if find_condition(status.get("conditions"), ConditionType.RUNNING) is not None:
-        updates.append((ConditionType.RUNNING, False, Reason.RUNNER_LOST, message))
-    status["conditions"] = _with_conditions(status.get("conditions"), updates, generation=generation, now=now)
-    result = dict(status.get("result") or {})
-    result.update({"outcome": Reason.RUNNER_LOST.value, "completedAt": now.strftime("%Y-%m-%dT%H:%M:%SZ")})
-    result.setdefault("summary", "")
-    status["result"] = result
-    ended = {**job, "status": status}
-    decision = decide_job_retry(job=ended)
-    if decision is not None and decision.retry:
-        requeued: dict[str, Any] = {k: v for k, v in status.items() if k in ("profile", "observedGeneration")}
-        requeued["attempts"] = int(status.get("attempts") or 0) + 1
-        requeued["conditions"] = _with_conditions(
-            [],
-            [(ConditionType.ROUTED, None, Reason.RUNNER_LOST, f"{message}; re-queued: {decision.message}")],
-            generation=generation,
-            now=now,
-        )
-        return LostJobUpdate(body={**job, "status": requeued}, verdict=LostVerdict.REQUEUED)
-    why = decision.message if decision is not None else "not re-run"
-    for cond in status["conditions"]:
-        if cond["type"] in (ConditionType.SUCCEEDED, ConditionType.READY):
-            cond["message"] = f"{message}; not re-run: {why}"[:1024]
-    return LostJobUpdate(body=ended, verdict=LostVerdict.ENDED)
+    state = parse_agent_job(job)
+    outcome = decide_lost(state, message=message, now=now)
+    body = {**job, "status": apply_merge_patch(job.get("status") or {}, outcome.patch.status)}
+    return LostJobUpdate(
+        patch=outcome.patch.conditional(state.resource_version),
+        body=body,
+        verdict=LostVerdict.REQUEUED if outcome.requeued else LostVerdict.ENDED,
+    )

@@ -7,9 +7,10 @@ run and the real decision see the same facts:
 - :func:`parse_runner`, :func:`parse_pool`: the parts of a Runner and a RunnerPool routing reads;
 - :func:`match_label_selector`, :func:`decide_pool_serves`: which namespaces a pool serves;
 - :func:`build_runner_view`, :func:`build_runner_views`: one :class:`RunnerView` per runner;
-- :func:`decide_job_finished`, :func:`decide_assigned_runner`, :func:`decide_active_jobs`:
-  active jobs per runner, counted from the jobs themselves;
-- :func:`parse_queued_job`, :func:`decide_needs_routing`: a queued job and whether it awaits a decision;
+- :func:`decide_active_jobs`: active jobs per runner, counted from the jobs themselves (the runner
+  each holds is :attr:`helmhive.policy.agentjob.AgentJob.held_runner`);
+- :func:`parse_queued_job`: a job that awaits a decision (whether it does:
+  :attr:`helmhive.policy.agentjob.AgentJob.needs_routing`);
 - :func:`parse_session_binding`: a SessionBinding with a stored session, for the session tie-break;
 - :func:`parse_memory_record`: a MemoryRecord that may be injected (its ``Active`` is not False);
 - :func:`build_route_inputs`, :func:`decide_job_route`: the one way both callers turn those facts
@@ -34,6 +35,7 @@ from helmhive.api.profile import SessionScope
 from helmhive.api.reasons import ConditionType, Reason
 from helmhive.api.runner import AuthState, ReportedStatus, RunnerPoolSpec, RunnerReport, RunnerSpec, RunnerStatus
 from helmhive.api.session import SessionBindingSpec
+from helmhive.policy.agentjob import AgentJob, decide_held_runner, parse_agent_job
 from helmhive.policy.conditions import find_condition
 from helmhive.policy.memory import NamedMemoryRecord
 from helmhive.policy.routing import (
@@ -55,11 +57,8 @@ __all__ = [
     "build_runner_view",
     "build_runner_views",
     "decide_active_jobs",
-    "decide_assigned_runner",
     "decide_implementation_provider",
-    "decide_job_finished",
     "decide_job_route",
-    "decide_needs_routing",
     "decide_pool_serves",
     "match_label_selector",
     "parse_memory_record",
@@ -123,6 +122,8 @@ class QueuedJob:
     binding: ProfileBinding
     conditions: list[dict[str, Any]] = field(default_factory=list)
     attempts: int = 0
+    state: AgentJob
+    """The job as read (its state and the steps' patches are built from it)."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -300,24 +301,6 @@ def build_runner_views(
     return views
 
 
-def decide_job_finished(status: Mapping[str, Any] | None) -> bool:
-    """A job is finished once its ``Succeeded`` condition is True or False."""
-    condition = find_condition((status or {}).get("conditions"), ConditionType.SUCCEEDED)
-    return condition is not None and condition.get("status") in ("True", "False")
-
-
-def decide_assigned_runner(body: Mapping[str, Any]) -> RunnerKey | None:
-    """The runner an assigned, unfinished job holds a slot on; None otherwise."""
-    status = body.get("status") or {}
-    assignment = status.get("assignment")
-    if not assignment or decide_job_finished(status):
-        return None
-    meta = body.get("metadata") or {}
-    namespace = assignment.get("runnerNamespace") or meta.get("namespace") or ""
-    runner = assignment.get("runner")
-    return (str(namespace), str(runner)) if runner else None
-
-
 def decide_active_jobs(
     jobs: Iterable[Mapping[str, Any]], *, exclude: Iterable[tuple[str, str]] = ()
 ) -> dict[RunnerKey, int]:
@@ -328,7 +311,7 @@ def decide_active_jobs(
         meta = body.get("metadata") or {}
         if (meta.get("namespace"), meta.get("name")) in skip:
             continue
-        runner = decide_assigned_runner(body)
+        runner = decide_held_runner(body)
         if runner is not None:
             counts[runner] = counts.get(runner, 0) + 1
     return counts
@@ -354,49 +337,23 @@ def decide_implementation_provider(body: Mapping[str, Any]) -> tuple[tuple[str, 
     return (str(namespace), str(change["name"]), iteration), str(provider)
 
 
-def decide_needs_routing(body: Mapping[str, Any]) -> bool:
-    """A job awaits a routing decision: profile bound, not assigned, not failed closed, not cancelled or deleted.
-
-    ``Routed=False`` with ``WaitingForCapacity`` still awaits one; any other ``Routed=False``
-    reason is final (the job failed closed at queue time).
-    """
-    meta = body.get("metadata") or {}
-    status = body.get("status") or {}
-    spec = body.get("spec") or {}
-    if meta.get("deletionTimestamp") or spec.get("cancel"):
-        return False
-    if not status.get("profile") or status.get("assignment"):
-        return False
-    routed = find_condition(status.get("conditions"), ConditionType.ROUTED)
-    if routed is None:
-        return True
-    return routed.get("status") != "False" or routed.get("reason") == Reason.WAITING_FOR_CAPACITY.value
-
-
 def parse_queued_job(body: Mapping[str, Any]) -> QueuedJob | None:
     """Parse a job awaiting routing; None when its spec or profile binding is unusable."""
-    meta = body.get("metadata") or {}
-    status = body.get("status") or {}
-    try:
-        spec = AgentJobSpec.model_validate(body.get("spec") or {})
-        binding = ProfileBinding.model_validate(status.get("profile") or {})
-    except ValidationError:
+    job = parse_agent_job(body)
+    spec, binding = job.spec, job.binding
+    if spec is None or binding is None:
         return None
-    routing = status.get("routing") or {}
-    try:
-        attempts = int(routing.get("attempts") or 0)
-    except (TypeError, ValueError):
-        attempts = 0
     return QueuedJob(
-        namespace=str(meta.get("namespace", "")),
-        name=str(meta.get("name", "")),
-        uid=str(meta.get("uid", "")),
-        resource_version=str(meta.get("resourceVersion", "")),
-        generation=meta.get("generation"),
+        namespace=job.namespace,
+        name=job.name,
+        uid=job.uid,
+        resource_version=job.resource_version,
+        generation=job.generation,
         spec=spec,
         binding=binding,
-        conditions=[dict(c) for c in status.get("conditions") or []],
-        attempts=attempts,
+        conditions=[dict(c) for c in job.conditions],
+        attempts=job.routing_attempts,
+        state=job,
     )
 
 

@@ -18,6 +18,8 @@ The deadline is the object's ``metadata.creationTimestamp`` plus a limit (the op
 resets it. What the specification names as a refusal is never waited for: an invalid
 profile, a profile for another envelope, no eligible mapping, an unadvertised model.
 
+Whether a job still needs binding is :attr:`helmhive.policy.agentjob.AgentJob.needs_binding`.
+
 Also here, as plain data structures for the operator's single scheduler:
 :class:`DeadlineHeap` (the next time each object must be looked at, earliest first) and
 :class:`WaitingRoom` (which objects wait for which reference). Neither does I/O nor reads
@@ -30,13 +32,13 @@ import datetime as dt
 import enum
 import heapq
 import itertools
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from helmhive.api.common import JobKind
 from helmhive.api.reasons import ConditionType, Reason
-from helmhive.policy.conditions import ConditionUpdate, find_condition, set_condition
+from helmhive.policy.conditions import ConditionUpdate, set_condition
 
 __all__ = [
     "DEFAULT_REFERENCE_WAIT",
@@ -49,7 +51,6 @@ __all__ = [
     "WaitingRoom",
     "build_bound_conditions",
     "build_unbound_conditions",
-    "decide_needs_binding",
     "decide_reference_wait",
     "decide_wait_deadline",
     "missing_profile",
@@ -192,20 +193,6 @@ def decide_reference_wait(
         message=f"{missing.message} (waited {seconds}s after creation, until {_iso(deadline)})",
         deadline=deadline,
     )
-
-
-def decide_needs_binding(body: Mapping[str, Any]) -> bool:
-    """A job still to be bound at queue time: no ``status.profile``, not deleted, not failed closed.
-
-    A job that waits for a reference (``Routed=False`` with a reason in :data:`WAITING_REASONS`)
-    still needs binding; any other ``Routed=False`` is final.
-    """
-    meta = body.get("metadata") or {}
-    status = body.get("status") or {}
-    if meta.get("deletionTimestamp") or status.get("profile"):
-        return False
-    routed = find_condition(status.get("conditions"), ConditionType.ROUTED)
-    return routed is None or routed.get("status") != "False" or routed.get("reason") in WAITING_REASONS
 
 
 def build_unbound_conditions(

@@ -5,6 +5,10 @@ Nothing here does I/O or reads the clock. :mod:`helmhive.runner.jobs` feeds watc
 build the status patches it writes (conditions ``Running``, ``Succeeded`` and ``Ready`` with
 fixed reasons, and ``status.result``).
 
+The start and finish patches are :func:`helmhive.policy.agentjob.start` and
+:func:`helmhive.policy.agentjob.finish`; whether a job is finished or running is read by
+:func:`helmhive.policy.agentjob.parse_agent_job`, as the operator reads it.
+
 A job the runner has started says so in status, so the operator can tell it was running on
 this runner: ``Running=True`` (reason ``Started``, the runner named in the message),
 ``status.result.startedAt``, and ``status.assignment.runner`` (written by the operator).
@@ -15,12 +19,13 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from helmhive.api.reasons import ConditionType, Reason, detailed
-from helmhive.policy.conditions import find_condition, set_condition
+from helmhive.api.reasons import Reason, detailed
+from helmhive.policy import agentjob
+from helmhive.policy.agentjob import parse_agent_job
 from helmhive.runner.adapters.base import TurnOutcome, TurnResult
 from helmhive.runner.limits import EnforcedLimits, decide_limit_exceeded
 
@@ -82,20 +87,19 @@ class JobView:
 
 
 def view_job(obj: Mapping[str, Any]) -> JobView:
-    meta = obj.get("metadata") or {}
-    status = obj.get("status") or {}
-    assignment = status.get("assignment") or {}
-    succeeded = find_condition(status.get("conditions"), ConditionType.SUCCEEDED)
-    running = find_condition(status.get("conditions"), ConditionType.RUNNING)
+    """The runner's view of a job, with its state as :mod:`helmhive.policy.agentjob` reads it."""
+    job = parse_agent_job(obj)
+    assignment = job.raw_status.get("assignment")
+    assignment = assignment if isinstance(assignment, Mapping) else {}
     return JobView(
-        uid=str(meta.get("uid") or ""),
-        name=str(meta.get("name") or ""),
+        uid=job.uid,
+        name=job.name,
         runner=assignment.get("runner"),
         runner_namespace=assignment.get("runnerNamespace"),
-        finished=succeeded is not None and succeeded.get("status") in ("True", "False"),
-        running=running is not None and running.get("status") == "True",
-        cancel=bool((obj.get("spec") or {}).get("cancel")),
-        deleting=bool(meta.get("deletionTimestamp")),
+        finished=job.finished,
+        running=job.running,
+        cancel=job.cancel,
+        deleting=job.deleting,
     )
 
 
@@ -172,21 +176,6 @@ def decide_turn_failure(
     return JobEnding(succeeded=False, reason=detailed(Reason.AGENT_FAILED, result.outcome.value), message=detail)
 
 
-def _conditions(
-    conditions: Sequence[dict[str, Any]] | None,
-    updates: Sequence[tuple[ConditionType, bool | None, str, str]],
-    *,
-    generation: int | None,
-    now: dt.datetime,
-) -> list[dict[str, Any]]:
-    current = list(conditions or [])
-    for ctype, status, reason, message in updates:
-        current = set_condition(
-            current, type=ctype, status=status, reason=reason, message=message, generation=generation, now=now
-        ).conditions
-    return current
-
-
 def build_running_status(
     *,
     job: Mapping[str, Any],
@@ -196,39 +185,10 @@ def build_running_status(
     now: dt.datetime,
     memory: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The status patch that marks a job Running on ``runner`` (``result`` cleared but ``startedAt``).
-
-    ``memory`` is the run-time memory report (``status.result.memory``); None clears an earlier one.
-    """
-    status = job.get("status") or {}
-    generation = (job.get("metadata") or {}).get("generation")
-    text = f"running on runner {runner}: {message}"
-    patch: dict[str, Any] = {
-        "conditions": _conditions(
-            status.get("conditions"),
-            [
-                (ConditionType.RUNNING, True, Reason.STARTED, text),
-                (ConditionType.READY, None, Reason.STARTED, text),
-            ],
-            generation=generation,
-            now=now,
-        ),
-        "result": {
-            "outcome": Reason.STARTED.value,
-            "startedAt": iso(now),
-            "summary": None,
-            "output": None,
-            "artifacts": None,
-            "validationErrors": None,
-            "patch": None,
-            "checks": None,
-            "completedAt": None,
-            "memory": dict(memory) if memory is not None else None,
-        },
-    }
-    if session is not None:
-        patch["session"] = dict(session)
-    return patch
+    """The start step's status patch (:func:`helmhive.policy.agentjob.start`): Running on ``runner``."""
+    return agentjob.start(
+        parse_agent_job(job), runner=runner, message=message, session=session, now=now, memory=memory
+    ).status
 
 
 def build_final_status(
@@ -238,32 +198,12 @@ def build_final_status(
     result: Mapping[str, Any],
     now: dt.datetime,
 ) -> dict[str, Any]:
-    """The status patch that ends a job: Running=False, Succeeded and Ready with the verdict's reason."""
-    status = job.get("status") or {}
-    generation = (job.get("metadata") or {}).get("generation")
-    ok = verdict.succeeded
-    conditions = _conditions(
-        status.get("conditions"),
-        [
-            (ConditionType.RUNNING, False, verdict.reason, verdict.message),
-            (ConditionType.SUCCEEDED, ok, verdict.reason, verdict.message),
-            (ConditionType.READY, ok, verdict.reason, verdict.message),
-        ],
-        generation=generation,
+    """The finish step's status patch (:func:`helmhive.policy.agentjob.finish`) for ``verdict``."""
+    return agentjob.finish(
+        parse_agent_job(job),
+        succeeded=verdict.succeeded,
+        reason=verdict.reason,
+        message=verdict.message,
+        result=result,
         now=now,
-    )
-    started = (status.get("result") or {}).get("startedAt")
-    body: dict[str, Any] = {
-        "summary": None,
-        "output": None,
-        "artifacts": None,
-        "validationErrors": None,
-        "patch": None,
-        "checks": None,
-        **dict(result),
-        "outcome": verdict.reason,
-        "completedAt": iso(now),
-    }
-    if started and "startedAt" not in result:
-        body["startedAt"] = started
-    return {"conditions": conditions, "result": body}
+    ).status
