@@ -246,6 +246,13 @@ async def burst(admin: httpx.AsyncClient, *, jobs: int, limit: float, rate: floa
     watcher = asyncio.create_task(watch())
     gate = asyncio.Semaphore(16)
 
+    async def progress() -> None:
+        while True:
+            await asyncio.sleep(10)
+            print(f"  {len(created)} of {jobs} jobs created, {len(assigned)} assigned", flush=True)
+
+    reporter = asyncio.create_task(progress())
+
     async def create(name: str) -> None:
         async with gate:
             response = await admin.post(f"{GROUP_PATH}/namespaces/{NS}/agentjobs", json=job_body(name))
@@ -258,14 +265,13 @@ async def burst(admin: httpx.AsyncClient, *, jobs: int, limit: float, rate: floa
         for i in range(jobs):
             await asyncio.sleep(max(0.0, started + i / rate - time.monotonic()))
             pending.append(asyncio.create_task(create(f"job-{i:05d}")))
-            if i % max(1, int(rate * 10)) == 0:
-                print(f"  {i} of {jobs} jobs created at {rate:g}/s, {len(assigned)} assigned", flush=True)
         await asyncio.gather(*pending)
     else:
         await asyncio.gather(*(create(f"job-{i:05d}") for i in range(jobs)))
     created_all = time.monotonic() - started
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(watcher, limit)
+    reporter.cancel()
     done = time.monotonic()
     latency = [assigned[n] - created[n] for n in assigned if n in created]
     bind = [bound[n] - created[n] for n in bound if n in created]
