@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from helmhive.api.job import ModelSource
+from helmhive.api.job import Assignment, ModelSource
 from helmhive.api.reasons import Reason
 from helmhive.policy import agentjob
 from helmhive.policy.agentjob import (
@@ -219,6 +219,9 @@ def test_route_assigned_writes_assignment_routing_conditions_and_the_binding() -
     )
     assert set(patch.status) == {"profile", "routing", "conditions", "assignment"}
     assert patch.status["assignment"]["runner"] == "r1" and patch.status["assignment"]["memoryIds"] == ["mem"]
+    typed = Assignment.model_validate(patch.status["assignment"])  # the wire form is the API's type
+    assert typed.to_wire() == {**patch.status["assignment"], "assignedAt": typed.to_wire()["assignedAt"]}
+    assert typed.assigned_at == NOW and typed.model_source is ModelSource.MAPPING
     conds = {c["type"]: (c["status"], c["reason"]) for c in patch.status["conditions"]}
     assert conds == {"Routed": ("True", "Assigned"), "Ready": ("Unknown", "Assigned")}
 

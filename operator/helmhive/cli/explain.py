@@ -43,6 +43,7 @@ from helmhive.policy.memory import select_memory
 from helmhive.policy.routing import (
     RouteOutcome,
     RoutingDecision,
+    build_assignment,
 )
 from helmhive.policy.routing_inputs import (
     QueuedJob,
@@ -108,17 +109,8 @@ class Explanation:
                 "assignment": None
                 if choice is None
                 else {
-                    "runner": choice.runner,
-                    "runnerNamespace": choice.runner_namespace,
-                    "pool": choice.pool,
-                    "provider": choice.provider,
-                    "model": choice.model,
-                    "modelSource": choice.model_source.value,
-                    "reasoningEffort": choice.effort.value if choice.effort else None,
-                    "mappingIndex": choice.mapping_index,
-                    "credentialGeneration": choice.credential_generation,
+                    **build_assignment(choice=choice, memory_ids=self.memory_ids, now=None),
                     "resumesSession": choice.resumes_session,
-                    "memoryIds": self.memory_ids,
                 },
                 "consideredRunners": decision.considered_runners,
                 "candidates": [c.to_wire() for c in decision.candidates],

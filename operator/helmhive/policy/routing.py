@@ -701,8 +701,11 @@ def build_routing_status(*, decision: RoutingDecision, attempts: int, now: dt.da
     return status
 
 
-def build_assignment(*, choice: RouteChoice, memory_ids: Sequence[str], now: dt.datetime) -> dict[str, Any]:
-    """``status.assignment`` (wire form): the choice plus the injected memory ids (at most 20)."""
+def build_assignment(*, choice: RouteChoice, memory_ids: Sequence[str], now: dt.datetime | None) -> dict[str, Any]:
+    """``status.assignment`` (wire form of :class:`~helmhive.api.job.Assignment`): the choice plus the
+    injected memory ids (at most 20). The one builder of that form: the router writes it, and
+    ``explain-routing`` prints it with ``now=None`` (a dry run assigns nothing, so no ``assignedAt``).
+    """
     assignment: dict[str, Any] = {
         "runner": choice.runner,
         "pool": choice.pool,
@@ -713,8 +716,9 @@ def build_assignment(*, choice: RouteChoice, memory_ids: Sequence[str], now: dt.
         "mappingIndex": choice.mapping_index,
         "memoryIds": list(memory_ids)[:20],
         "credentialGeneration": choice.credential_generation,
-        "assignedAt": _iso(now),
     }
+    if now is not None:
+        assignment["assignedAt"] = _iso(now)
     if choice.effort is not None:
         assignment["reasoningEffort"] = choice.effort.value
     return assignment
