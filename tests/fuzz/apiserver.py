@@ -19,7 +19,7 @@ from helmhive.api.kinds import API_VERSION, GROUP, KINDS, VERSION
 from helmhive.api.reasons import Reason
 from helmhive.policy.validation import SourceDocument, ValidationIssue, validate_documents
 
-from .mutants import CROSS_OBJECT
+from .mutants import CROSS_OBJECT, SCHEMAS, schema_at, walk
 
 _BY_KIND = {k.kind: k for k in KINDS}
 
@@ -98,3 +98,18 @@ def offline_issues(body: dict[str, Any]) -> list[ValidationIssue]:
         # Which envelopes exist is the operator's catalogue, not a rule of the object's own.
         issues = [i for i in issues if i.reason is not Reason.UNKNOWN_ENVELOPE]
     return issues
+
+
+def known_server_leniency(body: dict[str, Any]) -> str | None:
+    """Why the API server admits ``body`` though ``helmhive validate`` rightly refuses it, if known.
+
+    kube-openapi skips the type check of a ``format: date-time`` string when the value is a list,
+    so ``expiresAt: [...]`` is stored; the operator then marks the object ``InvalidSpec``
+    (``test_operator_fuzz.py`` checks it). Nothing else is excused.
+    """
+    schema = SCHEMAS[body["kind"]]
+    for path, value in walk(body):
+        node = schema_at(schema, path) if path else None
+        if isinstance(value, list) and node is not None and node.get("format") == "date-time":
+            return f"a list at the date-time field {'.'.join(map(str, path))}"
+    return None
