@@ -1,6 +1,6 @@
 """The router's bookkeeping without an API server: counts, the work queue, wake-ups, the rate limit.
 
-These exercise :class:`helmhive.controller.routing.Router` on plain dicts standing in for Kopf's
+These exercise :class:`helmhive.controller.router.Router` on plain dicts standing in for Kopf's
 indexes; nothing here talks to a cluster (the cluster tests cover the writes).
 """
 
@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
-from helmhive.controller.routing import Router, RouterSettings, TokenBucket, _Waiting
+from helmhive.api.reasons import Reason
+from helmhive.controller.router import Router, RouterSettings, TokenBucket, _Waiting
 from helmhive.controller.runtime import Runtime
+from helmhive.policy.routing import RouteOutcome, RoutingDecision
 from helmhive.policy.routing_inputs import parse_queued_job
 
 
@@ -173,3 +175,18 @@ def test_a_review_knows_the_implementations_provider_before_the_index_does() -> 
     implementation["status"]["assignment"]["provider"] = "anthropic"
     r.observe_job("MODIFIED", implementation)
     assert r.implementations_written == {}
+
+
+async def test_durations_come_from_the_injected_monotonic_clock() -> None:
+    ticks = iter([100.0, 250.0, 900.0])
+    r = Router(Runtime(kube=None), RouterSettings(), monotonic=lambda: next(ticks))  # type: ignore[arg-type]
+    assert r.bucket.stamp == 100.0, "the token bucket reads the same clock"
+    r._mark_audited(("team", "a"))
+    assert r.audited == {("team", "a"): 250.0}
+    waiting = RoutingDecision(
+        outcome=RouteOutcome.WAITING, reason=Reason.WAITING_FOR_CAPACITY, message="m", retry_after=60.0
+    )
+    r._wait(("team", "b"), waiting)
+    r._wait(("team", "b"), waiting)  # still waiting: keeps when it started (no further clock read)
+    assert r.waiting[("team", "b")].since == 900.0
+    r._stop_waiting(("team", "b"))

@@ -1,0 +1,679 @@
+"""The routing engine: decide with the pure core, write the assignment once, audit it.
+
+One :class:`Router` per operator process, fed by the thin Kopf handlers and indexes of
+:mod:`helmhive.controller.routing` (which hands it the indexes and the watch events). It owns:
+
+- **the work queue**: each job is handled by one worker at a time (a queue with a processing
+  set, like client-go's);
+- **reservations**: slots this process assigned that the jobs index does not show yet;
+- **waiting and backoff**: a job that waits for capacity is re-decided on a backoff timer (and
+  early when capacity frees); its status is written when it starts waiting and at each backoff
+  attempt, never silently;
+- **audit recovery**: the audit records of every decision it writes, and after a restart those
+  of recent decisions found in status.
+
+A worker:
+
+1. under one global asyncio lock (a pool may serve several namespaces, so runners are shared),
+   builds the runner views, counts active jobs per runner from the jobs index *plus* the
+   assignments this process wrote that the index has not shown yet, calls
+   :func:`~helmhive.policy.routing.decide_route`, and reserves the slot in memory;
+2. outside the lock, within a bound on concurrent writes and a token bucket, merge-patches the
+   job's status (:func:`helmhive.policy.agentjob.route`) with ``metadata.resourceVersion`` as a
+   precondition. A 409 means the job changed since it was read: the reservation is released,
+   the job re-read and re-decided. So a decision made on a stale copy is never written, and a
+   retry after a crash never assigns twice;
+3. hands the audit of the decision (``JobRouted`` or ``JobRoutingFailed``, and
+   ``MemoryInjected``) to a bounded background task and takes the next job. Records have
+   deterministic names (:mod:`helmhive.policy.routing_audit`). After a restart, every decision
+   younger than ``audit_recovery_seconds`` seen in a job's status is checked for its records and
+   any missing one is written, so a crash between the status write and the audit loses nothing.
+
+Durations (the token bucket, how long a job has waited, when a decision was audited) are read
+from an injected monotonic clock (``monotonic``, :func:`time.monotonic` by default), so tests
+drive them without sleeping; wall-clock times in status come from the runtime's clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime as dt
+import logging
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from helmhive.api.job import ChangeStage
+from helmhive.api.kinds import GROUP, VERSION, kind_by_name
+from helmhive.api.reasons import ConditionType, Reason
+from helmhive.controller import metrics
+from helmhive.controller.audit import ensure_audit
+from helmhive.controller.kube import Conflict, KubeError, NotFound
+from helmhive.controller.runtime import Runtime
+from helmhive.policy import agentjob
+from helmhive.policy.agentjob import decide_held_runner, decide_needs_routing
+from helmhive.policy.conditions import find_condition
+from helmhive.policy.memory import NamedMemoryRecord, select_memory
+from helmhive.policy.routing import (
+    RouteOutcome,
+    RoutingDecision,
+    RoutingPolicy,
+    RunnerKey,
+    RunnerView,
+    SessionBindingView,
+)
+from helmhive.policy.routing_audit import build_routing_audits
+from helmhive.policy.routing_inputs import (
+    PoolServing,
+    QueuedJob,
+    RunnerFacts,
+    build_route_inputs,
+    build_runner_views,
+    decide_implementation_provider,
+    decide_job_route,
+    parse_queued_job,
+    parse_runner,
+)
+
+__all__ = ["AGENT_JOB", "JobKey", "Router", "RouterSettings", "RouterStats", "TokenBucket"]
+
+AGENT_JOB = kind_by_name("AgentJob")
+AUDIT = kind_by_name("AuditRecord")
+JobKey = tuple[str, str]
+log = logging.getLogger("helmhive.routing")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RouterSettings:
+    """Router tunables; each can be set from the environment (``HELMHIVE_ROUTING_*``)."""
+
+    workers: int = 8
+    """Jobs routed concurrently (each worker has at most one write in flight)."""
+    qps: float = 200.0
+    """Sustained mutating API calls per second (status writes, audit records, events): a routed job
+    costs three, so the default lets a burst be routed at some 65 jobs a second."""
+    burst: int = 400
+    """Calls allowed at once before the sustained rate applies."""
+    retry_seconds: float = 2.0
+    """Delay before retrying a job whose write failed for a reason other than a conflict."""
+    audit_recovery_seconds: float = 600.0
+    """At startup, decisions younger than this are checked for their audit records (a crash may have cut them)."""
+    policy: RoutingPolicy = field(default_factory=RoutingPolicy)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RouterSettings:
+        values = os.environ if env is None else env
+
+        def number(name: str, default: float) -> float:
+            raw = values.get(name)
+            return float(raw) if raw else default
+
+        policy = RoutingPolicy(
+            capacity_deadline_seconds=number("HELMHIVE_ROUTING_CAPACITY_DEADLINE_SECONDS", 900.0),
+            backoff_initial_seconds=number("HELMHIVE_ROUTING_BACKOFF_INITIAL_SECONDS", 2.0),
+            backoff_max_seconds=number("HELMHIVE_ROUTING_BACKOFF_MAX_SECONDS", 60.0),
+        )
+        return cls(
+            workers=max(1, int(number("HELMHIVE_ROUTING_WORKERS", 8))),
+            qps=max(0.1, number("HELMHIVE_ROUTING_QPS", 200.0)),
+            burst=max(1, int(number("HELMHIVE_ROUTING_BURST", 400))),
+            retry_seconds=number("HELMHIVE_ROUTING_RETRY_SECONDS", 2.0),
+            policy=policy,
+        )
+
+
+class TokenBucket:
+    """A client-side rate limit: ``rate`` tokens a second, at most ``burst`` saved up.
+
+    ``take()`` waits for a token; waiters are served in arrival order.
+    """
+
+    def __init__(self, *, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self.burst = float(burst)
+        self.tokens = float(burst)
+        self.clock = clock
+        self.stamp = clock()
+        self.lock = asyncio.Lock()
+
+    def _refill(self) -> None:
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+
+    async def take(self) -> None:
+        async with self.lock:
+            self._refill()
+            while self.tokens < 1.0:
+                await asyncio.sleep((1.0 - self.tokens) / self.rate)
+                self._refill()
+            self.tokens -= 1.0
+
+
+@dataclass
+class _Waiting:
+    blocked: frozenset[RunnerKey]
+    since: float
+    timer: asyncio.TimerHandle | None = None
+
+
+@dataclass
+class RouterStats:
+    """Counters for logs, the liveness probe and the benchmark."""
+
+    decisions: int = 0
+    assigned: int = 0
+    waiting: int = 0
+    failed: int = 0
+    conflicts: int = 0
+    writes: int = 0
+
+
+class Router:
+    """The work queue, reservations and waiting jobs of one operator process (see the module docstring)."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        settings: RouterSettings | None = None,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.runtime = runtime
+        self.settings = settings or RouterSettings.from_env()
+        self.monotonic = monotonic
+        self.lock = asyncio.Lock()
+        self.bucket = TokenBucket(rate=self.settings.qps, burst=self.settings.burst, clock=monotonic)
+        self.stats = RouterStats()
+        # Indexes, bound once Kopf hands them over.
+        self.runners: Mapping[Any, Iterable[RunnerFacts]] = {}
+        self.pools: Mapping[Any, Iterable[PoolServing]] = {}
+        self.namespaces: Mapping[Any, Iterable[dict[str, str]]] = {}
+        self.jobs_by_runner: Mapping[Any, Collection[JobKey]] = {}
+        self.memory: Mapping[Any, Iterable[NamedMemoryRecord]] = {}
+        self.implementations: Mapping[Any, Iterable[str]] = {}
+        self.sessions: Mapping[Any, Iterable[SessionBindingView]] = {}
+        self.implementations_written: dict[tuple[str, str, int], str] = {}  # (namespace, change, iteration) -> provider
+        # Work queue: queued keys in order, keys being processed, keys to redo after processing.
+        self.queued: OrderedDict[JobKey, str] = OrderedDict()
+        self.processing: set[JobKey] = set()
+        self.dirty: dict[JobKey, str] = {}
+        self.ready = asyncio.Event()
+        self.bodies: dict[JobKey, dict[str, Any]] = {}
+        # Bindings made by the queue step that this process writes together with the decision.
+        self.unwritten: dict[JobKey, dict[str, Any]] = {}
+        self.rebind: Callable[[JobKey], Coroutine[Any, Any, None]] | None = None
+        # Slots this process assigned that the jobs index may not show yet.
+        self.pending: dict[JobKey, RunnerKey] = {}
+        self.pending_by_runner: dict[RunnerKey, set[JobKey]] = {}
+        self.waiting: dict[JobKey, _Waiting] = {}
+        self.holding: dict[JobKey, RunnerKey] = {}
+        self.schedulable: dict[RunnerKey, bool] = {}
+        # Decisions whose audit this process wrote or checked, and when (pruned past the recovery window).
+        self.audited: dict[JobKey, float] = {}
+        self.auditing = asyncio.Semaphore(self.settings.workers)
+        self.background: set[asyncio.Task[None]] = set()
+        self.topology = 0  # bumped when runners, pools or namespaces change
+        self._views: dict[str, tuple[int, list[RunnerView]]] = {}
+        self.tasks: list[asyncio.Task[None]] = []
+
+    # Kopf-facing -----------------------------------------------------------------------
+    def bind(self, indexes: Mapping[str, Any]) -> None:
+        """Take the Kopf indexes (the same objects for the operator's lifetime)."""
+        self.runners = indexes["routing_runners"]
+        self.pools = indexes["routing_pools"]
+        self.namespaces = indexes["routing_namespaces"]
+        self.jobs_by_runner = indexes["routing_jobs"]
+        self.memory = indexes["routing_memory"]
+        self.implementations = indexes["routing_implementations"]
+        self.sessions = indexes["routing_sessions"]
+
+    def start(self) -> None:
+        self.tasks = [asyncio.create_task(self._worker(i)) for i in range(self.settings.workers)]
+
+    async def stop(self) -> None:
+        for task in [*self.tasks, *self.background]:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for waiting in self.waiting.values():
+            if waiting.timer is not None:
+                waiting.timer.cancel()
+
+    def changed_topology(self) -> None:
+        self.topology += 1
+
+    def submit_bound(
+        self, body: Mapping[str, Any], binding: dict[str, Any], conditions: list[dict[str, Any]] | None
+    ) -> None:
+        """The queue step bound ``body``: route it, writing the binding with the decision in one write.
+
+        The decision is made on the job as read plus its binding, and written conditional on the
+        job's ``resourceVersion`` as read, so the binding is still the exact revision and
+        snapshot chosen at queue time, and a job that changed meanwhile is bound again.
+        """
+        bound = _copy(body)
+        bound["status"]["profile"] = binding
+        if conditions is not None:
+            bound["status"]["conditions"] = conditions
+        key: JobKey = (str(bound["metadata"].get("namespace", "")), str(bound["metadata"].get("name", "")))
+        if not decide_needs_routing(bound):
+            return
+        self.bodies[key] = bound
+        self.unwritten[key] = binding
+        self.enqueue(key, "bound")
+
+    def _bound_in_memory(self, key: JobKey, event_type: str | None, body: Mapping[str, Any]) -> bool:
+        """True when ``body`` is the very copy whose binding waits in memory to be written (nothing to do)."""
+        if key not in self.unwritten:
+            return False
+        stored = self.bodies.get(key)
+        same = stored is not None and stored["metadata"].get("resourceVersion") == (body.get("metadata") or {}).get(
+            "resourceVersion"
+        )
+        if same and event_type != "DELETED":
+            return True
+        # The job changed (or was written by someone else): the queue step decides it again.
+        self.unwritten.pop(key, None)
+        return False
+
+    def observe_job(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        """React to one AgentJob watch event: queue it, release a reservation, or free capacity."""
+        meta = body.get("metadata") or {}
+        key: JobKey = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        if self._bound_in_memory(key, event_type, body):
+            return
+        status = body.get("status") or {}
+        deleted = event_type == "DELETED"
+        if deleted or status.get("assignment"):
+            self._release(key)  # the index now shows it (or it is gone)
+            implementation = decide_implementation_provider(body)
+            if implementation is not None:
+                self.implementations_written.pop(implementation[0], None)
+        holder = None if deleted else decide_held_runner(body)
+        previous = self.holding.pop(key, None)
+        if holder is not None:
+            self.holding[key] = holder
+        elif previous is not None:
+            metrics.record_job_finished(body)
+            self._capacity_freed(previous)
+        if deleted:
+            self.audited.pop(key, None)
+        elif status.get("routing"):
+            self._recover_audits(key, body)
+        if deleted or not decide_needs_routing(body):
+            self._forget_body(key)
+            self._stop_waiting(key)
+            return
+        self.bodies[key] = _copy(body)
+        if key not in self.waiting or self.waiting[key].timer is None:
+            self.enqueue(key, "event")
+
+    def observe_runner(self, body: Mapping[str, Any]) -> None:
+        """A runner that becomes schedulable may take waiting jobs: re-decide them now."""
+        facts = parse_runner(body)
+        if facts is None:
+            return
+        now_schedulable = facts.schedulable is True
+        before = self.schedulable.get(facts.key)
+        self.schedulable[facts.key] = now_schedulable
+        if now_schedulable and before is not True:
+            for key in list(self.waiting):
+                self.enqueue(key, "wake")
+
+    # Work queue --------------------------------------------------------------------------
+    def enqueue(self, key: JobKey, trigger: str) -> None:
+        if key in self.processing:
+            if self.dirty.get(key) != "backoff":
+                self.dirty[key] = trigger
+            return
+        if key in self.queued:
+            if trigger == "backoff":
+                self.queued[key] = trigger
+            return
+        self.queued[key] = trigger
+        self.ready.set()
+
+    async def _next(self) -> tuple[JobKey, str]:
+        while not self.queued:
+            self.ready.clear()
+            await self.ready.wait()
+        key, trigger = self.queued.popitem(last=False)
+        self.processing.add(key)
+        return key, trigger
+
+    def _done(self, key: JobKey) -> None:
+        self.processing.discard(key)
+        trigger = self.dirty.pop(key, None)
+        if trigger is not None:
+            self.enqueue(key, trigger)
+
+    async def _worker(self, number: int) -> None:
+        while True:
+            key, trigger = await self._next()
+            try:
+                await self.route(key, trigger)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("routing job %s/%s failed; retrying", *key)
+                self._later(key, self.settings.retry_seconds, "retry")
+            finally:
+                self._done(key)
+
+    def _later(self, key: JobKey, delay: float, trigger: str) -> asyncio.TimerHandle:
+        return asyncio.get_running_loop().call_later(max(0.0, delay), self.enqueue, key, trigger)
+
+    # Reservations and waiting -------------------------------------------------------------
+    def _reserve(self, key: JobKey, runner: RunnerKey) -> None:
+        self._release(key)
+        self.pending[key] = runner
+        self.pending_by_runner.setdefault(runner, set()).add(key)
+
+    def _release(self, key: JobKey) -> None:
+        runner = self.pending.pop(key, None)
+        if runner is not None:
+            jobs = self.pending_by_runner.get(runner)
+            if jobs is not None:
+                jobs.discard(key)
+                if not jobs:
+                    del self.pending_by_runner[runner]
+
+    def _forget_body(self, key: JobKey) -> None:
+        self.bodies.pop(key, None)
+        self.unwritten.pop(key, None)
+
+    def _stop_waiting(self, key: JobKey) -> None:
+        waiting = self.waiting.pop(key, None)
+        if waiting is not None and waiting.timer is not None:
+            waiting.timer.cancel()
+
+    def _capacity_freed(self, runner: RunnerKey) -> None:
+        """A slot on ``runner`` freed: re-decide the job that has waited longest for it."""
+        blocked = [(w.since, k) for k, w in self.waiting.items() if runner in w.blocked]
+        if blocked:
+            self.enqueue(min(blocked)[1], "wake")
+
+    def active_jobs(self, runners: Iterable[RunnerKey]) -> dict[RunnerKey, int]:
+        """Active jobs per runner: the jobs index (assigned, unfinished) plus this process's in-flight writes."""
+        counts: dict[RunnerKey, int] = {}
+        for runner in runners:
+            indexed = self.jobs_by_runner.get(runner, ())
+            pending = self.pending_by_runner.get(runner)
+            # A Kopf index store holds one value per job object, so its length is the count.
+            total = len(set(indexed) | pending) if pending else len(indexed)
+            if total:
+                counts[runner] = total
+        return counts
+
+    def runner_views(self, namespace: str) -> list[RunnerView]:
+        """Every runner as seen by a job in ``namespace`` (cached until runners, pools or namespaces change)."""
+        cached = self._views.get(namespace)
+        if cached is not None and cached[0] == self.topology:
+            return cached[1]
+        pools = {p.key: p for store in self.pools.values() for p in store}
+        labels = next(iter(self.namespaces.get(namespace, ())), None)
+        facts = [r for store in self.runners.values() for r in store]
+        views = build_runner_views(runners=facts, pools=pools, job_namespace=namespace, namespace_labels=labels)
+        self._views[namespace] = (self.topology, views)
+        return views
+
+    def _implementation_provider(self, key: tuple[str, str, int]) -> str | None:
+        indexed = next(iter(self.implementations.get(key, ())), None)
+        # The index learns of an implementation's assignment from its watch event; this process's own
+        # write is known at once, so a review queued right behind it cannot miss it.
+        return indexed or self.implementations_written.get(key)
+
+    @metrics.ROUTING_DECISION.time()
+    def decide(self, job: QueuedJob, *, attempts: int) -> RoutingDecision:
+        """The pure decision for ``job`` from the indexes and reservations (call under ``self.lock``)."""
+        views = self.runner_views(job.namespace)
+        inputs = build_route_inputs(
+            job=dataclasses.replace(job, attempts=attempts) if attempts != job.attempts else job,
+            runners=views,
+            active_jobs=self.active_jobs(v.key for v in views),
+            sessions=(view for store in self.sessions.values() for view in store),
+            implementation_provider=self._implementation_provider,
+        )
+        return decide_job_route(inputs, now=self.runtime.clock(), policy=self.settings.policy)
+
+    def memory_ids(self, job: QueuedJob) -> list[str]:
+        records = list(self.memory.get(job.namespace, ()))
+        selection = select_memory(
+            records=sorted(records, key=lambda r: r.name),
+            workspace=job.spec.workspace,
+            service=job.spec.service,
+            policy=job.binding.snapshot.memory,
+            job_kind=job.spec.job_kind,
+            now=self.runtime.clock(),
+        )
+        return selection.ids
+
+    # One job --------------------------------------------------------------------------------
+    async def route(self, key: JobKey, trigger: str) -> None:
+        """Decide and write one job (see the module docstring)."""
+        body = self.bodies.get(key)
+        if body is None or not decide_needs_routing(body):
+            self._forget_body(key)
+            return
+        job = parse_queued_job(body)
+        if job is None:
+            log.warning("job %s/%s has an unusable spec or profile binding; not routed", *key, extra=_ref(key))
+            self._forget_body(key)
+            return
+        binding = self.unwritten.get(key)
+        waiting_already = binding is None and _waiting_reason(job)
+        backoff = trigger == "backoff"
+        async with self.lock:
+            decision = self.decide(job, attempts=job.attempts)
+            self.stats.decisions += 1
+            if decision.choice is not None:
+                self._reserve(key, decision.choice.runner_key)
+        if decision.outcome is RouteOutcome.WAITING:
+            self._wait(key, decision)
+            if waiting_already and not backoff:
+                return  # already visibly waiting; only backoff attempts are written
+        else:
+            self._stop_waiting(key)
+        memory_ids = self.memory_ids(job) if decision.choice is not None else []
+        now = self.runtime.clock()
+        status = agentjob.route(
+            job.state,
+            decision=decision,
+            memory_ids=memory_ids,
+            binding=binding,  # bind and route in one write
+            now=now,
+        ).status
+        if decision.outcome is not RouteOutcome.WAITING:
+            self._mark_audited(key)  # this process audits it; its own watch event needs no recovery check
+        updated = await self._write(job, status)
+        if updated is None:
+            self.audited.pop(key, None)
+            return
+        self.unwritten.pop(key, None)
+        if decision.choice is not None:
+            self.holding[key] = decision.choice.runner_key
+            metrics.observe_assigned(updated, job_kind=job.spec.job_kind, provider=decision.choice.provider, now=now)
+            change = job.spec.change
+            if change is not None and change.stage is ChangeStage.IMPLEMENTATION:
+                self.implementations_written[(job.namespace, change.name, change.iteration)] = decision.choice.provider
+        stored = self.bodies.get(key)
+        if stored is not None and stored["metadata"].get("resourceVersion") == job.resource_version:
+            # No newer event arrived while writing: our response is the latest copy.
+            if decide_needs_routing(updated):
+                self.bodies[key] = _copy(updated)
+            else:
+                self._forget_body(key)
+        self._count(decision)
+        self._spawn(self.write_audits(_copy(updated), check_first=False))
+
+    async def _write(self, job: QueuedJob, status: dict[str, Any]) -> dict[str, Any] | None:
+        """Merge-patch the job's status, conditional on the resourceVersion the decision was made from.
+
+        Returns the updated job, or None when nothing was written (the reservation is released,
+        and the job re-read and re-queued, or retried later, or forgotten if it is gone).
+        """
+        key = job.key
+        patch = {"metadata": {"resourceVersion": job.resource_version}, "status": status}
+        try:
+            await self.bucket.take()
+            self.stats.writes += 1
+            return await self.runtime.kube.patch_status(AGENT_JOB, job.name, patch, namespace=job.namespace)
+        except Conflict:
+            self.stats.conflicts += 1
+            self._release(key)
+            await self._reread(key)
+        except NotFound:
+            self._release(key)
+            self._forget_body(key)
+            self._stop_waiting(key)
+        except KubeError as err:
+            self._release(key)
+            log.warning("job %s/%s: routing status not written (%s); retrying", *key, err, extra=_ref(key))
+            self._later(key, self.settings.retry_seconds, "retry")
+        return None
+
+    async def _reread(self, key: JobKey) -> None:
+        if self.unwritten.pop(key, None) is not None and self.rebind is not None:
+            # The binding was never written: the queue step binds the job as it is now.
+            self._forget_body(key)
+            self._spawn(self.rebind(key))
+            return
+        try:
+            fresh = await self.runtime.kube.get(AGENT_JOB, key[1], namespace=key[0])
+        except NotFound:
+            self._forget_body(key)
+            return
+        if decide_needs_routing(fresh):
+            self.bodies[key] = fresh
+            self.enqueue(key, "conflict")
+        else:
+            self._forget_body(key)
+
+    def _wait(self, key: JobKey, decision: RoutingDecision) -> None:
+        waiting = self.waiting.get(key)
+        if waiting is None:
+            waiting = self.waiting[key] = _Waiting(blocked=decision.capacity_blocked, since=self.monotonic())
+        waiting.blocked = decision.capacity_blocked
+        if waiting.timer is not None:
+            waiting.timer.cancel()
+        waiting.timer = self._later(key, decision.retry_after or 0.0, "backoff")
+
+    def _count(self, decision: RoutingDecision) -> None:
+        metrics.JOBS_ROUTED.labels(decision.outcome.value, decision.reason.value).inc()
+        match decision.outcome:
+            case RouteOutcome.ASSIGNED:
+                self.stats.assigned += 1
+            case RouteOutcome.WAITING:
+                self.stats.waiting += 1
+            case RouteOutcome.FAILED:
+                self.stats.failed += 1
+
+    async def write_audits(self, body: Mapping[str, Any], *, check_first: bool) -> None:
+        """Create the routing audit records of ``body``'s written decision (an existing one counts as done).
+
+        ``check_first`` reads each record before creating it: the cheap path when recovering
+        after a restart, where most records exist already.
+        """
+        now = self.runtime.clock()
+        meta = body.get("metadata") or {}
+        involved = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "AgentJob",
+            "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid")},
+        }
+        for record in build_routing_audits(job=body, now=now):
+            name = record["metadata"]["name"]
+            namespace = record["metadata"]["namespace"]
+            try:
+                if check_first:
+                    try:
+                        await self.runtime.kube.get(AUDIT, name, namespace=namespace)
+                        continue
+                    except NotFound:
+                        pass
+                await self.bucket.take()  # the AuditRecord
+                await self.bucket.take()  # and its Event
+                action = record["spec"]["action"]
+                await ensure_audit(self.runtime.kube, record, involved=involved, event_reason=action, now=now)
+            except Conflict:
+                continue
+            except KubeError as err:
+                log.warning("audit record %s/%s not written: %s", namespace, name, err)
+
+    def _recover_audits(self, key: JobKey, body: Mapping[str, Any]) -> None:
+        """After a restart: make sure a recent decision found in status has its audit records."""
+        if key in self.audited:
+            return
+        routing = (body.get("status") or {}).get("routing") or {}
+        decided = _parse_time(routing.get("decidedAt"))
+        if decided is None or (self.runtime.clock() - decided).total_seconds() > self.settings.audit_recovery_seconds:
+            return  # older than any crash this process could have followed
+        if not build_routing_audits(job=body, now=self.runtime.clock()):
+            return  # still waiting: nothing to audit yet
+        self._mark_audited(key)
+        self._spawn(self.write_audits(_copy(body), check_first=True))
+
+    def _mark_audited(self, key: JobKey) -> None:
+        now = self.monotonic()
+        self.audited[key] = now
+        if len(self.audited) > 4096:
+            horizon = now - self.settings.audit_recovery_seconds
+            self.audited = {k: t for k, t in self.audited.items() if t >= horizon}
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run audit writing off the worker's path, at most ``workers`` at once (the bucket still applies)."""
+
+        async def bounded() -> None:
+            async with self.auditing:
+                await work
+
+        task = asyncio.create_task(bounded())
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+
+def _parse_time(raw: Any) -> dt.datetime | None:
+    if not raw:
+        return None
+    try:
+        return dt.datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _copy(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A plain copy of the parts of a job the router reads (Kopf's body views are not kept)."""
+    meta = body.get("metadata") or {}
+    return {
+        "metadata": {
+            k: meta[k]
+            for k in ("name", "namespace", "uid", "resourceVersion", "generation", "deletionTimestamp")
+            if k in meta
+        },
+        "spec": _plain(body.get("spec") or {}),
+        "status": _plain(body.get("status") or {}),
+    }
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _waiting_reason(job: QueuedJob) -> bool:
+    routed = find_condition(job.conditions, ConditionType.ROUTED)
+    return routed is not None and routed.get("reason") == Reason.WAITING_FOR_CAPACITY.value
+
+
+def _ref(key: JobKey) -> dict[str, Any]:
+    return {"k8s_ref": {"apiVersion": f"{GROUP}/{VERSION}", "kind": "AgentJob", "namespace": key[0], "name": key[1]}}
