@@ -109,13 +109,16 @@ def _registry() -> kopf.OperatorRegistry:
     return registry
 
 
-def test_split_moves_the_admission_handlers_and_keeps_the_rest() -> None:
+def test_split_copies_or_moves_only_the_admission_handlers() -> None:
     registry = _registry()
-    webhooks = split_webhooks(registry)
-    assert [h.id for h in webhooks._webhooks.get_all_handlers()] == ["v"]
+    copied = split_webhooks(registry, keep=True)
+    assert [h.id for h in copied._webhooks.get_all_handlers()] == ["v"]
+    assert [h.id for h in registry._webhooks.get_all_handlers()] == ["v"]
+    assert copied._changing.get_all_handlers() == []
+    moved = split_webhooks(registry)
+    assert [h.id for h in moved._webhooks.get_all_handlers()] == ["v"]
     assert registry._webhooks.get_all_handlers() == []
     assert len(registry._changing.get_all_handlers()) == 1
-    assert webhooks._changing.get_all_handlers() == []
 
 
 def test_service_mode_webhooks_outlive_the_process() -> None:

@@ -5,10 +5,10 @@ annotations under the ``helmhive.dev/`` prefix, so the strict CRD schemas never 
 (status fields outside the schema would be dropped by the API server). Logs are JSON.
 
 Without leader election one Kopf operator runs every handler. With ``--leader-election``
-(:mod:`helmhive.controller.leader`, ``docs/ha.md``) the process runs two Kopf operators on one
-event loop: one serves only the admission webhooks (and the liveness endpoint) from the start,
-the other, with every resource handler, daemon, index and startup activity (routing included),
-starts only once this process holds the Lease. Losing the Lease exits the process (code 1).
+(:mod:`helmhive.controller.leader`, ``docs/ha.md``) a standby first runs a Kopf operator with
+only the admission webhooks (and the liveness endpoint); once this process holds the Lease it
+stops that one and runs the whole operator, exactly as without leader election. Losing the
+Lease exits the process (code 1).
 """
 
 from __future__ import annotations
@@ -145,22 +145,25 @@ async def _audit_retention_loop(runtime: Runtime, logger: kopf.Logger, interval:
         await asyncio.sleep(interval)
 
 
-def split_webhooks(registry: kopf.OperatorRegistry) -> kopf.OperatorRegistry:
-    """Move ``registry``'s admission handlers into a new registry, which is returned.
+def split_webhooks(registry: kopf.OperatorRegistry, *, keep: bool = False) -> kopf.OperatorRegistry:
+    """A new registry with ``registry``'s admission handlers; ``keep=False`` removes them from ``registry``.
 
-    Kopf offers no public way to copy handlers between registries; the handlers themselves are
-    moved unchanged (``tests/unit/test_webhook_config.py`` pins this against the installed Kopf).
+    Kopf offers no public way to copy handlers between registries; the handler objects (frozen
+    dataclasses) are shared unchanged (``tests/unit/test_webhook_config.py`` pins this against
+    the installed Kopf).
     """
     webhooks = kopf.OperatorRegistry()
-    webhooks._webhooks = registry._webhooks
-    registry._webhooks = type(webhooks._webhooks)()
+    for handler in registry._webhooks.get_all_handlers():
+        webhooks._webhooks.append(handler)
+    if not keep:
+        registry._webhooks = type(webhooks._webhooks)()
     return webhooks
 
 
-def _register_webhook_operator(
+def _register_standby(
     registry: kopf.OperatorRegistry, runtime: Runtime, webhook: WebhookConfig | None, elector: LeaderElector
 ) -> None:
-    """The always-on operator of a leader-elected process: login, settings, webhook server, probe."""
+    """The standby operator of a leader-elected process: login, settings, webhook server, probe."""
 
     @kopf.on.startup(registry=registry)
     async def webhook_settings(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -191,79 +194,88 @@ async def _until_first(*aws: asyncio.Future[Any]) -> set[asyncio.Future[Any]]:
     return done
 
 
+class _Kopf:
+    """One ``kopf.operator()`` run as a task, with its stop flag."""
+
+    def __init__(self, registry: kopf.OperatorRegistry, liveness: str | None) -> None:
+        self.stop_flag, self.ready = asyncio.Event(), asyncio.Event()
+        self.task = asyncio.ensure_future(
+            kopf.operator(
+                registry=registry,
+                clusterwide=True,
+                standalone=True,
+                liveness_endpoint=liveness,
+                stop_flag=self.stop_flag,
+                ready_flag=self.ready,
+            )
+        )
+
+    async def started(self) -> None:
+        await _until_first(asyncio.ensure_future(self.ready.wait()), self.task)
+
+    async def stop(self) -> None:
+        self.stop_flag.set()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
 async def _run_elected(
     *,
-    resources: kopf.OperatorRegistry,
-    webhooks: kopf.OperatorRegistry,
+    full: kopf.OperatorRegistry,
+    standby: kopf.OperatorRegistry,
     elector: LeaderElector,
     liveness: str | None,
 ) -> int:
-    """Serve webhooks now, act once elected; return the exit code (1: leadership lost or a crash)."""
+    """Serve the webhooks as a standby; once elected, run the whole operator. Return the exit code.
+
+    Only one Kopf operator runs at a time: the standby's (webhooks, liveness) is stopped before
+    the full one (every handler, the webhooks again, liveness) starts on the same ports.
+    """
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+    stopping = asyncio.ensure_future(stop.wait())
 
     def own_signals() -> None:
         # Each kopf.operator() installs its own SIGINT/SIGTERM handlers; ours stop in order.
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
 
-    stopping = asyncio.ensure_future(stop.wait())
-    webhook_stop, webhook_ready = asyncio.Event(), asyncio.Event()
-    webhook_task = asyncio.ensure_future(
-        kopf.operator(
-            registry=webhooks,
-            clusterwide=True,
-            standalone=True,
-            liveness_endpoint=liveness,
-            stop_flag=webhook_stop,
-            ready_flag=webhook_ready,
-        )
-    )
-    await _until_first(asyncio.ensure_future(webhook_ready.wait()), webhook_task)
+    waiting = _Kopf(standby, liveness)
+    await waiting.started()
     own_signals()
-    code = 0
     acquiring = asyncio.ensure_future(elector.acquire())
-    done = await _until_first(acquiring, webhook_task, stopping)
-    if acquiring in done:
-        log.info("leader election: %s leads; starting the resource handlers", elector.identity)
-        resource_stop, resource_ready = asyncio.Event(), asyncio.Event()
-        resource_task = asyncio.ensure_future(
-            kopf.operator(
-                registry=resources,
-                clusterwide=True,
-                standalone=True,
-                stop_flag=resource_stop,
-                ready_flag=resource_ready,
-            )
-        )
-        holding = asyncio.ensure_future(elector.hold())
-        ready = asyncio.ensure_future(resource_ready.wait())
-        done = await _until_first(ready, holding, resource_task, webhook_task, stopping)
-        if ready in done:
-            own_signals()
-            done = await _until_first(holding, resource_task, webhook_task, stopping)
-        if holding in done:
-            # client-go exits here; the standby may take over once renew_deadline < lease_duration
-            # has passed, so this process must have stopped acting by then, however it stops.
-            code = 1
-            grace = max(elector.config.lease_duration - elector.config.renew_deadline, 1.0)
-            log.error("leader election: %s lost the Lease; exiting within %.0f s", elector.identity, grace)
-            loop.call_later(grace, os._exit, 1)
-        elif resource_task in done:
-            code = 1
-            log.error("the resource handlers stopped unexpectedly; exiting")
-        holding.cancel()
-        resource_stop.set()
-        await asyncio.gather(resource_task, return_exceptions=True)
-        await elector.release()
-    else:
+    done = await _until_first(acquiring, waiting.task, stopping)
+    crashed = waiting.task in done
+    await waiting.stop()
+    if acquiring not in done:
         acquiring.cancel()
-    if webhook_task.done() and not stop.is_set() and code == 0:
+        await asyncio.gather(acquiring, stopping, return_exceptions=True)
+        elector.close()
+        if crashed and not stop.is_set():
+            log.error("the standby operator stopped unexpectedly; exiting")
+            return 1
+        return 0
+    log.info("leader election: %s leads; starting the operator", elector.identity)
+    acting = _Kopf(full, liveness)
+    await _until_first(asyncio.ensure_future(acting.ready.wait()), acting.task, stopping)
+    own_signals()
+    holding = asyncio.ensure_future(elector.hold())
+    done = await _until_first(holding, acting.task, stopping)
+    code = 0
+    if holding in done:
+        # client-go exits here; a standby may take over once lease_duration has passed since the
+        # last renewal, so this process must have stopped acting by then, however it stops.
         code = 1
-        log.error("the webhook server stopped unexpectedly; exiting")
-    webhook_stop.set()
+        grace = max(elector.config.lease_duration - elector.config.renew_deadline, 1.0)
+        log.error("leader election: %s lost the Lease; exiting within %.0f s", elector.identity, grace)
+        loop.call_later(grace, os._exit, 1)
+    elif acting.task in done and not stop.is_set():
+        code = 1
+        log.error("the operator stopped unexpectedly; exiting")
+    holding.cancel()
+    await acting.stop()
+    await elector.release()
     stopping.cancel()
-    await asyncio.gather(webhook_task, acquiring, stopping, return_exceptions=True)
+    await asyncio.gather(holding, stopping, return_exceptions=True)
     elector.close()
     return code
 
@@ -289,20 +301,18 @@ def run_operator(
         webhook = WebhookConfig(addr=config.webhook_addr, port=config.webhook_port, host=config.webhook_host)
     leader = leader or LeaderConfig()
     metrics.serve_metrics(addr=config.metrics_addr, port=config.metrics_port)
+    register_handlers(runtime, webhook=webhook)
+    full = kopf.get_default_registry()
+    _prepare_webhooks(full, webhook)
     if not leader.enabled:
-        register_handlers(runtime, webhook=webhook)
-        _prepare_webhooks(kopf.get_default_registry(), webhook)
         _set_leader_metric(True)
         asyncio.run(kopf.operator(clusterwide=True, standalone=True, liveness_endpoint=liveness))
         return
-    register_handlers(runtime, webhook=None)
-    resources = kopf.get_default_registry()
-    _prepare_webhooks(resources, webhook)
-    webhooks = split_webhooks(resources) if webhook is not None else kopf.OperatorRegistry()
     _set_leader_metric(False)
     # Its own small connection pool: the elector never queues behind routing's API calls.
     elector = LeaderElector(leader, load_api_client(kubeconfig, connections=2), on_change=_set_leader_metric)
-    _register_webhook_operator(webhooks, runtime, webhook, elector)
-    code = asyncio.run(_run_elected(resources=resources, webhooks=webhooks, elector=elector, liveness=liveness))
+    standby = split_webhooks(full, keep=True)
+    _register_standby(standby, runtime, webhook, elector)
+    code = asyncio.run(_run_elected(full=full, standby=standby, elector=elector, liveness=liveness))
     if code:
         raise SystemExit(code)
