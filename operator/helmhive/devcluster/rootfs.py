@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import shutil
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from typing import IO, Any
 
 from helmhive.devcluster import dockerfile as df
 from helmhive.devcluster.rootfs_bases import RootfsError, copy_tree, ensure_base_tree, run_logged, say
+from helmhive.devcluster.rootfs_exec import inside
 
 __all__ = [
     "DEFAULT_PATH",
@@ -88,7 +90,7 @@ def _copy_from_context(context: Path, rules: list[df.IgnoreRule], sources: list[
         origin = context / relative
         if not origin.exists() or df.decide_ignored(rules, relative):
             raise RootfsError(f"COPY {source}: not in the build context (missing, or left out by .dockerignore)")
-        target = tree / dest.lstrip("/")
+        target = inside(tree, dest)
         if origin.is_dir():
             for path in sorted(origin.rglob("*")):
                 rel = path.relative_to(context).as_posix()
@@ -110,8 +112,8 @@ def _copy_from_context(context: Path, rules: list[df.IgnoreRule], sources: list[
 
 def _copy_from_stage(stage_tree: Path, sources: list[str], dest: str, tree: Path) -> None:
     for source in sources:
-        origin = stage_tree / source.lstrip("/")
-        target = tree / dest.lstrip("/")
+        origin = inside(stage_tree, source)
+        target = inside(tree, dest)
         if origin.is_dir():
             copy_tree(origin, target)
         else:
@@ -247,7 +249,7 @@ def _apply(
         config.user = df.substitute(instruction.args, values)
     elif keyword == "WORKDIR":
         config.workdir = df.substitute(instruction.args, values)
-        (tree / config.workdir.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        inside(tree, config.workdir).mkdir(parents=True, exist_ok=True)
     elif keyword in ("ENTRYPOINT", "CMD"):
         command = df.parse_exec_form(instruction)
         if keyword == "ENTRYPOINT":
@@ -258,6 +260,8 @@ def _apply(
         source_stage, sources, dest = df.parse_copy(instruction)
         sources = [df.substitute(s, values) for s in sources]
         dest = df.substitute(dest, values)
+        if not dest.startswith("/"):  # relative to WORKDIR, as in Docker ("./" keeps its trailing slash)
+            dest = posixpath.join(config.workdir, dest)
         if source_stage is None:
             count = _copy_from_context(context, rules, sources, dest, tree)
             say(log, f"    {count} files from the build context")
