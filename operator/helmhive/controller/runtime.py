@@ -44,7 +44,8 @@ class OperatorConfig:
     runner_tick_seconds: float = 1.0
     # How often each pool re-reads its credential Secret, and re-applies its objects to undo drift.
     credential_check_seconds: float = 5.0
-    objects_resync_seconds: float = 60.0
+    # Every resync re-applies each runner pod's sessions Secret: O(runners) writes, so rarely.
+    objects_resync_seconds: float = 600.0
     revision_history_limit: int = 10
     webhook_addr: str = "0.0.0.0"
     webhook_port: int = 9443
