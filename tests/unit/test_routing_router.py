@@ -181,8 +181,8 @@ async def test_durations_come_from_the_injected_monotonic_clock() -> None:
     ticks = iter([100.0, 250.0, 900.0])
     r = Router(Runtime(kube=None), RouterSettings(), monotonic=lambda: next(ticks))  # type: ignore[arg-type]
     assert r.bucket.stamp == 100.0, "the token bucket reads the same clock"
-    r._mark_audited(("team", "a"))
-    assert r.audited == {("team", "a"): 250.0}
+    r.audits.mark(("team", "a"))
+    assert r.audits.audited == {("team", "a"): 250.0}
     waiting = RoutingDecision(
         outcome=RouteOutcome.WAITING, reason=Reason.WAITING_FOR_CAPACITY, message="m", retry_after=60.0
     )

@@ -4,13 +4,15 @@ One :class:`Router` per operator process, fed by the thin Kopf handlers and inde
 :mod:`helmhive.controller.routing` (which hands it the indexes and the watch events). It owns:
 
 - **the work queue**: each job is handled by one worker at a time (a queue with a processing
-  set, like client-go's);
+  set, like client-go's; :class:`~helmhive.controller.router_queue.WorkQueue`);
 - **reservations**: slots this process assigned that the jobs index does not show yet;
 - **waiting and backoff**: a job that waits for capacity is re-decided on a backoff timer (and
   early when capacity frees); its status is written when it starts waiting and at each backoff
   attempt, never silently;
 - **audit recovery**: the audit records of every decision it writes, and after a restart those
-  of recent decisions found in status.
+  of recent decisions found in status (:class:`~helmhive.controller.router_audits.RouterAudits`).
+
+Its settings, token bucket and counters are in :mod:`helmhive.controller.router_settings`.
 
 A worker:
 
@@ -39,21 +41,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import datetime as dt
 import logging
-import os
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from helmhive.api.job import ChangeStage
 from helmhive.api.kinds import GROUP, VERSION, kind_by_name
 from helmhive.api.reasons import ConditionType, Reason
 from helmhive.controller import metrics
-from helmhive.controller.audit import ensure_audit
 from helmhive.controller.kube import Conflict, KubeError, NotFound
+from helmhive.controller.router_audits import RouterAudits, plain_job
+from helmhive.controller.router_queue import WorkQueue
+from helmhive.controller.router_settings import RouterSettings, RouterStats, TokenBucket
 from helmhive.controller.runtime import Runtime
 from helmhive.policy import agentjob
 from helmhive.policy.agentjob import decide_held_runner, decide_needs_routing
@@ -62,12 +63,10 @@ from helmhive.policy.memory import NamedMemoryRecord, select_memory
 from helmhive.policy.routing import (
     RouteOutcome,
     RoutingDecision,
-    RoutingPolicy,
     RunnerKey,
     RunnerView,
     SessionBindingView,
 )
-from helmhive.policy.routing_audit import build_routing_audits
 from helmhive.policy.routing_inputs import (
     PoolServing,
     QueuedJob,
@@ -83,76 +82,8 @@ from helmhive.policy.routing_inputs import (
 __all__ = ["AGENT_JOB", "JobKey", "Router", "RouterSettings", "RouterStats", "TokenBucket"]
 
 AGENT_JOB = kind_by_name("AgentJob")
-AUDIT = kind_by_name("AuditRecord")
 JobKey = tuple[str, str]
 log = logging.getLogger("helmhive.routing")
-
-
-@dataclass(frozen=True, kw_only=True)
-class RouterSettings:
-    """Router tunables; each can be set from the environment (``HELMHIVE_ROUTING_*``)."""
-
-    workers: int = 8
-    """Jobs routed concurrently (each worker has at most one write in flight)."""
-    qps: float = 200.0
-    """Sustained mutating API calls per second (status writes, audit records, events): a routed job
-    costs three, so the default lets a burst be routed at some 65 jobs a second."""
-    burst: int = 400
-    """Calls allowed at once before the sustained rate applies."""
-    retry_seconds: float = 2.0
-    """Delay before retrying a job whose write failed for a reason other than a conflict."""
-    audit_recovery_seconds: float = 600.0
-    """At startup, decisions younger than this are checked for their audit records (a crash may have cut them)."""
-    policy: RoutingPolicy = field(default_factory=RoutingPolicy)
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> RouterSettings:
-        values = os.environ if env is None else env
-
-        def number(name: str, default: float) -> float:
-            raw = values.get(name)
-            return float(raw) if raw else default
-
-        policy = RoutingPolicy(
-            capacity_deadline_seconds=number("HELMHIVE_ROUTING_CAPACITY_DEADLINE_SECONDS", 900.0),
-            backoff_initial_seconds=number("HELMHIVE_ROUTING_BACKOFF_INITIAL_SECONDS", 2.0),
-            backoff_max_seconds=number("HELMHIVE_ROUTING_BACKOFF_MAX_SECONDS", 60.0),
-        )
-        return cls(
-            workers=max(1, int(number("HELMHIVE_ROUTING_WORKERS", 8))),
-            qps=max(0.1, number("HELMHIVE_ROUTING_QPS", 200.0)),
-            burst=max(1, int(number("HELMHIVE_ROUTING_BURST", 400))),
-            retry_seconds=number("HELMHIVE_ROUTING_RETRY_SECONDS", 2.0),
-            policy=policy,
-        )
-
-
-class TokenBucket:
-    """A client-side rate limit: ``rate`` tokens a second, at most ``burst`` saved up.
-
-    ``take()`` waits for a token; waiters are served in arrival order.
-    """
-
-    def __init__(self, *, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self.rate = rate
-        self.burst = float(burst)
-        self.tokens = float(burst)
-        self.clock = clock
-        self.stamp = clock()
-        self.lock = asyncio.Lock()
-
-    def _refill(self) -> None:
-        now = self.clock()
-        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = now
-
-    async def take(self) -> None:
-        async with self.lock:
-            self._refill()
-            while self.tokens < 1.0:
-                await asyncio.sleep((1.0 - self.tokens) / self.rate)
-                self._refill()
-            self.tokens -= 1.0
 
 
 @dataclass
@@ -162,19 +93,7 @@ class _Waiting:
     timer: asyncio.TimerHandle | None = None
 
 
-@dataclass
-class RouterStats:
-    """Counters for logs, the liveness probe and the benchmark."""
-
-    decisions: int = 0
-    assigned: int = 0
-    waiting: int = 0
-    failed: int = 0
-    conflicts: int = 0
-    writes: int = 0
-
-
-class Router:
+class Router(WorkQueue):
     """The work queue, reservations and waiting jobs of one operator process (see the module docstring)."""
 
     def __init__(
@@ -184,6 +103,7 @@ class Router:
         *,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__()
         self.runtime = runtime
         self.settings = settings or RouterSettings.from_env()
         self.monotonic = monotonic
@@ -199,11 +119,6 @@ class Router:
         self.implementations: Mapping[Any, Iterable[str]] = {}
         self.sessions: Mapping[Any, Iterable[SessionBindingView]] = {}
         self.implementations_written: dict[tuple[str, str, int], str] = {}  # (namespace, change, iteration) -> provider
-        # Work queue: queued keys in order, keys being processed, keys to redo after processing.
-        self.queued: OrderedDict[JobKey, str] = OrderedDict()
-        self.processing: set[JobKey] = set()
-        self.dirty: dict[JobKey, str] = {}
-        self.ready = asyncio.Event()
         self.bodies: dict[JobKey, dict[str, Any]] = {}
         # Bindings made by the queue step that this process writes together with the decision.
         self.unwritten: dict[JobKey, dict[str, Any]] = {}
@@ -214,10 +129,13 @@ class Router:
         self.waiting: dict[JobKey, _Waiting] = {}
         self.holding: dict[JobKey, RunnerKey] = {}
         self.schedulable: dict[RunnerKey, bool] = {}
-        # Decisions whose audit this process wrote or checked, and when (pruned past the recovery window).
-        self.audited: dict[JobKey, float] = {}
-        self.auditing = asyncio.Semaphore(self.settings.workers)
-        self.background: set[asyncio.Task[None]] = set()
+        self.audits = RouterAudits(
+            runtime,
+            bucket=self.bucket,
+            workers=self.settings.workers,
+            recovery_seconds=self.settings.audit_recovery_seconds,
+            monotonic=monotonic,
+        )
         self.topology = 0  # bumped when runners, pools or namespaces change
         self._views: dict[str, tuple[int, list[RunnerView]]] = {}
         self.tasks: list[asyncio.Task[None]] = []
@@ -237,7 +155,8 @@ class Router:
         self.tasks = [asyncio.create_task(self._worker(i)) for i in range(self.settings.workers)]
 
     async def stop(self) -> None:
-        for task in [*self.tasks, *self.background]:
+        self.audits.cancel()
+        for task in self.tasks:
             task.cancel()
         for task in self.tasks:
             with contextlib.suppress(asyncio.CancelledError):
@@ -258,7 +177,7 @@ class Router:
         job's ``resourceVersion`` as read, so the binding is still the exact revision and
         snapshot chosen at queue time, and a job that changed meanwhile is bound again.
         """
-        bound = _copy(body)
+        bound = plain_job(body)
         bound["status"]["profile"] = binding
         if conditions is not None:
             bound["status"]["conditions"] = conditions
@@ -304,14 +223,14 @@ class Router:
             metrics.record_job_finished(body)
             self._capacity_freed(previous)
         if deleted:
-            self.audited.pop(key, None)
+            self.audits.forget(key)
         elif status.get("routing"):
-            self._recover_audits(key, body)
+            self.audits.recover(key, body)
         if deleted or not decide_needs_routing(body):
             self._forget_body(key)
             self._stop_waiting(key)
             return
-        self.bodies[key] = _copy(body)
+        self.bodies[key] = plain_job(body)
         if key not in self.waiting or self.waiting[key].timer is None:
             self.enqueue(key, "event")
 
@@ -328,32 +247,6 @@ class Router:
                 self.enqueue(key, "wake")
 
     # Work queue --------------------------------------------------------------------------
-    def enqueue(self, key: JobKey, trigger: str) -> None:
-        if key in self.processing:
-            if self.dirty.get(key) != "backoff":
-                self.dirty[key] = trigger
-            return
-        if key in self.queued:
-            if trigger == "backoff":
-                self.queued[key] = trigger
-            return
-        self.queued[key] = trigger
-        self.ready.set()
-
-    async def _next(self) -> tuple[JobKey, str]:
-        while not self.queued:
-            self.ready.clear()
-            await self.ready.wait()
-        key, trigger = self.queued.popitem(last=False)
-        self.processing.add(key)
-        return key, trigger
-
-    def _done(self, key: JobKey) -> None:
-        self.processing.discard(key)
-        trigger = self.dirty.pop(key, None)
-        if trigger is not None:
-            self.enqueue(key, trigger)
-
     async def _worker(self, number: int) -> None:
         while True:
             key, trigger = await self._next()
@@ -366,9 +259,6 @@ class Router:
                 self._later(key, self.settings.retry_seconds, "retry")
             finally:
                 self._done(key)
-
-    def _later(self, key: JobKey, delay: float, trigger: str) -> asyncio.TimerHandle:
-        return asyncio.get_running_loop().call_later(max(0.0, delay), self.enqueue, key, trigger)
 
     # Reservations and waiting -------------------------------------------------------------
     def _reserve(self, key: JobKey, runner: RunnerKey) -> None:
@@ -491,10 +381,10 @@ class Router:
             now=now,
         ).status
         if decision.outcome is not RouteOutcome.WAITING:
-            self._mark_audited(key)  # this process audits it; its own watch event needs no recovery check
+            self.audits.mark(key)  # this process audits it; its own watch event needs no recovery check
         updated = await self._write(job, status)
         if updated is None:
-            self.audited.pop(key, None)
+            self.audits.forget(key)
             return
         self.unwritten.pop(key, None)
         if decision.choice is not None:
@@ -507,11 +397,11 @@ class Router:
         if stored is not None and stored["metadata"].get("resourceVersion") == job.resource_version:
             # No newer event arrived while writing: our response is the latest copy.
             if decide_needs_routing(updated):
-                self.bodies[key] = _copy(updated)
+                self.bodies[key] = plain_job(updated)
             else:
                 self._forget_body(key)
         self._count(decision)
-        self._spawn(self.write_audits(_copy(updated), check_first=False))
+        self.audits.spawn(self.audits.write(plain_job(updated), check_first=False))
 
     async def _write(self, job: QueuedJob, status: dict[str, Any]) -> dict[str, Any] | None:
         """Merge-patch the job's status, conditional on the resourceVersion the decision was made from.
@@ -543,7 +433,7 @@ class Router:
         if self.unwritten.pop(key, None) is not None and self.rebind is not None:
             # The binding was never written: the queue step binds the job as it is now.
             self._forget_body(key)
-            self._spawn(self.rebind(key))
+            self.audits.spawn(self.rebind(key))  # off the worker's path, bounded like the audits
             return
         try:
             fresh = await self.runtime.kube.get(AGENT_JOB, key[1], namespace=key[0])
@@ -574,100 +464,6 @@ class Router:
                 self.stats.waiting += 1
             case RouteOutcome.FAILED:
                 self.stats.failed += 1
-
-    async def write_audits(self, body: Mapping[str, Any], *, check_first: bool) -> None:
-        """Create the routing audit records of ``body``'s written decision (an existing one counts as done).
-
-        ``check_first`` reads each record before creating it: the cheap path when recovering
-        after a restart, where most records exist already.
-        """
-        now = self.runtime.clock()
-        meta = body.get("metadata") or {}
-        involved = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "AgentJob",
-            "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid")},
-        }
-        for record in build_routing_audits(job=body, now=now):
-            name = record["metadata"]["name"]
-            namespace = record["metadata"]["namespace"]
-            try:
-                if check_first:
-                    try:
-                        await self.runtime.kube.get(AUDIT, name, namespace=namespace)
-                        continue
-                    except NotFound:
-                        pass
-                await self.bucket.take()  # the AuditRecord
-                await self.bucket.take()  # and its Event
-                action = record["spec"]["action"]
-                await ensure_audit(self.runtime.kube, record, involved=involved, event_reason=action, now=now)
-            except Conflict:
-                continue
-            except KubeError as err:
-                log.warning("audit record %s/%s not written: %s", namespace, name, err)
-
-    def _recover_audits(self, key: JobKey, body: Mapping[str, Any]) -> None:
-        """After a restart: make sure a recent decision found in status has its audit records."""
-        if key in self.audited:
-            return
-        routing = (body.get("status") or {}).get("routing") or {}
-        decided = _parse_time(routing.get("decidedAt"))
-        if decided is None or (self.runtime.clock() - decided).total_seconds() > self.settings.audit_recovery_seconds:
-            return  # older than any crash this process could have followed
-        if not build_routing_audits(job=body, now=self.runtime.clock()):
-            return  # still waiting: nothing to audit yet
-        self._mark_audited(key)
-        self._spawn(self.write_audits(_copy(body), check_first=True))
-
-    def _mark_audited(self, key: JobKey) -> None:
-        now = self.monotonic()
-        self.audited[key] = now
-        if len(self.audited) > 4096:
-            horizon = now - self.settings.audit_recovery_seconds
-            self.audited = {k: t for k, t in self.audited.items() if t >= horizon}
-
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run audit writing off the worker's path, at most ``workers`` at once (the bucket still applies)."""
-
-        async def bounded() -> None:
-            async with self.auditing:
-                await work
-
-        task = asyncio.create_task(bounded())
-        self.background.add(task)
-        task.add_done_callback(self.background.discard)
-
-
-def _parse_time(raw: Any) -> dt.datetime | None:
-    if not raw:
-        return None
-    try:
-        return dt.datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def _copy(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A plain copy of the parts of a job the router reads (Kopf's body views are not kept)."""
-    meta = body.get("metadata") or {}
-    return {
-        "metadata": {
-            k: meta[k]
-            for k in ("name", "namespace", "uid", "resourceVersion", "generation", "deletionTimestamp")
-            if k in meta
-        },
-        "spec": _plain(body.get("spec") or {}),
-        "status": _plain(body.get("status") or {}),
-    }
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
 
 
 def _waiting_reason(job: QueuedJob) -> bool:
