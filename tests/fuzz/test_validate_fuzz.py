@@ -115,7 +115,7 @@ def _write(path: Path, docs: list[Any]) -> Path:
 def test_the_command_answers_every_mutant_in_json_and_text(tmp_path_factory: pytest.TempPathFactory) -> None:
     tally = Tally("validate: command line, -o json and text")
 
-    @fuzz_settings(150)
+    @fuzz_settings(100)
     @given(mutant=st.one_of(targeted(example_set()), mutants()))
     def run(mutant: Mutant) -> None:
         folder = tmp_path_factory.mktemp("cli")
@@ -171,7 +171,7 @@ def _garble(text: str, data: st.DataObject) -> str:
 def test_garbled_yaml_text_never_crashes_the_command(tmp_path_factory: pytest.TempPathFactory) -> None:
     tally = Tally("validate: command line, garbled YAML text")
 
-    @fuzz_settings(200)
+    @fuzz_settings(150)
     @given(data=st.data())
     def run(data: st.DataObject) -> None:
         source = data.draw(st.sampled_from(sorted(EXAMPLES.glob("*.yaml"))))

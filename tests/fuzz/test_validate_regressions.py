@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -122,3 +123,19 @@ def test_yaml_nested_too_deeply_is_an_issue_not_a_crash(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["validate", str(path), "-o", "json"])
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     assert result.exit_code == 1 and '"InvalidYaml"' in result.stdout
+
+
+def test_a_key_that_is_a_digit_but_not_a_number_is_a_field_not_a_crash(tmp_path: Path) -> None:
+    """``"²".isdigit()`` is true, ``int("²")`` fails: finding the line of ``spec[²]`` crashed the command."""
+    doc = _seed("check-anthropic-login")
+    doc["spec"]["²"] = None
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(doc, allow_unicode=True), encoding="utf-8")
+    result = CliRunner().invoke(app, ["validate", str(path), "-o", "json"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    issues = json.loads(result.stdout)["issues"]
+    assert result.exit_code == 1 and [(i["fieldPath"], i["reason"]) for i in issues] == [("spec[²]", "UnknownField")]
+    assert issues[0]["line"] >= 1
+    text = CliRunner().invoke(app, ["validate", str(path)])
+    assert text.exception is None or isinstance(text.exception, SystemExit), text.exception
+    assert text.exit_code == 1 and "spec[²]: UnknownField" in text.stdout

@@ -56,7 +56,7 @@ def split_field_path(path: str) -> list[PathSegment]:
         name, bracketed = match.group(1), match.group(2)
         if name is not None:
             segments.append(name)
-        elif bracketed.isdigit():
+        elif bracketed.isascii() and bracketed.isdigit():  # not "²", which isdigit() but int() refuses
             segments.append(int(bracketed))
         else:
             segments.append(bracketed)
