@@ -11,11 +11,13 @@ import json
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 
 from helmhive.devcluster import dockerfile as df
 from helmhive.devcluster.rootfs import ImageConfig
@@ -180,3 +182,22 @@ def test_hadolint_accepts_the_dockerfiles() -> None:
         [str(hadolint), "--no-color", "-"], input="FROM\nRUN\n", capture_output=True, text=True, timeout=60, check=False
     )
     assert broken.returncode != 0
+
+
+def test_the_images_install_pinned_runtime_dependencies() -> None:
+    """images/constraints.txt pins every direct dependency within pyproject's range, and both builds use it."""
+    pins = dict(
+        line.split("==", 1)
+        for line in (REPO / "images/constraints.txt").read_text(encoding="utf-8").splitlines()
+        if line and not line.startswith("#")
+    )
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    for line in project["dependencies"]:
+        requirement = Requirement(line)
+        name = re.sub(r"[-_.]+", "-", requirement.name).lower()
+        assert name in pins, f"{name} is not pinned in images/constraints.txt (run images/constraints.py)"
+        assert requirement.specifier.contains(pins[name]), f"{name}=={pins[name]} is outside {requirement.specifier}"
+    for path in (OPERATOR, RUNNER):
+        text = path.read_text(encoding="utf-8")
+        assert "COPY images/constraints.txt /src/constraints.txt" in text
+        assert "pip install --constraint /src/constraints.txt" in text
