@@ -128,7 +128,12 @@ class Ledger:
 
 def _no_namespace_terminating(kube: Kube) -> bool:
     # A namespace being deleted makes kube-controller-manager list and delete in the counted group.
-    return not [n for n in kube.core.list_namespace().items if n.status.phase == "Terminating"]
+    stuck = [n for n in kube.core.list_namespace().items if n.status.phase == "Terminating"]
+    if stuck:
+        # Name what holds each one (the namespace controller's conditions), for the timeout's message.
+        held = {n.metadata.name: [c.message for c in n.status.conditions or [] if c.status == "True"] for n in stuck}
+        raise AssertionError(f"namespaces still terminating: {held}")
+    return True
 
 
 @pytest.fixture

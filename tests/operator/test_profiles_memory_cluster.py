@@ -301,6 +301,33 @@ def test_memory_expires_on_time_and_every_change_is_audited(
     assert updated["spec"]["before"]["hash"] != updated["spec"]["after"]["hash"]
 
 
+def test_a_namespace_holding_memory_records_can_be_deleted(operator: OperatorProcess, kube: Kube) -> None:
+    # The delete handler audits each record, but a terminating namespace refuses new objects: the
+    # operator must let the records (and so the namespace) go rather than retry forever.
+    name = kube.core.create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(generate_name="t-memory-ns-delete-"))
+    ).metadata.name
+    for i in range(3):
+        kube.custom.create_namespaced_custom_object(GROUP, VERSION, name, "memoryrecords", _memory(f"m{i}"))
+
+    def finalized() -> bool:
+        items = kube.custom.list_namespaced_custom_object(GROUP, VERSION, name, "memoryrecords")["items"]
+        return len(items) == 3 and all(i["metadata"].get("finalizers") for i in items)
+
+    wait_for(finalized, timeout=60, describe="the operator to hold the records with its finalizer")
+    kube.core.delete_namespace(name)
+
+    def gone() -> bool:
+        try:
+            kube.core.read_namespace(name)
+        except ApiException as err:
+            return err.status == 404
+        return False
+
+    wait_for(gone, timeout=180, describe=f"namespace {name} to be deleted with its memory records")
+    assert "Traceback" not in operator.log_text(), operator.log_tail(100)
+
+
 def test_no_secret_or_instruction_text_reaches_audit_events_or_logs(
     operator: OperatorProcess, kube: Kube, kubectl: Kubectl, namespace: str
 ) -> None:

@@ -1,21 +1,26 @@
 """Writes AuditRecords (the durable trail) and Events (best effort), and applies retention.
 
 The AuditRecord is the record; the Event is a convenience for ``kubectl describe`` and may
-be lost. A failure to write the AuditRecord is raised so Kopf retries the handler.
+be lost. A failure to write the AuditRecord is raised so Kopf retries the handler, with one
+exception: a namespace being deleted refuses new objects for good, and the trail of what it held
+goes with it, so a record for a terminating namespace is dropped (and logged) rather than retried
+forever, which would hold the deleted object's finalizer and the namespace with it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from typing import Any
 
 from helmhive.api.kinds import kind_by_name
-from helmhive.controller.kube import Kube
+from helmhive.controller.kube import Forbidden, Kube, KubeError
 from helmhive.policy.audit import decide_audit_retention
 
-__all__ = ["AUDIT", "ensure_audit", "patch_audit_retention"]
+__all__ = ["AUDIT", "ensure_audit", "ensure_audit_unless_terminating", "patch_audit_retention"]
 
 AUDIT = kind_by_name("AuditRecord")
+log = logging.getLogger(__name__)
 
 
 async def ensure_audit(
@@ -39,6 +44,32 @@ async def ensure_audit(
             now=now,
         )
     return created
+
+
+async def ensure_audit_unless_terminating(
+    kube: Kube,
+    record: dict[str, Any],
+    *,
+    involved: dict[str, Any] | None = None,
+    event_reason: str | None = None,
+    now: dt.datetime,
+) -> bool:
+    """:func:`ensure_audit`; False (nothing written) if the record's namespace is being deleted."""
+    namespace = str(record["metadata"]["namespace"])
+    try:
+        await ensure_audit(kube, record, involved=involved, event_reason=event_reason, now=now)
+    except Forbidden:
+        try:
+            terminating = bool((await kube.read_namespace(namespace))["metadata"].get("deletionTimestamp"))
+        except KubeError:
+            terminating = False
+        if not terminating:
+            raise
+        meta = record["metadata"]
+        what = meta.get("name") or meta.get("generateName") or record["spec"].get("action")
+        log.info("namespace %s is being deleted; audit record %s goes with it", namespace, what)
+        return False
+    return True
 
 
 async def patch_audit_retention(

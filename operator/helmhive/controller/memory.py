@@ -44,7 +44,7 @@ from helmhive.api.audit import AuditAction, AuditState
 from helmhive.api.kinds import GROUP, VERSION, kind_by_name
 from helmhive.api.memory import MemoryRecordSpec, WorkspaceSpec
 from helmhive.api.reasons import ConditionType, Reason
-from helmhive.controller.audit import ensure_audit
+from helmhive.controller.audit import ensure_audit, ensure_audit_unless_terminating
 from helmhive.controller.deadlines import KeyedLocks
 from helmhive.controller.kube import Conflict, KubeError, NotFound
 from helmhive.controller.profiles import actor_from
@@ -288,7 +288,8 @@ async def _audit_change(
         details={"workspace": str((body.get("spec") or {}).get("workspace", ""))[:253]},
         now=now,
     )
-    await ensure_audit(runtime.kube, record, involved=dict(body), event_reason=action.value, now=now)
+    # A record deleted with its namespace cannot be audited (its namespace refuses new objects).
+    await ensure_audit_unless_terminating(runtime.kube, record, involved=dict(body), event_reason=action.value, now=now)
 
 
 def register(runtime: Runtime) -> MemoryReconciler:

@@ -35,8 +35,8 @@ import kopf
 
 from helmhive.api.audit import AuditActor
 from helmhive.api.kinds import GROUP, VERSION
-from helmhive.controller.audit import ensure_audit
-from helmhive.controller.kube import Conflict, Forbidden, KubeError
+from helmhive.controller.audit import ensure_audit_unless_terminating
+from helmhive.controller.kube import Conflict
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.session_audit import (
     actor_from_userinfo,
@@ -99,23 +99,12 @@ class ResetWitness:
 
 async def _create(runtime: Runtime, record: dict[str, Any], binding: Mapping[str, Any]) -> bool:
     """Create ``record`` and its Event; False if it exists already or the namespace is going away."""
-    namespace = str(record["metadata"]["namespace"])
     try:
-        await ensure_audit(
+        return await ensure_audit_unless_terminating(
             runtime.kube, record, involved=dict(binding), event_reason="SessionReset", now=runtime.clock()
         )
     except Conflict:
         return False  # recorded before (a retry, or a restart before Kopf noted it)
-    except Forbidden:
-        try:
-            terminating = bool((await runtime.kube.read_namespace(namespace))["metadata"].get("deletionTimestamp"))
-        except KubeError:
-            terminating = False
-        if not terminating:
-            raise
-        log.info("namespace %s is being deleted; audit record %s goes with it", namespace, record["metadata"]["name"])
-        return False
-    return True
 
 
 async def ensure_reset_audits(
