@@ -652,6 +652,8 @@ def test_public_surfaces_are_pinned() -> None:
         "as_profile_spec",
         "compose_output_schema",
         "decide_profile",
+        "decide_profile_body",
+        "format_violations",
     ]
     assert memory.__all__ == [
         "MAX_INJECTED_RECORDS",

@@ -17,6 +17,7 @@ import asyncio
 import datetime as dt
 import logging
 import os
+import re
 import signal
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -280,6 +281,16 @@ async def _run_elected(
     return code
 
 
+# Kopf logs "Handler ... succeeded." and "... is processed: ..." at INFO for every handled event of
+# every object: a line per job event on the hot path, saying nothing a condition does not. Our own
+# handler lines on the same logger, and all warnings and errors, stay; --verbose keeps everything.
+_ROUTINE = re.compile(r"^(Handler '[^']*' succeeded\.|(Creation|Updating|Resuming|Deletion) is processed: )")
+
+
+def _drop_routine_kopf_lines(record: logging.LogRecord) -> bool:
+    return record.levelno > logging.INFO or not _ROUTINE.match(str(record.msg))
+
+
 def run_operator(
     *,
     kubeconfig: str | None,
@@ -296,6 +307,8 @@ def run_operator(
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat.JSON, log_prefix=False, log_refkey="object")
+    if not verbose:
+        logging.getLogger("kopf.objects").addFilter(_drop_routine_kopf_lines)
     runtime = Runtime(kube=Kube(load_api_client(kubeconfig)), config=config)
     if webhook is None and config.webhooks_enabled:
         webhook = WebhookConfig(addr=config.webhook_addr, port=config.webhook_port, host=config.webhook_host)
