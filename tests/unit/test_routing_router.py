@@ -92,6 +92,39 @@ def test_a_finishing_job_wakes_the_job_waiting_longest_on_its_runner() -> None:
     assert ("team", "a") not in r.holding
 
 
+def test_each_freed_slot_wakes_a_different_job() -> None:
+    r = router()
+    r1 = ("runners", "r1")
+    for name in ("a", "b"):
+        r.observe_job(None, job(name, runner="r1"))
+    r.waiting[("team", "early")] = _Waiting(blocked=frozenset({r1}), since=10.0, timer=None)
+    r.waiting[("team", "late")] = _Waiting(blocked=frozenset({r1}), since=20.0, timer=None)
+    r.queued.clear()
+    # Two slots free before either woken job is re-decided: both jobs are woken, not one twice.
+    r.observe_job("MODIFIED", job("a", runner="r1", finished=True))
+    r.observe_job("MODIFIED", job("b", runner="r1", finished=True))
+    assert list(r.queued.items()) == [(("team", "early"), "wake"), (("team", "late"), "wake")]
+    assert r._take_wake(("team", "early")) == r1
+    assert r._take_wake(("team", "early")) is None, "a wake-up is used once"
+
+
+async def test_a_woken_job_with_nothing_to_route_passes_its_slot_on() -> None:
+    r = router()
+    r1 = ("runners", "r1")
+    r.observe_job(None, job("a", runner="r1"))
+    # "gone" is waiting in memory but its body was dropped (it was bound and routed elsewhere).
+    r.waiting[("team", "gone")] = _Waiting(blocked=frozenset({r1}), since=1.0, timer=None)
+    r.waiting[("team", "next")] = _Waiting(blocked=frozenset({r1}), since=2.0, timer=None)
+    r.queued.clear()
+    r.observe_job("MODIFIED", job("a", runner="r1", finished=True))
+    assert list(r.queued) == [("team", "gone")]
+    r.queued.clear()
+    await r.route(("team", "gone"), "wake")
+    assert ("team", "gone") not in r.waiting, "it no longer takes wake-ups"
+    assert list(r.queued.items()) == [(("team", "next"), "wake")]
+    assert r.waiting[("team", "next")].woken_by == r1
+
+
 def test_jobs_that_await_a_decision_are_queued_and_others_forgotten() -> None:
     r = router()
     r.observe_job(None, job("new"))

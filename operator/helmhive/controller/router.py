@@ -57,7 +57,7 @@ from helmhive.controller.router_queue import WorkQueue
 from helmhive.controller.router_settings import RouterSettings, RouterStats, TokenBucket
 from helmhive.controller.runtime import Runtime
 from helmhive.policy import agentjob
-from helmhive.policy.agentjob import decide_held_runner, decide_needs_routing
+from helmhive.policy.agentjob import decide_held_runner, decide_needs_binding, decide_needs_routing
 from helmhive.policy.conditions import find_condition
 from helmhive.policy.memory import NamedMemoryRecord, select_memory
 from helmhive.policy.routing import (
@@ -91,6 +91,8 @@ class _Waiting:
     blocked: frozenset[RunnerKey]
     since: float
     timer: asyncio.TimerHandle | None = None
+    woken_by: RunnerKey | None = None
+    """The runner whose freed slot this job was queued to take (one job per freed slot)."""
 
 
 class Router(WorkQueue):
@@ -281,14 +283,43 @@ class Router(WorkQueue):
 
     def _stop_waiting(self, key: JobKey) -> None:
         waiting = self.waiting.pop(key, None)
-        if waiting is not None and waiting.timer is not None:
-            waiting.timer.cancel()
+        if waiting is not None:
+            if waiting.timer is not None:
+                waiting.timer.cancel()
+            if waiting.woken_by is not None:
+                self._capacity_freed(waiting.woken_by)  # it went before taking the slot: pass it on
 
     def _capacity_freed(self, runner: RunnerKey) -> None:
-        """A slot on ``runner`` freed: re-decide the job that has waited longest for it."""
-        blocked = [(w.since, k) for k, w in self.waiting.items() if runner in w.blocked]
+        """A slot on ``runner`` freed: re-decide the job that has waited longest for it.
+
+        Each freed slot wakes a different job: a job already woken (and not yet re-decided) is
+        skipped, so two slots freed in a row are not both spent on one job.
+        """
+        blocked = [(w.since, k) for k, w in self.waiting.items() if runner in w.blocked and w.woken_by is None]
         if blocked:
-            self.enqueue(min(blocked)[1], "wake")
+            key = min(blocked)[1]
+            self.waiting[key].woken_by = runner
+            self.enqueue(key, "wake")
+
+    def _take_wake(self, key: JobKey) -> RunnerKey | None:
+        """The runner whose freed slot ``key`` was woken for (cleared: this pass uses it or passes it on)."""
+        waiting = self.waiting.get(key)
+        if waiting is None or waiting.woken_by is None:
+            return None
+        runner, waiting.woken_by = waiting.woken_by, None
+        return runner
+
+    def _pass_wake(self, runner: RunnerKey | None, decision: RoutingDecision | None, written: bool) -> None:
+        """Hand a freed slot on unless this pass took it (assigned there) or found it taken (blocked there)."""
+        if runner is None:
+            return
+        if decision is None:
+            self._capacity_freed(runner)
+            return
+        took = written and decision.choice is not None and decision.choice.runner_key == runner
+        taken = decision.outcome is RouteOutcome.WAITING and runner in decision.capacity_blocked
+        if not (took or taken):
+            self._capacity_freed(runner)
 
     def active_jobs(self, runners: Iterable[RunnerKey]) -> dict[RunnerKey, int]:
         """Active jobs per runner: the jobs index (assigned, unfinished) plus this process's in-flight writes."""
@@ -348,14 +379,15 @@ class Router(WorkQueue):
     # One job --------------------------------------------------------------------------------
     async def route(self, key: JobKey, trigger: str) -> None:
         """Decide and write one job (see the module docstring)."""
+        woke = self._take_wake(key)
         body = self.bodies.get(key)
-        if body is None or not decide_needs_routing(body):
-            self._forget_body(key)
-            return
-        job = parse_queued_job(body)
+        job = parse_queued_job(body) if body is not None and decide_needs_routing(body) else None
         if job is None:
-            log.warning("job %s/%s has an unusable spec or profile binding; not routed", *key, extra=_ref(key))
+            if body is not None and decide_needs_routing(body):
+                log.warning("job %s/%s has an unusable spec or profile binding; not routed", *key, extra=_ref(key))
             self._forget_body(key)
+            self._stop_waiting(key)  # nothing to route: it must not keep taking wake-ups
+            self._pass_wake(woke, None, written=False)
             return
         binding = self.unwritten.get(key)
         waiting_already = binding is None and _waiting_reason(job)
@@ -368,6 +400,7 @@ class Router(WorkQueue):
         if decision.outcome is RouteOutcome.WAITING:
             self._wait(key, decision)
             if waiting_already and not backoff:
+                self._pass_wake(woke, decision, written=False)
                 return  # already visibly waiting; only backoff attempts are written
         else:
             self._stop_waiting(key)
@@ -383,6 +416,7 @@ class Router(WorkQueue):
         if decision.outcome is not RouteOutcome.WAITING:
             self.audits.mark(key)  # this process audits it; its own watch event needs no recovery check
         updated = await self._write(job, status)
+        self._pass_wake(woke, decision, written=updated is not None)
         if updated is None:
             self.audits.forget(key)
             return
@@ -430,21 +464,28 @@ class Router(WorkQueue):
         return None
 
     async def _reread(self, key: JobKey) -> None:
-        if self.unwritten.pop(key, None) is not None and self.rebind is not None:
-            # The binding was never written: the queue step binds the job as it is now.
-            self._forget_body(key)
-            self.audits.spawn(self.rebind(key))  # off the worker's path, bounded like the audits
-            return
+        """After a 409: route the job as it is now, or have the queue step bind it if it still needs that.
+
+        A binding held in memory may lose to a binding already written (the queue step bound the
+        job twice before the first write landed, or another process bound it): then the job is
+        bound and routed from the fresh copy, never dropped.
+        """
+        self.unwritten.pop(key, None)
         try:
             fresh = await self.runtime.kube.get(AGENT_JOB, key[1], namespace=key[0])
         except NotFound:
             self._forget_body(key)
+            self._stop_waiting(key)
             return
-        if decide_needs_routing(fresh):
-            self.bodies[key] = fresh
+        if decide_needs_binding(fresh) and self.rebind is not None:
+            self._forget_body(key)
+            self.audits.spawn(self.rebind(key))  # off the worker's path, bounded like the audits
+        elif decide_needs_routing(fresh):
+            self.bodies[key] = plain_job(fresh)
             self.enqueue(key, "conflict")
         else:
             self._forget_body(key)
+            self._stop_waiting(key)
 
     def _wait(self, key: JobKey, decision: RoutingDecision) -> None:
         waiting = self.waiting.get(key)
