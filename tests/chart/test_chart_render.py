@@ -300,6 +300,12 @@ def test_runner_pools_from_values(helm: Path) -> None:
     assert pool["spec"]["adapter"] == {"type": "acp", "acp": {"command": "helmhive-reference-agent"}}
     own = render(helm, "-f", values, "--api-versions", RUNNER_POOL_API, "--set-json", _pool_with_image())
     assert [d["spec"]["image"] for d in own if d["kind"] == "RunnerPool"] == ["registry.example.com/runner:1"]
+    # runner.imagePullSecrets is every declared pool's default; a pool's own list wins.
+    assert "imagePullSecrets" not in pool["spec"]
+    pulled = render(
+        helm, "-f", values, "--api-versions", RUNNER_POOL_API, "--set-json", 'runner.imagePullSecrets=[{"name":"reg"}]'
+    )
+    assert [d["spec"]["imagePullSecrets"] for d in pulled if d["kind"] == "RunnerPool"] == [[{"name": "reg"}]]
     # Helm cannot create a RunnerPool in the same install as the CRD: refused with the way out.
     err = template_fails(helm, "-f", values)
     assert "runnerPools: the RunnerPool CRD (helmhive.dev/v1alpha1) is not installed yet" in err

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from helmhive.api.runner import RunnerPoolSpec
 from helmhive.deploy.manifests import (
@@ -238,6 +239,16 @@ def test_stable_identities_and_parallel_pods() -> None:
     assert sts["podManagementPolicy"] == "Parallel"
     assert sts["selector"]["matchLabels"].items() <= sts["template"]["metadata"]["labels"].items()
     assert sts["template"]["spec"]["serviceAccountName"] == "helmhive-runner-claude"
+
+
+def test_image_pull_secrets_reach_the_pods_only_when_given() -> None:
+    plain = build_stateful_set(POOL, spec(), credential_generation=1)["spec"]["template"]["spec"]
+    assert "imagePullSecrets" not in plain
+    pulled = spec(imagePullSecrets=[{"name": "registry-a"}, {"name": "registry-b"}])
+    pod = build_stateful_set(POOL, pulled, credential_generation=1)["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "registry-a"}, {"name": "registry-b"}]
+    with pytest.raises(ValidationError):
+        spec(imagePullSecrets=[{"name": "Not A Name"}])
 
 
 def test_template_changes_with_the_credential_generation_and_the_config() -> None:

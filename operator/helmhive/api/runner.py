@@ -209,6 +209,13 @@ class RunnerPoolSpec(ApiModel):
     ]
     image: ImageRef
     image_pull_policy: Annotated[str, Field(pattern=r"^(Always|IfNotPresent|Never)$", max_length=16)] = "IfNotPresent"
+    image_pull_secrets: Annotated[
+        list[LocalObjectRef],
+        Field(
+            max_length=8,
+            description="Secrets in the pool's namespace for pulling the runner image (the pods' imagePullSecrets).",
+        ),
+    ] = []
     credential: Annotated[
         CredentialSpec,
         Field(

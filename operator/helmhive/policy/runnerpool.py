@@ -354,6 +354,11 @@ def build_stateful_set(pool: PoolRef, spec: RunnerPoolSpec, *, credential_genera
                     },
                     "containers": [container],
                     "volumes": volumes,
+                    **(
+                        {"imagePullSecrets": [{"name": ref.name} for ref in spec.image_pull_secrets]}
+                        if spec.image_pull_secrets
+                        else {}
+                    ),
                 },
             },
         },
