@@ -325,7 +325,9 @@ def test_a_namespace_holding_memory_records_can_be_deleted(operator: OperatorPro
         return False
 
     wait_for(gone, timeout=180, describe=f"namespace {name} to be deleted with its memory records")
-    assert "Traceback" not in operator.log_text(), operator.log_tail(100)
+    # The operator shares this module with other tests: look only at this namespace's records.
+    retried = [r for r in operator.log_records() if name in r.get("message", "") and "will try again" in r["message"]]
+    assert not retried, retried
 
 
 def test_no_secret_or_instruction_text_reaches_audit_events_or_logs(
