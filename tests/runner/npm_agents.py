@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from helmhive.devcluster.cachelock import cache_entry_lock
+
 CLAUDE_CODE = ("@anthropic-ai/claude-code", "2.1.332", "claude")
 CLAUDE_AGENT_ACP = ("@zed-industries/claude-agent-acp", "0.23.1", "claude-agent-acp")
 INSTALL_TIMEOUT_S = 480
@@ -30,6 +32,14 @@ def npm_bin(package: str, version: str, binary: str) -> Path:
     stamp = directory / ".helmhive-installed"
     if stamp.exists() and executable.exists():
         return executable
+    with cache_entry_lock(directory, what=f"{package}@{version}"):
+        if not (stamp.exists() and executable.exists()):  # else installed by another process meanwhile
+            _npm_install(package, version, directory, executable)
+    return executable
+
+
+def _npm_install(package: str, version: str, directory: Path, executable: Path) -> None:
+    stamp = directory / ".helmhive-installed"
     npm = shutil.which("npm")
     if npm is None:
         pytest.fail(f"npm is not on PATH; it is needed to install {package}@{version}", pytrace=False)
@@ -46,4 +56,3 @@ def npm_bin(package: str, version: str, binary: str) -> Path:
             pytrace=False,
         )
     stamp.write_text(f"{package}@{version}\n", encoding="utf-8")
-    return executable

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from helmhive.devcluster.cachelock import cache_entry_lock
 from helmhive.devcluster.gomod import (
     build_etcd_main,
     build_etcd_wrapper_gomod,
@@ -183,13 +184,16 @@ def ensure_binaries(
     ):
         if _stamped(directory, names):
             continue
-        directory.mkdir(parents=True, exist_ok=True)
-        log.write(f"building {', '.join(names)} {version} into {directory}\n")
-        log.flush()
-        started = time.monotonic()
-        builder(version, directory, log)
-        _write_stamp(directory, time.monotonic() - started, version)
-        shutil.rmtree(directory / "src", ignore_errors=True)
+        with cache_entry_lock(directory, log, what=f"{', '.join(names)} {version}"):
+            if _stamped(directory, names):  # another process built it while we waited
+                continue
+            directory.mkdir(parents=True, exist_ok=True)
+            log.write(f"building {', '.join(names)} {version} into {directory}\n")
+            log.flush()
+            started = time.monotonic()
+            builder(version, directory, log)
+            _write_stamp(directory, time.monotonic() - started, version)
+            shutil.rmtree(directory / "src", ignore_errors=True)
     return Binaries(
         etcd=etcd_dir / "etcd",
         kube_apiserver=kube_dir / "kube-apiserver",

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TextIO
 
 from helmhive.devcluster.build import BuildError, cache_root
+from helmhive.devcluster.cachelock import cache_entry_lock
 
 __all__ = ["DEFAULT_HELM_VERSION", "ensure_helm"]
 
@@ -27,6 +28,14 @@ def ensure_helm(*, version: str = DEFAULT_HELM_VERSION, log: TextIO, root: Path 
     stamp = directory / ".complete"
     if binary.is_file() and stamp.is_file():
         return binary
+    with cache_entry_lock(directory, log, what=f"helm {version}"):
+        if binary.is_file() and stamp.is_file():  # built by another process while we waited
+            return binary
+        return _build_helm(version, directory, log)
+
+
+def _build_helm(version: str, directory: Path, log: TextIO) -> Path:
+    binary = directory / "helm"
     directory.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, GOBIN=str(directory), CGO_ENABLED="0", GOTOOLCHAIN="local")
     env["GOFLAGS"] = (env.get("GOFLAGS", "") + " -buildvcs=false").strip()
@@ -44,5 +53,5 @@ def ensure_helm(*, version: str = DEFAULT_HELM_VERSION, log: TextIO, root: Path 
     proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
     if proc.returncode != 0 or not binary.is_file():
         raise BuildError(f"building helm {version} failed ({proc.returncode}); see {log.name}")
-    stamp.write_text(f"{time.monotonic() - started:.1f}\n", encoding="utf-8")
+    (directory / ".complete").write_text(f"{time.monotonic() - started:.1f}\n", encoding="utf-8")
     return binary

@@ -29,6 +29,8 @@ from typing import IO
 
 import httpx
 
+from helmhive.devcluster.cachelock import cache_entry_lock
+
 __all__ = [
     "DEBIAN_MIRROR",
     "NPM_VERSION",
@@ -96,9 +98,16 @@ def ensure_debian_base(suite: str, log: IO[str], *, mirror: str = DEBIAN_MIRROR)
         raise RootfsError(f"cannot read the Release file of {suite} from {mirror}: {err}") from err
     tree = rootfs_cache_dir() / f"debian-{suite}-{release}-minbase"
     stamp = tree.with_name(tree.name + ".complete.json")
-    if stamp.exists() and tree.is_dir():
-        say(log, f"Debian {suite} {release} minbase tree from the cache: {tree}")
-        return tree, release
+    with cache_entry_lock(tree, log, what=f"the Debian {suite} {release} base tree"):
+        if stamp.exists() and tree.is_dir():
+            say(log, f"Debian {suite} {release} minbase tree from the cache: {tree}")
+            return tree, release
+        _debootstrap(suite, release, tree, log, mirror=mirror)
+    return tree, release
+
+
+def _debootstrap(suite: str, release: str, tree: Path, log: IO[str], *, mirror: str) -> None:
+    stamp = tree.with_name(tree.name + ".complete.json")
     if shutil.which("debootstrap") is None:
         raise RootfsError("debootstrap is not installed (apt-get install -y debootstrap)")
     partial = tree.with_name(tree.name + ".partial")
@@ -125,7 +134,6 @@ def ensure_debian_base(suite: str, log: IO[str], *, mirror: str = DEBIAN_MIRROR)
         encoding="utf-8",
     )
     say(log, f"Debian {suite} {release} minbase tree built in {seconds:.1f} s")
-    return tree, release
 
 
 def npm_package(spec: str, log: IO[str]) -> Path:
@@ -134,6 +142,13 @@ def npm_package(spec: str, log: IO[str]) -> Path:
     unpacked = directory / "package"
     if (directory / ".complete").exists():
         return unpacked
+    with cache_entry_lock(directory, log, what=spec):
+        if not (directory / ".complete").exists():  # else fetched by another process while we waited
+            _npm_pack(spec, directory, log)
+    return unpacked
+
+
+def _npm_pack(spec: str, directory: Path, log: IO[str]) -> None:
     npm = shutil.which("npm")
     if npm is None:
         raise RootfsError(f"npm is not on PATH; it is needed to fetch {spec}")
@@ -146,7 +161,6 @@ def npm_package(spec: str, log: IO[str]) -> Path:
         tar.extractall(directory, filter="tar")
     archive.unlink()
     (directory / ".complete").touch()
-    return unpacked
 
 
 def ensure_base_tree(image: str, stages: dict[str, Path], into: Path, log: IO[str]) -> None:
