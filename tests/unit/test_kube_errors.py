@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
 
 import pytest
 import urllib3
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from helmhive.api.kinds import kind_by_name
 from helmhive.api.kubeerrors import (
     MAX_MESSAGE,
     Conflict,
@@ -18,7 +22,10 @@ from helmhive.api.kubeerrors import (
     Unavailable,
     build_kube_error,
 )
+from helmhive.cli.kubeapi import CliKube
+from helmhive.controller.kube import Kube
 from helmhive.kubeclient import translate_api_error
+from helmhive.runner.kube import RunnerKube
 
 
 @pytest.mark.parametrize(
@@ -68,3 +75,25 @@ def test_the_client_library_and_the_network_translate_onto_the_same_tree() -> No
         assert type(exc).__name__ in error.message
     already = NotFound(404, "gone")
     assert translate_api_error(already) is already
+
+
+def _closed_port_client() -> client.ApiClient:
+    with socket.socket() as probe:  # a port nothing listens on once the probe is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    configuration = client.Configuration(host=f"https://127.0.0.1:{port}")
+    configuration.verify_ssl = False
+    configuration.retries = False
+    return client.ApiClient(configuration)
+
+
+def test_every_door_raises_unavailable_when_nothing_answers() -> None:
+    kind = kind_by_name("AgentJob")
+    with pytest.raises(Unavailable) as operator_side:
+        asyncio.run(Kube(_closed_port_client()).get(kind, "job", namespace="team-a"))
+    with pytest.raises(Unavailable) as runner_side:
+        asyncio.run(RunnerKube(_closed_port_client(), namespace="team-a").get_object("agentjobs", "job"))
+    with pytest.raises(Unavailable) as cli_side:
+        CliKube(_closed_port_client()).get("agentjobs", "job", "team-a")
+    for raised in (operator_side.value, runner_side.value, cli_side.value):
+        assert raised.status == 0 and raised.__cause__ is not None
