@@ -1,27 +1,38 @@
-"""What the operator and the runner share about talking to the Kubernetes API: errors and clients.
+"""The door to the Kubernetes API that the operator, the CLI and the runner share: clients and errors.
 
-One error tree, raised by both programs' API wrappers (``helmhive.controller.kube`` and
-``helmhive.runner.kube``), with the library's exception chained::
-
-    KubeError             any failed call; ``status`` (0 without one) and the server's ``message``
-     ├── NotFound         404
-     ├── Conflict         409: already exists, or a stale resourceVersion
-     ├── Forbidden        401, 403
-     ├── Invalid          400, 422: the API server refused the object; ``message`` says why
-     └── Unavailable      429, 5xx, or no answer at all: worth retrying later
+Owns loading an ``ApiClient`` (:func:`load_api_client`) and translating whatever a call through
+the ``kubernetes`` client raises into the one error tree of :mod:`helmhive.api.kubeerrors`
+(:func:`translate_api_error`): an answer by its HTTP status, no answer at all (a timeout, a
+refused or reset connection) as ``Unavailable``. The other doors -- ``helmhive.controller.kube``
+(the operator), ``helmhive.cli.kubeapi`` (the CLI), ``helmhive.runner.kube`` (the runner) and
+``helmhive.devcluster.localpod`` (the dev cluster's stand-in kubelet) -- build on it; nothing
+else in ``helmhive`` imports ``kubernetes`` (an import-linter contract and
+``tests/unit/test_layering.py`` enforce it).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from helmhive.api.kubeerrors import (
+    Conflict,
+    Forbidden,
+    Invalid,
+    KubeError,
+    NotFound,
+    Unavailable,
+    build_kube_error,
+    build_unavailable,
+)
+
 __all__ = [
     "API_CONNECTIONS",
+    "NETWORK_ERRORS",
     "Conflict",
     "Forbidden",
     "Invalid",
@@ -34,57 +45,22 @@ __all__ = [
 
 API_CONNECTIONS = 32
 """Connections kept per API client: as many as the operator's API threads, so none is discarded."""
-MAX_MESSAGE = 1024
+
+NETWORK_ERRORS: tuple[type[BaseException], ...] = (ApiException, urllib3.exceptions.HTTPError, OSError)
+"""What a call through the client raises when it fails: catch these, then :func:`translate_api_error`."""
 
 
-class KubeError(RuntimeError):
-    """An API call failed; ``status`` is the HTTP status (0 without one), ``message`` the server's words."""
+def translate_api_error(exc: BaseException) -> KubeError:
+    """Map a failed call's exception onto the tree (the caller chains it with ``from``).
 
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"{status}: {message}")
-        self.status = status
-        self.message = message
-
-
-class NotFound(KubeError):
-    pass
-
-
-class Conflict(KubeError):
-    pass
-
-
-class Forbidden(KubeError):
-    pass
-
-
-class Invalid(KubeError):
-    pass
-
-
-class Unavailable(KubeError):
-    pass
-
-
-_BY_STATUS: dict[int, type[KubeError]] = {
-    400: Invalid,
-    401: Forbidden,
-    403: Forbidden,
-    404: NotFound,
-    409: Conflict,
-    422: Invalid,
-}
-
-
-def translate_api_error(exc: ApiException) -> KubeError:
-    """Map the client library's exception onto the tree (the caller chains it with ``from``)."""
-    status = int(exc.status or 0)
-    try:
-        message = json.loads(exc.body or "{}").get("message", "") or str(exc.reason)
-    except (ValueError, AttributeError):
-        message = str(exc.reason)
-    cls = _BY_STATUS.get(status, Unavailable if status == 429 or status >= 500 or status == 0 else KubeError)
-    return cls(status, message[:MAX_MESSAGE])
+    An ``ApiException`` is mapped by its status; anything else (urllib3's timeouts and
+    connection errors, a socket's ``OSError``) got no answer and is ``Unavailable``.
+    """
+    if isinstance(exc, KubeError):
+        return exc
+    if isinstance(exc, ApiException):
+        return build_kube_error(exc.status, exc.body, exc.reason)
+    return build_unavailable(exc)
 
 
 def load_api_client(kubeconfig: str | None = None, *, connections: int = API_CONNECTIONS) -> Any:

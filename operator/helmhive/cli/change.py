@@ -15,30 +15,25 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 import typer
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from rich.console import Console
 from rich.table import Table
 
 from helmhive.api.change import ChangeStatus
-from helmhive.api.kinds import GROUP, VERSION
-from helmhive.cli.kubeapi import KubeconfigOption, NamespaceOption, api_error, load_api, whoami
+from helmhive.api.kubeerrors import KubeError
+from helmhive.cli.kubeapi import CliKube, KubeconfigOption, NamespaceOption, api_error, load_api, whoami
 
 app = typer.Typer(no_args_is_help=True, help="Follow a governed change, take its patch, approve its plan.")
 PLURAL = "changes"
 NameArgument = Annotated[str, typer.Argument(help="The Change's name.")]
 
 
-def _get(api: client.ApiClient, name: str, namespace: str) -> dict[str, Any]:
+def _get(api: CliKube, name: str, namespace: str) -> dict[str, Any]:
     try:
-        return cast(
-            dict[str, Any],
-            client.CustomObjectsApi(api).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name),
-        )
-    except ApiException as err:
+        return api.get(PLURAL, name, namespace)
+    except KubeError as err:
         raise api_error(err, f"change {namespace}/{name}") from None
 
 
@@ -121,10 +116,10 @@ def patch(name: NameArgument, namespace: NamespaceOption = "default", kubeconfig
         typer.secho(f"change {namespace}/{name} has no patch yet", fg=typer.colors.RED, err=True)
         raise typer.Exit(1)
     try:
-        cm = client.CoreV1Api(api).read_namespaced_config_map(ref.config_map, namespace)
-    except ApiException as err:
+        cm_data = api.config_map_data(ref.config_map, namespace)
+    except KubeError as err:
         raise api_error(err, f"ConfigMap {namespace}/{ref.config_map}") from None
-    text = (cm.data or {}).get(ref.key)
+    text = cm_data.get(ref.key)
     if text is None:
         typer.secho(f"ConfigMap {ref.config_map} has no key {ref.key}", fg=typer.colors.RED, err=True)
         raise typer.Exit(1)
@@ -168,7 +163,7 @@ def approve(
         "spec": {"approvedPlan": {"digest": plan.digest, "by": actor.username}},
     }
     try:
-        client.CustomObjectsApi(api).patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, body)
-    except ApiException as err:
+        api.patch(PLURAL, name, namespace, body)
+    except KubeError as err:
         raise api_error(err, f"approving change {namespace}/{name}") from None
     typer.echo(f"approved plan {plan.digest} of change {namespace}/{name} as {actor.username}")

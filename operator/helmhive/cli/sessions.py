@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Annotated, Any, cast
+from typing import Annotated
 
 import typer
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from rich.console import Console
 from rich.table import Table
 
-from helmhive.api.kinds import GROUP, VERSION
+from helmhive.api.kubeerrors import KubeError
 from helmhive.cli.kubeapi import KubeconfigOption, NamespaceOption, api_error, load_api
 from helmhive.policy.sessions import sessions_secret_name
 
@@ -37,12 +35,8 @@ def list_bindings(
     """List the session bindings of a namespace."""
     api = load_api(kubeconfig)
     try:
-        listed = cast(
-            dict[str, Any],
-            client.CustomObjectsApi(api).list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL),
-        )
-        items: list[dict[str, Any]] = listed["items"]
-    except ApiException as err:
+        items = api.list(PLURAL, namespace)
+    except KubeError as err:
         raise api_error(err, "listing session bindings") from None
     rows = [
         {
@@ -83,18 +77,17 @@ def reset(
 ) -> None:
     """Forget a binding's stored session, so its next job starts a fresh chain; the operator audits it."""
     api = load_api(kubeconfig)
-    custom = client.CustomObjectsApi(api)
     for attempt in range(_RETRIES):
         try:
-            binding = cast(dict[str, Any], custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name))
-        except ApiException as err:
+            binding = api.get(PLURAL, name, namespace)
+        except KubeError as err:
             raise api_error(err, f"session binding {namespace}/{name}") from None
         status = binding.get("status") or {}
         secret = status.get("secretName") or sessions_secret_name(binding["spec"]["runner"])
         key = status.get("secretKey") or name
         try:
-            client.CoreV1Api(api).patch_namespaced_secret(secret, namespace, [{"op": "remove", "path": f"/data/{key}"}])
-        except ApiException as err:
+            api.remove_secret_key(secret, namespace, key)
+        except KubeError as err:
             if err.status not in (404, 422):  # no Secret, or no such key: nothing stored to forget
                 raise api_error(err, f"removing the stored session from Secret {secret}") from None
         # Counted from the binding as read: a reset made by someone else meanwhile is a 409, and
@@ -108,9 +101,9 @@ def reset(
             },
         }
         try:
-            custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, patch)
+            api.patch_status(PLURAL, name, namespace, patch)
             break
-        except ApiException as err:
+        except KubeError as err:
             if err.status == 409 and attempt + 1 < _RETRIES:
                 continue
             raise api_error(err, f"resetting {namespace}/{name}") from None

@@ -89,7 +89,7 @@ def register_handlers(runtime: Runtime, *, webhook: WebhookConfig | None = None)
             ThreadPoolExecutor(max_workers=API_CONNECTIONS, thread_name_prefix="kube")
         )
         if webhook is not None:
-            await configure_webhook_server(settings, webhook, now=runtime.clock(), core=runtime.kube.core)
+            await configure_webhook_server(settings, webhook, now=runtime.clock(), kube=runtime.kube)
         retention.append(asyncio.create_task(_audit_retention_loop(runtime, logger)))
 
     @kopf.on.cleanup()
@@ -170,7 +170,7 @@ def _register_standby(
     async def webhook_settings(settings: kopf.OperatorSettings, **_: Any) -> None:
         configure_settings(settings)
         if webhook is not None:
-            await configure_webhook_server(settings, webhook, now=runtime.clock(), core=runtime.kube.core)
+            await configure_webhook_server(settings, webhook, now=runtime.clock(), kube=runtime.kube)
 
     kopf.on.login(registry=registry)(_login)
 

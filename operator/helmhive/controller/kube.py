@@ -1,13 +1,19 @@
-"""The operator's one door to the Kubernetes API (besides Kopf's own watch machinery).
+"""The operator's door to the Kubernetes API (besides Kopf's own watch machinery).
 
-Only this module imports the ``kubernetes`` client. It offers small async methods that run
-the synchronous client in a thread, and maps API errors onto Helmhive's own tree::
+In the operator (``helmhive.controller``) only this module imports the ``kubernetes`` client;
+an import-linter contract in ``pyproject.toml`` enforces it. It offers small typed async
+methods -- custom objects, ControllerRevisions, server-side apply of the kinds a pool owns,
+Secrets, Services, Namespaces, Events and the leader-election Lease -- that run the
+synchronous client in a thread (the default pool, or an executor of the caller's, so the
+leader elector never queues behind routing), and raises only the error tree of
+:mod:`helmhive.api.kubeerrors`, the runner's too (``helmhive.runner.kube``)::
 
     KubeError
      ├── NotFound      (404)
      ├── Conflict      (409: already exists, or a stale resourceVersion)
-     ├── Forbidden     (403)
-     └── Invalid       (422: the API server refused the object; ``message`` says why)
+     ├── Forbidden     (401, 403)
+     ├── Invalid       (400, 422: the API server refused the object; ``message`` says why)
+     └── Unavailable   (429, 5xx, timeouts, connection errors: worth retrying)
 
 Handlers receive a :class:`Kube` instance, so tests inject one bound to the real test
 cluster and nothing reaches a network they did not choose. Every write is counted in
@@ -19,24 +25,17 @@ from __future__ import annotations
 import asyncio
 import builtins
 import datetime as dt
+import functools
 from collections.abc import Callable
+from concurrent.futures import Executor
 from typing import Any, cast
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from helmhive.api.kinds import GROUP, VERSION, KindDef
+from helmhive.api.kubeerrors import Conflict, Forbidden, Invalid, KubeError, NotFound, Unavailable
 from helmhive.controller.metrics import record_api_write
-from helmhive.kubeclient import (
-    API_CONNECTIONS,
-    Conflict,
-    Forbidden,
-    Invalid,
-    KubeError,
-    NotFound,
-    load_api_client,
-    translate_api_error,
-)
+from helmhive.kubeclient import API_CONNECTIONS, NETWORK_ERRORS, load_api_client, translate_api_error
 
 __all__ = [
     "API_CONNECTIONS",
@@ -47,6 +46,7 @@ __all__ = [
     "Kube",
     "KubeError",
     "NotFound",
+    "Unavailable",
     "load_api_client",
 ]
 
@@ -58,6 +58,8 @@ _BUILTIN_KINDS: dict[tuple[str, str], tuple[str, str]] = {
     ("v1", "ServiceAccount"): ("core", "service_account"),
     ("v1", "ConfigMap"): ("core", "config_map"),
     ("v1", "Secret"): ("core", "secret"),
+    ("v1", "Service"): ("core", "service"),
+    ("coordination.k8s.io/v1", "Lease"): ("coordination", "lease"),
     ("rbac.authorization.k8s.io/v1", "Role"): ("rbac", "role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): ("rbac", "role_binding"),
     ("apps/v1", "StatefulSet"): ("apps", "stateful_set"),
@@ -69,8 +71,18 @@ _BUILTIN_KINDS: dict[tuple[str, str], tuple[str, str]] = {
 class Kube:
     """Async wrapper over the synchronous client, for custom objects and a few core kinds."""
 
-    def __init__(self, api_client: Any) -> None:
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        executor: Executor | None = None,
+        request_timeout: tuple[float, float] | None = None,
+    ) -> None:
+        """``executor`` runs the calls (default: asyncio's pool); ``request_timeout`` bounds each (connect, read)."""
         self.api_client = api_client
+        self.executor = executor
+        self.request_timeout = request_timeout
+        self.coordination = client.CoordinationV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
@@ -80,10 +92,16 @@ class Kube:
 
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Run one client call in a thread; custom-object calls answer plain dicts."""
+        if self.request_timeout is not None:
+            kwargs.setdefault("_request_timeout", self.request_timeout)
         try:
-            result = await asyncio.to_thread(fn, *args, **kwargs)
+            if self.executor is None:
+                result = await asyncio.to_thread(fn, *args, **kwargs)
+            else:
+                loop = asyncio.get_running_loop()
+                result = await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
             return cast(dict[str, Any], result)
-        except ApiException as exc:
+        except NETWORK_ERRORS as exc:
             raise translate_api_error(exc) from exc
 
     async def _write(
@@ -266,6 +284,26 @@ class Kube:
             _content_type=_APPLY,
         )
         return dict(self.api_client.sanitize_for_serialization(result))
+
+    def _wire(self, obj: Any) -> dict[str, Any]:
+        """A typed client model as the plain dict the API server sent (camelCase keys)."""
+        return dict(self.api_client.sanitize_for_serialization(obj))
+
+    async def read_object(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any]:
+        """Read a namespaced built-in object of one of the known kinds, as a plain dict."""
+        return self._wire(await self._call(self._builtin(api_version, kind, "read"), name, namespace))
+
+    async def create_object(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Create a namespaced built-in object of one of the known kinds; Conflict if it exists."""
+        meta = body["metadata"]
+        fn = self._builtin(body["apiVersion"], body["kind"], "create")
+        return self._wire(await self._write(body["kind"], "create", fn, meta["namespace"], body))
+
+    async def replace_object(self, body: dict[str, Any]) -> dict[str, Any]:
+        """PUT a namespaced built-in object; ``metadata.resourceVersion`` makes it conditional (Conflict)."""
+        meta = body["metadata"]
+        fn = self._builtin(body["apiVersion"], body["kind"], "replace")
+        return self._wire(await self._write(body["kind"], "update", fn, meta["name"], meta["namespace"], body))
 
     async def delete_object(self, api_version: str, kind: str, name: str, namespace: str) -> None:
         """Delete a namespaced built-in object; already gone counts as done."""

@@ -15,8 +15,9 @@ The rules are client-go's ``leaderelection`` package's:
 * On a graceful stop the leader releases the Lease (empty holder, duration 1 s), so a standby
   takes over at its next retry instead of waiting out the lease.
 
-The elector talks to the API server on its own connection and its own thread, so a burst of
-routing calls queued on the operator's shared thread pool can never delay a renewal.
+The elector talks to the API server through the operator's door (:class:`~helmhive.controller.kube.Kube`)
+on its own connection and its own thread, so a burst of routing calls queued on the operator's
+shared thread pool can never delay a renewal.
 """
 
 from __future__ import annotations
@@ -35,8 +36,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+from helmhive.controller.kube import Conflict, Kube, NotFound
 
 __all__ = [
     "DEFAULT_LEASE_NAME",
@@ -45,6 +45,7 @@ __all__ = [
     "LeaseAction",
     "LeaseRecord",
     "build_identity",
+    "build_lease_record",
     "decide_lease",
 ]
 
@@ -53,6 +54,7 @@ log = logging.getLogger("helmhive.leader")
 DEFAULT_LEASE_NAME = "helmhive-operator"
 _REQUEST_TIMEOUT = (2.0, 5.0)  # connect, read: one hung call may not eat the renew deadline
 _JITTER = 1.2  # client-go's JitterFactor for the candidate's retries
+_LEASE_API = "coordination.k8s.io/v1"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +98,21 @@ class LeaseRecord:
     resource_version: str
 
 
+def build_lease_record(lease: dict[str, Any]) -> LeaseRecord:
+    """The candidate's view of a Lease as the API server sent it (``acquireTime`` kept in MicroTime form)."""
+    spec = lease.get("spec") or {}
+    acquire = spec.get("acquireTime")
+    if isinstance(acquire, str) and acquire:
+        acquire = _micro_time(dt.datetime.fromisoformat(acquire))
+    return LeaseRecord(
+        holder=spec.get("holderIdentity"),
+        duration_seconds=spec.get("leaseDurationSeconds"),
+        acquire_time=acquire or None,
+        transitions=int(spec.get("leaseTransitions") or 0),
+        resource_version=str(lease["metadata"]["resourceVersion"]),
+    )
+
+
 class LeaseAction(StrEnum):
     CREATE = "create"
     ACQUIRE = "acquire"
@@ -136,20 +153,16 @@ class LeaderElector:
     ) -> None:
         self.config = config
         self.identity = config.identity or default_identity()
-        self.api = client.CoordinationV1Api(api_client)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leader-election")
+        self.kube = Kube(api_client, executor=self._executor, request_timeout=_REQUEST_TIMEOUT)
         self.on_change = on_change
         self.monotonic = monotonic
         self.is_leader = False
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leader-election")
         self._observed_version: str | None = None
         self._observed_at = 0.0
         self._last_renewal = 0.0
         self.holder: str | None = None
         """The holder this process last read or wrote."""
-
-    async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: fn(*args, **kwargs))
 
     def _set_leader(self, leader: bool) -> None:
         if leader != self.is_leader:
@@ -164,7 +177,7 @@ class LeaderElector:
             transitions += 1
         acquired = _micro_time(now) if acquire or record is None else record.acquire_time
         body: dict[str, Any] = {
-            "apiVersion": "coordination.k8s.io/v1",
+            "apiVersion": _LEASE_API,
             "kind": "Lease",
             "metadata": {
                 "name": self.config.lease_name,
@@ -185,25 +198,10 @@ class LeaderElector:
 
     async def _read(self) -> LeaseRecord | None:
         try:
-            lease = await self._call(
-                self.api.read_namespaced_lease,
-                self.config.lease_name,
-                self.config.namespace,
-                _request_timeout=_REQUEST_TIMEOUT,
-            )
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-        spec = lease.spec
-        acquire = spec.acquire_time
-        return LeaseRecord(
-            holder=spec.holder_identity,
-            duration_seconds=spec.lease_duration_seconds,
-            acquire_time=_micro_time(acquire) if isinstance(acquire, dt.datetime) else acquire,
-            transitions=spec.lease_transitions or 0,
-            resource_version=lease.metadata.resource_version,
-        )
+            lease = await self.kube.read_object(_LEASE_API, "Lease", self.config.lease_name, self.config.namespace)
+        except NotFound:
+            return None
+        return build_lease_record(lease)
 
     async def try_acquire_or_renew(self) -> bool:
         """One round of client-go's ``tryAcquireOrRenew``; True if this process holds the Lease after it."""
@@ -224,22 +222,12 @@ class LeaderElector:
         body = self._body(record=record, acquire=action is not LeaseAction.RENEW)
         try:
             if record is None:
-                written = await self._call(
-                    self.api.create_namespaced_lease, self.config.namespace, body, _request_timeout=_REQUEST_TIMEOUT
-                )
+                written = await self.kube.create_object(body)
             else:
-                written = await self._call(
-                    self.api.replace_namespaced_lease,
-                    self.config.lease_name,
-                    self.config.namespace,
-                    body,
-                    _request_timeout=_REQUEST_TIMEOUT,
-                )
-        except ApiException as err:
-            if err.status == 409:
-                return False  # another candidate wrote first
-            raise
-        self._observed_version, self._observed_at = written.metadata.resource_version, self.monotonic()
+                written = await self.kube.replace_object(body)
+        except Conflict:
+            return False  # another candidate wrote first
+        self._observed_version, self._observed_at = written["metadata"]["resourceVersion"], self.monotonic()
         self.holder = self.identity
         if action is not LeaseAction.RENEW:
             log.info(
@@ -296,13 +284,7 @@ class LeaderElector:
             record = await self._read()
             if record is not None and record.holder == self.identity:
                 body = self._body(record=record, acquire=False, release=True)
-                await self._call(
-                    self.api.replace_namespaced_lease,
-                    self.config.lease_name,
-                    self.config.namespace,
-                    body,
-                    _request_timeout=_REQUEST_TIMEOUT,
-                )
+                await self.kube.replace_object(body)
                 log.info("leader election: %s released the Lease", self.identity)
         except Exception as err:
             log.warning("leader election: could not release the Lease (it expires instead): %s", err)

@@ -32,8 +32,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from helmhive.api.common import JobKind
+from helmhive.api.kubeerrors import KubeError
 from helmhive.api.reasons import ConditionType, Reason
-from helmhive.kubeclient import KubeError
 from helmhive.metricdefs import Catalogue, serve_registry
 from helmhive.policy.conditions import find_condition
 

@@ -1,35 +1,32 @@
 """The routing engine: decide with the pure core, write the assignment once, audit it.
 
 One :class:`Router` per operator process, fed by the thin Kopf handlers and indexes of
-:mod:`helmhive.controller.routing` (which hands it the indexes and the watch events). It owns:
+:mod:`helmhive.controller.routing` (which hands it the indexes and the watch events). The
+engine is five modules, each owning one part:
 
-- **the work queue**: each job is handled by one worker at a time (a queue with a processing
-  set, like client-go's; :class:`~helmhive.controller.router_queue.WorkQueue`);
-- **reservations**: slots this process assigned that the jobs index does not show yet;
-- **waiting and backoff**: a job that waits for capacity is re-decided on a backoff timer (and
-  early when capacity frees); its status is written when it starts waiting and at each backoff
-  attempt, never silently;
-- **audit recovery**: the audit records of every decision it writes, and after a restart those
-  of recent decisions found in status (:class:`~helmhive.controller.router_audits.RouterAudits`).
+- this one: the workers, the decision (inputs built by :mod:`helmhive.policy.routing_inputs`, as
+  ``explain-routing`` builds them), the conditional status write and what a 409 does;
+- :mod:`~helmhive.controller.router_indexes`: the indexes Kopf fills and the runner views cached
+  from them;
+- :mod:`~helmhive.controller.router_capacity`: reservations, held slots, waiting jobs, backoff
+  timers and which job a freed slot wakes;
+- :mod:`~helmhive.controller.router_queue`: the work queue (one worker per job at a time);
+- :mod:`~helmhive.controller.router_audits`: the audit records, and their recovery after a restart;
 
-Its settings, token bucket and counters are in :mod:`helmhive.controller.router_settings`.
+with its settings, token bucket and counters in :mod:`~helmhive.controller.router_settings`.
 
 A worker:
 
 1. under one global asyncio lock (a pool may serve several namespaces, so runners are shared),
-   builds the runner views, counts active jobs per runner from the jobs index *plus* the
-   assignments this process wrote that the index has not shown yet, calls
-   :func:`~helmhive.policy.routing.decide_route`, and reserves the slot in memory;
-2. outside the lock, within a bound on concurrent writes and a token bucket, merge-patches the
-   job's status (:func:`helmhive.policy.agentjob.route`) with ``metadata.resourceVersion`` as a
-   precondition. A 409 means the job changed since it was read: the reservation is released,
-   the job re-read and re-decided. So a decision made on a stale copy is never written, and a
-   retry after a crash never assigns twice;
-3. hands the audit of the decision (``JobRouted`` or ``JobRoutingFailed``, and
-   ``MemoryInjected``) to a bounded background task and takes the next job. Records have
-   deterministic names (:mod:`helmhive.policy.routing_audit`). After a restart, every decision
-   younger than ``audit_recovery_seconds`` seen in a job's status is checked for its records and
-   any missing one is written, so a crash between the status write and the audit loses nothing.
+   builds the runner views, counts active jobs per runner from the jobs index *plus* this
+   process's reservations, calls :func:`~helmhive.policy.routing.decide_route`, and reserves
+   the slot in memory;
+2. outside the lock, paced by a token bucket, merge-patches the job's status
+   (:func:`helmhive.policy.agentjob.route`, which also writes a binding made by the queue step)
+   with ``metadata.resourceVersion`` as a precondition. A 409 means the job changed since it
+   was read: the reservation is released, the job re-read and re-decided. So a decision made on
+   a stale copy is never written, and a retry after a crash never assigns twice;
+3. hands the audit of the decision to a bounded background task and takes the next job.
 
 Durations (the token bucket, how long a job has waited, when a decision was audited) are read
 from an injected monotonic clock (``monotonic``, :func:`time.monotonic` by default), so tests
@@ -43,8 +40,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from helmhive.api.job import ChangeStage
@@ -53,50 +49,31 @@ from helmhive.api.reasons import ConditionType, Reason
 from helmhive.controller import metrics
 from helmhive.controller.kube import Conflict, KubeError, NotFound
 from helmhive.controller.router_audits import RouterAudits, plain_job
-from helmhive.controller.router_queue import WorkQueue
+from helmhive.controller.router_capacity import JobKey, _Waiting
+from helmhive.controller.router_indexes import RouterIndexes
 from helmhive.controller.router_settings import RouterSettings, RouterStats, TokenBucket
 from helmhive.controller.runtime import Runtime
 from helmhive.policy import agentjob
 from helmhive.policy.agentjob import decide_held_runner, decide_needs_binding, decide_needs_routing
 from helmhive.policy.conditions import find_condition
-from helmhive.policy.memory import NamedMemoryRecord, select_memory
-from helmhive.policy.routing import (
-    RouteOutcome,
-    RoutingDecision,
-    RunnerKey,
-    RunnerView,
-    SessionBindingView,
-)
+from helmhive.policy.memory import select_memory
+from helmhive.policy.routing import RouteOutcome, RoutingDecision
 from helmhive.policy.routing_inputs import (
-    PoolServing,
     QueuedJob,
-    RunnerFacts,
     build_route_inputs,
-    build_runner_views,
     decide_implementation_provider,
     decide_job_route,
     parse_queued_job,
-    parse_runner,
 )
 
-__all__ = ["AGENT_JOB", "JobKey", "Router", "RouterSettings", "RouterStats", "TokenBucket"]
+__all__ = ["AGENT_JOB", "JobKey", "Router", "RouterSettings", "RouterStats", "TokenBucket", "_Waiting"]
 
 AGENT_JOB = kind_by_name("AgentJob")
-JobKey = tuple[str, str]
 log = logging.getLogger("helmhive.routing")
 
 
-@dataclass
-class _Waiting:
-    blocked: frozenset[RunnerKey]
-    since: float
-    timer: asyncio.TimerHandle | None = None
-    woken_by: RunnerKey | None = None
-    """The runner whose freed slot this job was queued to take (one job per freed slot)."""
-
-
-class Router(WorkQueue):
-    """The work queue, reservations and waiting jobs of one operator process (see the module docstring)."""
+class Router(RouterIndexes):
+    """The routing engine of one operator process (see the module docstring)."""
 
     def __init__(
         self,
@@ -105,32 +82,16 @@ class Router(WorkQueue):
         *,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        super().__init__()
+        super().__init__(monotonic=monotonic)
         self.runtime = runtime
         self.settings = settings or RouterSettings.from_env()
-        self.monotonic = monotonic
         self.lock = asyncio.Lock()
         self.bucket = TokenBucket(rate=self.settings.qps, burst=self.settings.burst, clock=monotonic)
         self.stats = RouterStats()
-        # Indexes, bound once Kopf hands them over.
-        self.runners: Mapping[Any, Iterable[RunnerFacts]] = {}
-        self.pools: Mapping[Any, Iterable[PoolServing]] = {}
-        self.namespaces: Mapping[Any, Iterable[dict[str, str]]] = {}
-        self.jobs_by_runner: Mapping[Any, Collection[JobKey]] = {}
-        self.memory: Mapping[Any, Iterable[NamedMemoryRecord]] = {}
-        self.implementations: Mapping[Any, Iterable[str]] = {}
-        self.sessions: Mapping[Any, Iterable[SessionBindingView]] = {}
-        self.implementations_written: dict[tuple[str, str, int], str] = {}  # (namespace, change, iteration) -> provider
         self.bodies: dict[JobKey, dict[str, Any]] = {}
         # Bindings made by the queue step that this process writes together with the decision.
         self.unwritten: dict[JobKey, dict[str, Any]] = {}
         self.rebind: Callable[[JobKey], Coroutine[Any, Any, None]] | None = None
-        # Slots this process assigned that the jobs index may not show yet.
-        self.pending: dict[JobKey, RunnerKey] = {}
-        self.pending_by_runner: dict[RunnerKey, set[JobKey]] = {}
-        self.waiting: dict[JobKey, _Waiting] = {}
-        self.holding: dict[JobKey, RunnerKey] = {}
-        self.schedulable: dict[RunnerKey, bool] = {}
         self.audits = RouterAudits(
             runtime,
             bucket=self.bucket,
@@ -138,21 +99,9 @@ class Router(WorkQueue):
             recovery_seconds=self.settings.audit_recovery_seconds,
             monotonic=monotonic,
         )
-        self.topology = 0  # bumped when runners, pools or namespaces change
-        self._views: dict[str, tuple[int, list[RunnerView]]] = {}
         self.tasks: list[asyncio.Task[None]] = []
 
     # Kopf-facing -----------------------------------------------------------------------
-    def bind(self, indexes: Mapping[str, Any]) -> None:
-        """Take the Kopf indexes (the same objects for the operator's lifetime)."""
-        self.runners = indexes["routing_runners"]
-        self.pools = indexes["routing_pools"]
-        self.namespaces = indexes["routing_namespaces"]
-        self.jobs_by_runner = indexes["routing_jobs"]
-        self.memory = indexes["routing_memory"]
-        self.implementations = indexes["routing_implementations"]
-        self.sessions = indexes["routing_sessions"]
-
     def start(self) -> None:
         self.tasks = [asyncio.create_task(self._worker(i)) for i in range(self.settings.workers)]
 
@@ -163,12 +112,7 @@ class Router(WorkQueue):
         for task in self.tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        for waiting in self.waiting.values():
-            if waiting.timer is not None:
-                waiting.timer.cancel()
-
-    def changed_topology(self) -> None:
-        self.topology += 1
+        self._cancel_timers()
 
     def submit_bound(
         self, body: Mapping[str, Any], binding: dict[str, Any], conditions: list[dict[str, Any]] | None
@@ -236,18 +180,6 @@ class Router(WorkQueue):
         if key not in self.waiting or self.waiting[key].timer is None:
             self.enqueue(key, "event")
 
-    def observe_runner(self, body: Mapping[str, Any]) -> None:
-        """A runner that becomes schedulable may take waiting jobs: re-decide them now."""
-        facts = parse_runner(body)
-        if facts is None:
-            return
-        now_schedulable = facts.schedulable is True
-        before = self.schedulable.get(facts.key)
-        self.schedulable[facts.key] = now_schedulable
-        if now_schedulable and before is not True:
-            for key in list(self.waiting):
-                self.enqueue(key, "wake")
-
     # Work queue --------------------------------------------------------------------------
     async def _worker(self, number: int) -> None:
         while True:
@@ -262,94 +194,10 @@ class Router(WorkQueue):
             finally:
                 self._done(key)
 
-    # Reservations and waiting -------------------------------------------------------------
-    def _reserve(self, key: JobKey, runner: RunnerKey) -> None:
-        self._release(key)
-        self.pending[key] = runner
-        self.pending_by_runner.setdefault(runner, set()).add(key)
-
-    def _release(self, key: JobKey) -> None:
-        runner = self.pending.pop(key, None)
-        if runner is not None:
-            jobs = self.pending_by_runner.get(runner)
-            if jobs is not None:
-                jobs.discard(key)
-                if not jobs:
-                    del self.pending_by_runner[runner]
-
+    # Decisions ------------------------------------------------------------------------------
     def _forget_body(self, key: JobKey) -> None:
         self.bodies.pop(key, None)
         self.unwritten.pop(key, None)
-
-    def _stop_waiting(self, key: JobKey) -> None:
-        waiting = self.waiting.pop(key, None)
-        if waiting is not None:
-            if waiting.timer is not None:
-                waiting.timer.cancel()
-            if waiting.woken_by is not None:
-                self._capacity_freed(waiting.woken_by)  # it went before taking the slot: pass it on
-
-    def _capacity_freed(self, runner: RunnerKey) -> None:
-        """A slot on ``runner`` freed: re-decide the job that has waited longest for it.
-
-        Each freed slot wakes a different job: a job already woken (and not yet re-decided) is
-        skipped, so two slots freed in a row are not both spent on one job.
-        """
-        blocked = [(w.since, k) for k, w in self.waiting.items() if runner in w.blocked and w.woken_by is None]
-        if blocked:
-            key = min(blocked)[1]
-            self.waiting[key].woken_by = runner
-            self.enqueue(key, "wake")
-
-    def _take_wake(self, key: JobKey) -> RunnerKey | None:
-        """The runner whose freed slot ``key`` was woken for (cleared: this pass uses it or passes it on)."""
-        waiting = self.waiting.get(key)
-        if waiting is None or waiting.woken_by is None:
-            return None
-        runner, waiting.woken_by = waiting.woken_by, None
-        return runner
-
-    def _pass_wake(self, runner: RunnerKey | None, decision: RoutingDecision | None, written: bool) -> None:
-        """Hand a freed slot on unless this pass took it (assigned there) or found it taken (blocked there)."""
-        if runner is None:
-            return
-        if decision is None:
-            self._capacity_freed(runner)
-            return
-        took = written and decision.choice is not None and decision.choice.runner_key == runner
-        taken = decision.outcome is RouteOutcome.WAITING and runner in decision.capacity_blocked
-        if not (took or taken):
-            self._capacity_freed(runner)
-
-    def active_jobs(self, runners: Iterable[RunnerKey]) -> dict[RunnerKey, int]:
-        """Active jobs per runner: the jobs index (assigned, unfinished) plus this process's in-flight writes."""
-        counts: dict[RunnerKey, int] = {}
-        for runner in runners:
-            indexed = self.jobs_by_runner.get(runner, ())
-            pending = self.pending_by_runner.get(runner)
-            # A Kopf index store holds one value per job object, so its length is the count.
-            total = len(set(indexed) | pending) if pending else len(indexed)
-            if total:
-                counts[runner] = total
-        return counts
-
-    def runner_views(self, namespace: str) -> list[RunnerView]:
-        """Every runner as seen by a job in ``namespace`` (cached until runners, pools or namespaces change)."""
-        cached = self._views.get(namespace)
-        if cached is not None and cached[0] == self.topology:
-            return cached[1]
-        pools = {p.key: p for store in self.pools.values() for p in store}
-        labels = next(iter(self.namespaces.get(namespace, ())), None)
-        facts = [r for store in self.runners.values() for r in store]
-        views = build_runner_views(runners=facts, pools=pools, job_namespace=namespace, namespace_labels=labels)
-        self._views[namespace] = (self.topology, views)
-        return views
-
-    def _implementation_provider(self, key: tuple[str, str, int]) -> str | None:
-        indexed = next(iter(self.implementations.get(key, ())), None)
-        # The index learns of an implementation's assignment from its watch event; this process's own
-        # write is known at once, so a review queued right behind it cannot miss it.
-        return indexed or self.implementations_written.get(key)
 
     @metrics.ROUTING_DECISION.time()
     def decide(self, job: QueuedJob, *, attempts: int) -> RoutingDecision:
@@ -486,15 +334,6 @@ class Router(WorkQueue):
         else:
             self._forget_body(key)
             self._stop_waiting(key)
-
-    def _wait(self, key: JobKey, decision: RoutingDecision) -> None:
-        waiting = self.waiting.get(key)
-        if waiting is None:
-            waiting = self.waiting[key] = _Waiting(blocked=decision.capacity_blocked, since=self.monotonic())
-        waiting.blocked = decision.capacity_blocked
-        if waiting.timer is not None:
-            waiting.timer.cancel()
-        waiting.timer = self._later(key, decision.retry_after or 0.0, "backoff")
 
     def _count(self, decision: RoutingDecision) -> None:
         metrics.JOBS_ROUTED.labels(decision.outcome.value, decision.reason.value).inc()

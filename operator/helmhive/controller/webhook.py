@@ -43,8 +43,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+
+from helmhive.controller.kube import Conflict, Kube, NotFound
 
 __all__ = [
     "RENEW_BEFORE",
@@ -184,21 +184,17 @@ def certificate_is_usable(cert_pem: bytes, *, hosts: list[str], now: dt.datetime
     return set(hosts) <= names and cert.not_valid_before_utc <= now < cert.not_valid_after_utc - RENEW_BEFORE
 
 
-def _read_service_owner(core: client.CoreV1Api, name: str, namespace: str) -> list[client.V1OwnerReference]:
+async def _read_service_owner(kube: Kube, name: str, namespace: str) -> list[dict[str, Any]]:
     try:
-        service = core.read_namespaced_service(name, namespace)
-    except ApiException as err:
-        if err.status == 404:
-            log.warning("webhook Service %s/%s not found; its certificate Secret gets no owner", namespace, name)
-            return []
-        raise
-    uid = service.metadata.uid if service.metadata is not None else None
-    return [client.V1OwnerReference(api_version="v1", kind="Service", name=name, uid=uid)] if uid else []
+        service = await kube.read_object("v1", "Service", name, namespace)
+    except NotFound:
+        log.warning("webhook Service %s/%s not found; its certificate Secret gets no owner", namespace, name)
+        return []
+    uid = (service.get("metadata") or {}).get("uid")
+    return [{"apiVersion": "v1", "kind": "Service", "name": name, "uid": uid}] if uid else []
 
 
-def ensure_shared_certificate(
-    core: client.CoreV1Api, config: WebhookConfig, *, now: dt.datetime
-) -> tuple[bytes, bytes]:
+async def ensure_shared_certificate(kube: Kube, config: WebhookConfig, *, now: dt.datetime) -> tuple[bytes, bytes]:
     """The service-mode certificate every replica shares: reuse the Secret's, or write a new one.
 
     Two replicas starting at once may both write; the loser's create or replace conflicts and it
@@ -209,39 +205,41 @@ def ensure_shared_certificate(
     hosts = build_service_hosts(config.service_name, namespace)
     for _ in range(5):
         try:
-            current: client.V1Secret | None = core.read_namespaced_secret(name, namespace)
-        except ApiException as err:
-            if err.status != 404:
-                raise
+            current: dict[str, Any] | None = await kube.read_object("v1", "Secret", name, namespace)
+        except NotFound:
             current = None
         if current is not None:
-            data = current.data or {}
+            data = current.get("data") or {}
             cert = base64.b64decode(data.get("tls.crt", ""))
             key = base64.b64decode(data.get("tls.key", ""))
             if cert and key and certificate_is_usable(cert, hosts=hosts, now=now):
                 return cert, key
         cert, key = build_serving_certificate(hosts=hosts, now=now)
         encoded = {k: base64.b64encode(v).decode("ascii") for k, v in (("tls.crt", cert), ("tls.key", key))}
-        body = client.V1Secret(
-            metadata=client.V1ObjectMeta(
-                name=name,
-                namespace=namespace,
-                labels={"app.kubernetes.io/name": "helmhive", "app.kubernetes.io/component": "webhook"},
-                owner_references=_read_service_owner(core, config.service_name, namespace) or None,
-                resource_version=current.metadata.resource_version if current and current.metadata else None,
-            ),
-            type="kubernetes.io/tls",
-            data={**encoded, "ca.crt": encoded["tls.crt"]},
-        )
+        metadata: dict[str, Any] = {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/name": "helmhive", "app.kubernetes.io/component": "webhook"},
+        }
+        owners = await _read_service_owner(kube, config.service_name, namespace)
+        if owners:
+            metadata["ownerReferences"] = owners
+        if current is not None:
+            metadata["resourceVersion"] = current["metadata"]["resourceVersion"]
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": metadata,
+            "type": "kubernetes.io/tls",
+            "data": {**encoded, "ca.crt": encoded["tls.crt"]},
+        }
         try:
             if current is None:
-                core.create_namespaced_secret(namespace, body)
+                await kube.create_object(body)
             else:
-                core.replace_namespaced_secret(name, namespace, body)
-        except ApiException as err:
-            if err.status == 409:
-                continue  # another replica wrote it first: use theirs
-            raise
+                await kube.replace_object(body)
+        except Conflict:
+            continue  # another replica wrote it first: use theirs
         log.info("webhook certificate written to Secret %s/%s for %s", namespace, name, ", ".join(hosts))
         return cert, key
     raise RuntimeError(f"Secret {namespace}/{name}: CertificateConflict: five writes in a row conflicted")
@@ -290,8 +288,8 @@ def keep_webhooks_when_stopped(registry: kopf.OperatorRegistry) -> int:
     return changed
 
 
-def _prepare_certificate_files(
-    config: WebhookConfig, *, now: dt.datetime, core: client.CoreV1Api
+async def _prepare_certificate_files(
+    config: WebhookConfig, *, now: dt.datetime, kube: Kube
 ) -> tuple[Path, Path, Path | None, bool]:
     """(cert file, key file, CA file or None, whether to inject a CA bundle) for ``config``."""
     if config.cert_dir is not None:
@@ -301,10 +299,10 @@ def _prepare_certificate_files(
         log.warning("%s has no ca.crt: the webhook configurations get no caBundle", config.cert_dir)
         return certfile, keyfile, None, False
     if config.service_mode:
-        cert, key = ensure_shared_certificate(core, config, now=now)
+        cert, key = await ensure_shared_certificate(kube, config, now=now)
     else:
-        cert, key = build_serving_certificate(
-            hosts=list(dict.fromkeys([config.host, "localhost", "127.0.0.1"])), now=now
+        cert, key = await asyncio.to_thread(
+            build_serving_certificate, hosts=list(dict.fromkeys([config.host, "localhost", "127.0.0.1"])), now=now
         )
     directory = Path(tempfile.mkdtemp(prefix="helmhive-webhook-"))  # mkdtemp makes it 0700
     certfile, keyfile = directory / "tls.crt", directory / "tls.key"
@@ -315,12 +313,10 @@ def _prepare_certificate_files(
 
 
 async def configure_webhook_server(
-    settings: kopf.OperatorSettings, config: WebhookConfig, *, now: dt.datetime, core: client.CoreV1Api
+    settings: kopf.OperatorSettings, config: WebhookConfig, *, now: dt.datetime, kube: Kube
 ) -> None:
     """Prepare the certificate and point Kopf's managed webhook server at it."""
-    certfile, keyfile, cafile, inject_ca = await asyncio.to_thread(
-        _prepare_certificate_files, config, now=now, core=core
-    )
+    certfile, keyfile, cafile, inject_ca = await _prepare_certificate_files(config, now=now, kube=kube)
     service = None
     if config.service_mode:
         service = kopf.WebhookClientConfigService(

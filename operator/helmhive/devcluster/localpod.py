@@ -14,6 +14,11 @@ command on this machine with what the kubelet would give it:
   ``HELMHIVE_METRICS_PORT`` becomes a free loopback port (``LocalPod.metrics_port``).
 
 The image is not used: the container's ``helmhive`` command runs from this installation.
+
+This module is its own door to the Kubernetes API (the import-linter contract in
+``pyproject.toml`` names it): it plays the kubelet of a development cluster -- reads the Pod,
+its ConfigMaps and Secrets, mints a bound token -- as the cluster admin, a role no program
+that ships in an install has, so none of the product's doors offers those calls.
 """
 
 from __future__ import annotations

@@ -1,13 +1,15 @@
 """The runner's one door to the Kubernetes API.
 
-Only this module (in ``helmhive.runner``) imports the ``kubernetes`` client. It offers the few
+Only this module (in ``helmhive.runner``) imports the ``kubernetes`` client; it builds on the
+shared door ``helmhive.kubeclient`` (the client, the error translation), and
+``tests/unit/test_layering.py`` checks that no other runner module imports ``kubernetes``. It offers the few
 calls a runner makes -- its own Runner (get, create, watch, server-side apply of
 ``status.report``), its own Lease (get, create, update, delete), Events, and for the jobs it
 runs: a watch of the AgentJobs assigned to it (a field selector, never a list of everything),
 their status, the MemoryRecords they name, SessionBindings, its sessions Secret and the
 artifact ConfigMaps -- as async methods that run the synchronous client in a thread, each
-bounded by a request timeout. API errors are mapped onto one small tree, chained with
-``from exc``::
+bounded by a request timeout. API and network errors are mapped onto the operator's tree too
+(:mod:`helmhive.api.kubeerrors`), chained with ``from exc``::
 
     KubeError
      ├── NotFound      (404)
@@ -27,21 +29,11 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-import urllib3
 from kubernetes import client, watch
-from kubernetes.client.exceptions import ApiException
 
 from helmhive.api.kinds import API_VERSION, GROUP, VERSION
-from helmhive.kubeclient import (
-    Conflict,
-    Forbidden,
-    Invalid,
-    KubeError,
-    NotFound,
-    Unavailable,
-    load_api_client,
-    translate_api_error,
-)
+from helmhive.api.kubeerrors import MAX_MESSAGE, Conflict, Forbidden, Invalid, KubeError, NotFound, Unavailable
+from helmhive.kubeclient import NETWORK_ERRORS, load_api_client, translate_api_error
 
 __all__ = [
     "FIELD_MANAGER",
@@ -60,7 +52,6 @@ FIELD_MANAGER = "helmhive-runner"
 RUNNERS = "runners"
 REQUEST_TIMEOUT = (5.0, 15.0)
 """(connect, read) seconds for every call but the watch."""
-MAX_MESSAGE = 1024
 
 T = TypeVar("T")
 
@@ -82,10 +73,8 @@ class RunnerKube:
         kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
         try:
             return await asyncio.to_thread(fn, *args, **kwargs)
-        except ApiException as exc:
+        except NETWORK_ERRORS as exc:
             raise translate_api_error(exc) from exc
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise Unavailable(0, f"{type(exc).__name__}: {exc}"[:MAX_MESSAGE]) from exc
 
     # Runner ----------------------------------------------------------------------------
     async def get_runner(self, name: str) -> dict[str, Any]:
@@ -211,8 +200,7 @@ class RunnerKube:
                 except Exception as exc:  # the thread must survive any client hiccup
                     if stop.is_set():
                         break  # shutting down: the client was closed under the watch, nothing to report
-                    error = translate_api_error(exc) if isinstance(exc, ApiException) else None
-                    on_error(error or Unavailable(0, f"{type(exc).__name__}: {exc}"[:MAX_MESSAGE]))
+                    on_error(translate_api_error(exc))  # anything but an answer is Unavailable
                     stop.wait(delay)
                     delay = min(delay * 2, max_backoff_s)
 

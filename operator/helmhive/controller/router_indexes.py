@@ -1,0 +1,71 @@
+"""The router's read side of Kopf's indexes: the fleet as a job's namespace sees it.
+
+Owns (:class:`RouterIndexes`, between :class:`~helmhive.controller.router_capacity.Capacity`
+and :class:`~helmhive.controller.router.Router`): the index stores the routing handlers fill
+(:mod:`helmhive.controller.routing` hands them over once, :meth:`RouterIndexes.bind`), the
+runner views per job namespace, cached until a runner, pool or namespace changes
+(:meth:`RouterIndexes.changed_topology`), and which provider a change's implementation ran on
+(the index, or this process's own write, known before its watch event).
+
+Pure reads of memory: no API call, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from helmhive.controller.router_capacity import Capacity
+from helmhive.policy.memory import NamedMemoryRecord
+from helmhive.policy.routing import RunnerView, SessionBindingView
+from helmhive.policy.routing_inputs import PoolServing, RunnerFacts, build_runner_views
+
+__all__ = ["RouterIndexes"]
+
+
+class RouterIndexes(Capacity):
+    """Kopf's routing indexes and the runner views built from them (see the module docstring)."""
+
+    def __init__(self, *, monotonic: Callable[[], float]) -> None:
+        super().__init__(monotonic=monotonic)
+        # Empty until Kopf hands the indexes over.
+        self.runners: Mapping[Any, Iterable[RunnerFacts]] = {}
+        self.pools: Mapping[Any, Iterable[PoolServing]] = {}
+        self.namespaces: Mapping[Any, Iterable[dict[str, str]]] = {}
+        self.memory: Mapping[Any, Iterable[NamedMemoryRecord]] = {}
+        self.implementations: Mapping[Any, Iterable[str]] = {}
+        self.sessions: Mapping[Any, Iterable[SessionBindingView]] = {}
+        self.implementations_written: dict[tuple[str, str, int], str] = {}  # (namespace, change, iteration) -> provider
+        self.topology = 0  # bumped when runners, pools or namespaces change
+        self._views: dict[str, tuple[int, list[RunnerView]]] = {}
+
+    def bind(self, indexes: Mapping[str, Any]) -> None:
+        """Take the Kopf indexes (the same objects for the operator's lifetime)."""
+        self.runners = indexes["routing_runners"]
+        self.pools = indexes["routing_pools"]
+        self.namespaces = indexes["routing_namespaces"]
+        self.jobs_by_runner = indexes["routing_jobs"]
+        self.memory = indexes["routing_memory"]
+        self.implementations = indexes["routing_implementations"]
+        self.sessions = indexes["routing_sessions"]
+
+    def changed_topology(self) -> None:
+        self.topology += 1
+
+    def runner_views(self, namespace: str) -> list[RunnerView]:
+        """Every runner as seen by a job in ``namespace`` (cached until runners, pools or namespaces change)."""
+        cached = self._views.get(namespace)
+        if cached is not None and cached[0] == self.topology:
+            return cached[1]
+        pools = {p.key: p for store in self.pools.values() for p in store}
+        labels = next(iter(self.namespaces.get(namespace, ())), None)
+        facts = [r for store in self.runners.values() for r in store]
+        views = build_runner_views(runners=facts, pools=pools, job_namespace=namespace, namespace_labels=labels)
+        self._views[namespace] = (self.topology, views)
+        return views
+
+    def _implementation_provider(self, key: tuple[str, str, int]) -> str | None:
+        indexed = next(iter(self.implementations.get(key, ())), None)
+        # The index learns of an implementation's assignment from its watch event; this process's own
+        # write is known at once, so a review queued right behind it cannot miss it.
+        return indexed or self.implementations_written.get(key)
