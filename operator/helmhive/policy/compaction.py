@@ -90,7 +90,8 @@ def decide_command_result(
     """Accept a compact command only if it completed and the agent then reported a smaller context."""
     if not completed:
         if outcome in ("IdleTimeout", "Killed"):
-            return CommandVerdict(accepted=False, reason=f"the compact command sent nothing for {window_s:g}s")
+            why = f"the compact command stayed silent past its window ({window_s:g}s, or the idle timeout if shorter)"
+            return CommandVerdict(accepted=False, reason=why)
         return CommandVerdict(accepted=False, reason=f"the compact command failed ({outcome})")
     if used_after is None:
         return CommandVerdict(accepted=False, reason="the agent reported no context usage after the compact command")
