@@ -20,6 +20,7 @@ from helmhive.api.runner import CompactionSettings
 from helmhive.api.session import CompactionMethod
 from helmhive.runner.adapters import AcpAdapter, TurnOutcome, TurnRequest, TurnResult
 from helmhive.runner.compaction import run_compaction
+from helmhive.runner.config import ConfigError, load_config
 from helmhive.runner.reference_agent import ENV_CONTEXT_SIZE
 
 from .agent_harness import AdapterFactory, MethodLog
@@ -109,3 +110,24 @@ async def test_otherwise_the_session_is_archived_for_a_fresh_one(
     assert [p["turn"] for p in seeds] == [1] and "was archived" in seeds[0]["prompt"]
     after = await adapter.run_turn(TurnRequest(prompt="Third.", cwd=workdir, session_id=done.session_id))
     assert after.outcome is TurnOutcome.COMPLETED and "turn=2 " in after.text
+
+
+def test_a_runner_json_with_bad_compaction_settings_is_refused_with_the_field_path() -> None:
+    environ = {
+        "HELMHIVE_RUNNER_NAME": "pool-a-0",
+        "HELMHIVE_NAMESPACE": "team",
+        "HELMHIVE_POOL": "pool-a",
+        "HELMHIVE_RUNNER_CONFIG": "/etc/helmhive/runner.json",
+        "HELMHIVE_CREDENTIAL_FILE": "/var/run/secret/key",
+        "HELMHIVE_CREDENTIAL_GENERATION": "1",
+    }
+    wire = {"provider": "reference", "adapter": {"type": "acp", "acp": {"command": "agent"}}}
+    good = load_config(environ=environ, read_text=lambda path: json.dumps(wire))
+    assert good.file.compaction == CompactionSettings()  # safe defaults: 80%, 180 s
+    assert (good.file.compaction.watermark_percent, good.file.compaction.command_timeout_seconds) == (80, 180)
+    bad = json.dumps({**wire, "compaction": {"watermarkPercent": 0, "commandTimeoutSeconds": 601}})
+    with pytest.raises(ConfigError) as caught:
+        load_config(environ=environ, read_text=lambda path: bad)
+    problems = "\n".join(caught.value.problems)
+    assert "runner.json.compaction.watermarkPercent" in problems
+    assert "runner.json.compaction.commandTimeoutSeconds" in problems

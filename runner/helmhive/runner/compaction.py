@@ -48,7 +48,7 @@ class Compaction:
     def status(self, *, job: str, now: dt.datetime) -> dict[str, Any]:
         """``status.lastCompaction`` of the binding, in wire form (no session id)."""
         assert self.method is not None
-        return SessionCompaction(
+        wire = SessionCompaction(
             method=self.method,
             at=now,
             job=job,
@@ -57,6 +57,8 @@ class Compaction:
             context_size=self.size,
             reason=self.reason[:256],
         ).to_wire()
+        # A merge patch keeps keys it does not name: an unreported figure must clear the last one.
+        return {"usedAfter": None} | wire
 
     def figures(self) -> dict[str, int | None]:
         return {"usedBefore": self.used_before, "usedAfter": self.used_after, "contextSize": self.size}
