@@ -12,7 +12,8 @@
    review's patch applied) by the runner before the agent starts (:mod:`helmhive.runner.governed`);
 5. run the turn with a fresh, sandboxed agent; keep the native session id in the runner's
    Secret; check the answer against the output contract, with at most one repair turn in the
-   same session (``OutputContractViolated`` after that);
+   same session (``OutputContractViolated`` after that); past the pool's watermark, compact the
+   bound session with the same agent (:mod:`helmhive.runner.compaction`);
 6. for ``change-implementation``, with the agent gone: compute the patch and run the checks;
 7. write the bounded result (large parts into the job's owned ConfigMap,
    :mod:`helmhive.runner.jobresult`) and end the job: ``Succeeded``/``Ready`` True with
