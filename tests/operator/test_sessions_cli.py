@@ -61,6 +61,7 @@ def test_reset_forgets_the_stored_session_and_is_audited(
             "status": {
                 "stored": True,
                 "turns": 2,
+                "compactions": 1,
                 "secretName": "helmhive-sessions-pool-a-0",
                 "secretKey": "sb-0123456789abcdef0123",
             }
@@ -77,6 +78,7 @@ def test_reset_forgets_the_stored_session_and_is_audited(
     assert listed.returncode == 0, listed.stderr
     rows = json.loads(listed.stdout)
     assert rows[0]["name"] == "sb-0123456789abcdef0123" and rows[0]["stored"] is True
+    assert rows[0]["compactions"] == 1
     assert CANARY not in listed.stdout + listed.stderr
 
     witnesses_ready(kube)  # so the operator sees who made the reset

@@ -87,6 +87,33 @@ def test_a_runner_pod_writes_only_its_own_jobs_sessions_and_secret(execution: Ex
     _refused(lambda: core.create_namespaced_config_map(ns, plain), says="job artifact ConfigMaps")
 
 
+def test_a_runner_pod_cannot_lower_its_bindings_compaction_count(execution: ExecutionRig) -> None:
+    custom = client.CustomObjectsApi(_pod_api(execution, 1))
+    ns = execution.namespace
+    wait_for(  # the policy is in force once it refuses a neighbour's binding
+        lambda: (
+            "may write only its own session bindings"
+            in _refused(
+                lambda: custom.create_namespaced_custom_object(
+                    GROUP, VERSION, ns, "sessionbindings", _binding("pool-a-0")
+                )
+            )
+        ),
+        timeout=30,
+        describe="the execution policy to be in force",
+    )
+    created = custom.create_namespaced_custom_object(GROUP, VERSION, ns, "sessionbindings", _binding("pool-a-1"))
+    name = created["metadata"]["name"]
+
+    def compactions(count: int) -> Any:
+        body = {"status": {"compactions": count}}
+        return custom.patch_namespaced_custom_object_status(GROUP, VERSION, ns, "sessionbindings", name, body)
+
+    assert compactions(2)["status"]["compactions"] == 2  # counting up is the runner's to do
+    _refused(lambda: compactions(1), says="status.compactions of session binding " + name + " only grows")
+    assert execution.binding(name)["status"]["compactions"] == 2
+
+
 def test_an_unbound_runner_token_writes_nothing(execution: ExecutionRig) -> None:
     _pod_api(execution, 0)  # the Role and the job's runner
     execution.create_job("job", runner="pool-a-0")

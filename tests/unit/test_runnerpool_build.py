@@ -272,7 +272,10 @@ def test_runner_json_holds_the_pool_settings_in_camel_case() -> None:
         "heartbeat": {"leaseDurationSeconds": 20, "renewIntervalSeconds": 5, "reportRefreshSeconds": 300},
         "credentialEnvName": "ANTHROPIC_API_KEY",
         "jobLimits": {"memoryBytes": 1073741824, "cpuSeconds": 3600, "processes": 512, "openFiles": 4096},
+        "compaction": {"watermarkPercent": 80, "commandTimeoutSeconds": 180},
     }
+    compacting = build_runner_config(spec(compaction={"watermarkPercent": 60}))["compaction"]
+    assert compacting == {"watermarkPercent": 60, "commandTimeoutSeconds": 180}
     assert build_runner_config(spec(VOLUME_SPEC))["credentialDirEnvName"] == "CLAUDE_CONFIG_DIR"
     limited = build_runner_config(spec(jobLimits={"memoryBytes": 268435456, "processes": 64}))["jobLimits"]
     assert limited == {"memoryBytes": 268435456, "cpuSeconds": 3600, "processes": 64, "openFiles": 4096}

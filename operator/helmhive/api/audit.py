@@ -33,6 +33,7 @@ class AuditAction(enum.StrEnum):
     JOB_ROUTING_FAILED = "JobRoutingFailed"
     MEMORY_INJECTED = "MemoryInjected"
     SESSION_RESET = "SessionReset"
+    SESSION_COMPACTED = "SessionCompacted"
     ENVELOPE_RESTORED = "EnvelopeRestored"
     CHANGE_PLANNED = "ChangePlanned"
     CHANGE_APPROVED = "ChangeApproved"

@@ -257,6 +257,7 @@ KINDS: tuple[KindDef, ...] = (
             PrinterColumn(name="Service", json_path=".spec.service", priority=1),
             PrinterColumn(name="Stored", json_path=".status.stored", type="boolean"),
             PrinterColumn(name="Turns", json_path=".status.turns", type="integer"),
+            PrinterColumn(name="Compactions", json_path=".status.compactions", type="integer", priority=1),
             PrinterColumn(name="Last-Used", json_path=".status.lastUsedAt", type="date"),
         ),
     ),

@@ -158,6 +158,8 @@ class Reason(enum.StrEnum):
     ARTIFACT_STORE_FAILED = "ArtifactStoreFailed"
     MEMORY_DROPPED = "MemoryDropped"
     SESSION_NOT_STORED = "SessionNotStored"
+    SESSION_COMPACTED = "SessionCompacted"
+    COMPACTION_FAILED = "CompactionFailed"
     RUNNER_API_FAILED = "RunnerApiFailed"
     # Retry verdicts (``helmhive.policy.retry``)
     RETRY_ALLOWED = "RetryAllowed"

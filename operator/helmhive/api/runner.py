@@ -38,6 +38,7 @@ __all__ = [
     "AuthReport",
     "AuthState",
     "ClaudeCliAdapter",
+    "CompactionSettings",
     "CredentialSpec",
     "EnvVar",
     "HeartbeatSettings",
@@ -141,6 +142,38 @@ class HeartbeatSettings(ApiModel):
 
 
 _MIB = 1024 * 1024
+
+
+class CompactionSettings(ApiModel):
+    """When the runner compacts a resumed session chain, and how long it waits for the agent.
+
+    See ``docs/sessions.md#compaction``: after a turn that leaves the session at or above the
+    watermark (from the agent's ACP ``usage_update``), the runner sends the agent's advertised
+    compact command, or archives the session and starts a fresh one carrying the system prompt.
+    """
+
+    watermark_percent: Annotated[
+        int,
+        Field(
+            ge=10,
+            le=95,
+            description=(
+                "Compact after a turn that leaves the session's context at or above this percent of its "
+                "window, as the agent last reported it (ACP usage_update used/size). Default 80."
+            ),
+        ),
+    ] = 80
+    command_timeout_seconds: Annotated[
+        int,
+        Field(
+            ge=5,
+            le=600,
+            description=(
+                "How long the agent's compact command may send nothing before it is cancelled and the "
+                "session is archived instead (also bounded by the agent's idle timeout). Default 180."
+            ),
+        ),
+    ] = 180
 
 
 class JobLimits(ApiModel):
@@ -249,6 +282,10 @@ class RunnerPoolSpec(ApiModel):
         JobLimits,
         Field(description="Per-job limits on the agent and its checks (goes into runner.json); safe defaults."),
     ] = JobLimits()
+    compaction: Annotated[
+        CompactionSettings,
+        Field(description="When resumed session chains are compacted (goes into runner.json); safe defaults."),
+    ] = CompactionSettings()
 
 
 class RunnerPoolStatus(StatusBase):

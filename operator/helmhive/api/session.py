@@ -9,6 +9,7 @@ it in its own Secret ``helmhive-sessions-<runner>`` under the key ``status.secre
 from __future__ import annotations
 
 import datetime as dt
+import enum
 from typing import Annotated
 
 from pydantic import Field
@@ -17,7 +18,7 @@ from helmhive.api.common import ApiModel, Name, StatusBase
 from helmhive.api.memory import ServiceName
 from helmhive.api.profile import ProviderName, SessionScope
 
-__all__ = ["SessionBindingSpec", "SessionBindingStatus"]
+__all__ = ["CompactionMethod", "SessionBindingSpec", "SessionBindingStatus", "SessionCompaction"]
 
 
 class SessionBindingSpec(ApiModel):
@@ -32,6 +33,33 @@ class SessionBindingSpec(ApiModel):
     service: ServiceName | None = None
 
 
+class CompactionMethod(enum.StrEnum):
+    """How a session chain was compacted."""
+
+    COMPACT_COMMAND = "compact-command"
+    """The agent's advertised compact command ran on the same session, and it reported a smaller context."""
+    ARCHIVE = "archive"
+    """The session was archived (its id dropped) and a fresh one, carrying the system prompt, took its place."""
+
+
+class SessionCompaction(ApiModel):
+    """The last compaction of a chain: how, when, by which job, and the context figures the agent reported."""
+
+    method: CompactionMethod
+    at: dt.datetime
+    job: Name
+    used_before: Annotated[int, Field(ge=0, description="Tokens in context after the job's turn, as reported.")]
+    used_after: Annotated[
+        int | None,
+        Field(ge=0, description="Tokens in context after compaction, as reported; None if the agent reported none."),
+    ] = None
+    context_size: Annotated[int, Field(ge=0, description="The context window the agent reported, in tokens.")]
+    reason: Annotated[
+        str,
+        Field(max_length=256, description="Why this method: e.g. no compact command advertised, or it failed."),
+    ] = ""
+
+
 class SessionBindingStatus(StatusBase):
     """``secretKey``, ``stored``, ``turns`` and ``lastUsedAt`` are the runner's; resets are the admin's."""
 
@@ -43,3 +71,5 @@ class SessionBindingStatus(StatusBase):
     last_job: Name | None = None
     resets: Annotated[int, Field(ge=0)] = 0
     last_reset_at: dt.datetime | None = None
+    compactions: Annotated[int, Field(ge=0, description="How often the runner compacted this chain.")] = 0
+    last_compaction: SessionCompaction | None = None

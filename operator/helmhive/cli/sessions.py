@@ -42,7 +42,7 @@ def list_bindings(
         {
             "name": b["metadata"]["name"],
             **{k: b["spec"].get(k) for k in ("workspace", "profile", "provider", "runner", "scope", "service")},
-            **{k: (b.get("status") or {}).get(k) for k in ("stored", "turns", "lastUsedAt", "resets")},
+            **{k: (b.get("status") or {}).get(k) for k in ("stored", "turns", "lastUsedAt", "resets", "compactions")},
         }
         for b in items
     ]
@@ -59,6 +59,7 @@ def list_bindings(
         "service",
         "stored",
         "turns",
+        "compactions",
         "lastUsedAt",
     )
     table = Table(title=f"session bindings in {namespace}")

@@ -19,6 +19,10 @@ from the client. Two halves, in the operator's one process:
   never recorded again. Record names are deterministic
   (:mod:`helmhive.policy.session_audit`), so a 409 means "already recorded".
 
+Compactions are recorded here too: when the runner raises ``status.compactions`` (with
+``status.lastCompaction`` in the same write), ``SessionCompacted`` is written for the new count,
+actor the binding's runner, figures only (:mod:`helmhive.policy.compaction`).
+
 A binding deleted with its namespace cannot have its record written (a terminating namespace
 refuses new objects): its trail goes with the namespace, and the finalizer is released.
 """
@@ -38,6 +42,7 @@ from helmhive.api.kinds import GROUP, VERSION
 from helmhive.controller.audit import ensure_audit_unless_terminating
 from helmhive.controller.kube import Conflict
 from helmhive.controller.runtime import Runtime
+from helmhive.policy.compaction import build_session_compacted_audit, compaction_count
 from helmhive.policy.session_audit import (
     actor_from_userinfo,
     build_session_deleted_audit,
@@ -47,7 +52,7 @@ from helmhive.policy.session_audit import (
     resets_of,
 )
 
-__all__ = ["ResetWitness", "ensure_deletion_audit", "ensure_reset_audits", "register"]
+__all__ = ["ResetWitness", "ensure_compaction_audit", "ensure_deletion_audit", "ensure_reset_audits", "register"]
 
 log = logging.getLogger(__name__)
 BINDINGS = "sessionbindings"
@@ -126,6 +131,19 @@ async def ensure_deletion_audit(runtime: Runtime, witness: ResetWitness, binding
     return await _create(runtime, record, binding)
 
 
+async def ensure_compaction_audit(runtime: Runtime, binding: Mapping[str, Any]) -> bool:
+    """Record ``binding``'s latest compaction (``SessionCompacted``); False if recorded before or none."""
+    record = build_session_compacted_audit(binding=binding, now=runtime.clock())
+    if record is None:
+        return False
+    try:
+        return await ensure_audit_unless_terminating(
+            runtime.kube, record, involved=dict(binding), event_reason="SessionCompacted", now=runtime.clock()
+        )
+    except Conflict:
+        return False
+
+
 def register(runtime: Runtime) -> ResetWitness:
     """Register the witnessing webhooks and the recording handlers; return the witness."""
     witness = ResetWitness()
@@ -167,10 +185,18 @@ def register(runtime: Runtime) -> ResetWitness:
     async def binding_first_seen(body: kopf.Body, **_: Any) -> None:
         if resets_of(body) > 0:  # reset before the operator first saw it (or before this version)
             await ensure_reset_audits(runtime, witness, body, before=None)
+        if compaction_count(body) > 0:  # compacted before the operator first saw it
+            await ensure_compaction_audit(runtime, body)
 
     @kopf.on.update(GROUP, VERSION, BINDINGS, id="session-resets", field="status.resets")
     async def binding_resets_changed(body: kopf.Body, old: Any, **_: Any) -> None:
         await ensure_reset_audits(runtime, witness, body, before=reset_count(old))
+
+    @kopf.on.update(GROUP, VERSION, BINDINGS, id="session-compactions", field="status.compactions")
+    async def binding_compacted(body: kopf.Body, old: Any, **_: Any) -> None:
+        # The runner counts each compaction and writes its figures in the same status patch.
+        if compaction_count(body) > compaction_count({"status": {"compactions": old}}):
+            await ensure_compaction_audit(runtime, body)
 
     @kopf.on.delete(GROUP, VERSION, BINDINGS, id="session-deleted")
     async def binding_deleted(body: kopf.Body, **_: Any) -> None:

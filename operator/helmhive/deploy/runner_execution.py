@@ -3,7 +3,7 @@
 RBAC lets every pod of a pool act on all AgentJobs, SessionBindings and artifact ConfigMaps in
 its namespace; this policy narrows each write to the pod bound to the caller's token: the status
 of jobs assigned to it (without touching assignment, profile binding or routing), its own
-session bindings (never their resets), its own ``helmhive-sessions-<pod>`` Secret, and
+session bindings (never their resets; their compaction count only grows), its own ``helmhive-sessions-<pod>`` Secret, and
 ``*-artifacts`` ConfigMaps owned by an AgentJob. ``docs/execution.md`` shows the same YAML,
 checked by a test. Pure.
 """
@@ -83,6 +83,12 @@ spec:
            object.?status.?lastResetAt.orValue('') == oldObject.?status.?lastResetAt.orValue(''))))
       messageExpression: >-
         'runner execution: runner pod ' + variables.podName + ' may write only its own session bindings, and never their resets'
+      reason: Forbidden
+    - expression: >-
+        variables.resource != 'sessionbindings' || request.operation != 'UPDATE' ||
+        object.?status.?compactions.orValue(0) >= oldObject.?status.?compactions.orValue(0)
+      messageExpression: >-
+        'runner execution: status.compactions of session binding ' + request.name + ' only grows: each compaction is audited by its count'
       reason: Forbidden
     - expression: "variables.resource != 'secrets' || request.name == 'helmhive-sessions-' + variables.podName"
       messageExpression: >-

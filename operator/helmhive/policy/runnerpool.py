@@ -217,6 +217,7 @@ def build_runner_config(spec: RunnerPoolSpec) -> dict[str, Any]:
         "heartbeat": spec.heartbeat.model_dump(mode="json", by_alias=True),
         "credentialEnvName": spec.credential.env_name,
         "jobLimits": spec.job_limits.to_wire(),
+        "compaction": spec.compaction.to_wire(),
     }
     if spec.credential.volume is not None and spec.adapter.type is AdapterType.CLAUDE_CLI:
         config["credentialDirEnvName"] = CLAUDE_CONFIG_DIR_ENV

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from helmhive.api.common import ApiModel, LabelMap, Name
 from helmhive.api.envelope import Capability
 from helmhive.api.profile import ProviderName
-from helmhive.api.runner import AdapterSpec, AdapterType, HeartbeatSettings, JobLimits
+from helmhive.api.runner import AdapterSpec, AdapterType, CompactionSettings, HeartbeatSettings, JobLimits
 
 __all__ = [
     "ENV",
@@ -138,6 +138,8 @@ class RunnerFileConfig(ApiModel):
     sandbox: SandboxSettings = SandboxSettings()
     job_limits: JobLimits = JobLimits()
     """The pool's ``spec.jobLimits``: setrlimit values the sandbox launcher applies to each job's agent and checks."""
+    compaction: CompactionSettings = CompactionSettings()
+    """The pool's ``spec.compaction``: when a resumed session chain is compacted (``docs/sessions.md``)."""
 
 
 class RunnerConfig(BaseModel):

@@ -12,7 +12,8 @@
    review's patch applied) by the runner before the agent starts (:mod:`helmhive.runner.governed`);
 5. run the turn with a fresh, sandboxed agent; keep the native session id in the runner's
    Secret; check the answer against the output contract, with at most one repair turn in the
-   same session (``OutputContractViolated`` after that);
+   same session (``OutputContractViolated`` after that); past the pool's watermark, compact the
+   bound session with the same agent (:mod:`helmhive.runner.compaction`);
 6. for ``change-implementation``, with the agent gone: compute the patch and run the checks;
 7. write the bounded result (large parts into the job's owned ConfigMap,
    :mod:`helmhive.runner.jobresult`) and end the job: ``Succeeded``/``Ready`` True with
@@ -43,6 +44,7 @@ from helmhive.policy.results import build_bounded_result
 from helmhive.policy.sessions import SessionIntent
 from helmhive.runner.adapters.base import AgentAdapter, CancelOrigin, TurnOutcome, TurnRequest, TurnResult
 from helmhive.runner.agents import JobAdapterFactory
+from helmhive.runner.compaction import ensure_compacted
 from helmhive.runner.config import RunnerConfig
 from helmhive.runner.governed import ImplementationSteps, ensure_job_workspace, run_implementation_steps
 from helmhive.runner.jobcontext import JobSession, PreparedJob, prepare_job
@@ -109,6 +111,8 @@ class JobExecution:
         self.cause: CancelCause | None = None
         self._cancel: asyncio.Event | None = None
         self._obj: dict[str, Any] | None = None
+        self._kept = False
+        """The last turn's session id was stored for the job's binding."""
 
     def request_cancel(self, cause: CancelCause) -> None:
         if self.cause is None:
@@ -298,6 +302,9 @@ class JobExecution:
             outcome = await self._converse(
                 adapter=adapter, request=base, cancel=cancel, job=job, session=session, prepared=prepared
             )
+            last = outcome.turn if isinstance(outcome, Accepted) else outcome[2]
+            if self._kept and last.ok and not cancel.is_set():
+                await self._compact(adapter=adapter, request=base, turn=last, session=session, prepared=prepared)
         finally:  # the agent is gone before the runner reads what it left
             with contextlib.suppress(Exception):
                 await adapter.close()
@@ -330,6 +337,7 @@ class JobExecution:
 
     async def _keep(self, turn: TurnResult, session: JobSession, *, new_chain: bool, job: str) -> None:
         """Store the turn's native session id for the binding (never for a fork: a fork is a branch)."""
+        self._kept = False
         if not turn.ok or session.binding is None or turn.native_session_id is None:
             return
         if session.intent is SessionIntent.FORK:
@@ -342,10 +350,51 @@ class JobExecution:
             job=job,
             now=self.ctx.now(),
         )
+        self._kept = problem is None
         if problem is not None:
             self._log(logging.WARNING, "session not stored", binding=session.binding, detail=problem)
             if self._obj is not None:
                 await self._event(self._obj, Reason.SESSION_NOT_STORED, problem[:1000], warning=True)
+
+    async def _compact(
+        self,
+        *,
+        adapter: AgentAdapter,
+        request: TurnRequest,
+        turn: TurnResult,
+        session: JobSession,
+        prepared: PreparedJob,
+    ) -> None:
+        """Compact the bound session if the turn left it past the watermark (:mod:`helmhive.runner.compaction`)."""
+        if session.binding is None or self._cancel is None:
+            return
+        found = await ensure_compacted(
+            adapter=adapter,
+            request=request,
+            turn=turn,
+            settings=self.ctx.config.file.compaction,
+            instructions=prepared.binding.snapshot.instructions,
+            cancel=self._cancel,
+            sessions=self.ctx.sessions,
+            binding=session.binding,
+            job=self.name,
+            now=self.ctx.now,
+        )
+        if found is None:
+            return
+        done, problem = found
+        method = done.method.value if done.method is not None else "none"
+        level = logging.INFO if problem is None else logging.WARNING
+        self._log(level, "session compaction", binding=session.binding, method=method, **done.figures())
+        if self._obj is None:
+            return
+        if problem is None:
+            await self._event(
+                self._obj, Reason.SESSION_COMPACTED, f"session binding {session.binding} {done.describe()}"
+            )
+        else:
+            note = f"session binding {session.binding}: {problem}"[:1000]
+            await self._event(self._obj, Reason.COMPACTION_FAILED, note, warning=True)
 
     async def _converse(
         self,

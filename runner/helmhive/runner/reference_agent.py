@@ -16,7 +16,11 @@ every path of a runner's adapter can be exercised:
     times, before answering), ``refuse-config`` (refuses every session/set_config_option),
     ``unauthenticated`` (session/new and session/load fail with the ACP auth-required error),
     ``invalid-output`` (every JSON answer breaks the prompt's output contract), ``no-fork``
-    (session forking is not advertised).
+    (session forking is not advertised), ``no-compact-command`` (no ``compact`` command is
+    advertised), ``compact-fails``, ``compact-silent``, ``compact-no-shrink`` (a broken
+    ``/compact``: see :mod:`helmhive.runner.reference_context`).
+``HELMHIVE_REFERENCE_AGENT_CONTEXT_SIZE``
+    The context window the agent reports in its ``usage_update`` (default 10000 tokens).
 ``HELMHIVE_REFERENCE_AGENT_SESSION_PREFIX``
     Up to 32 characters ``[a-z0-9-]`` put in front of every session id, so a test can plant a
     canary in the native session id and search for it where it must never appear.
@@ -42,6 +46,7 @@ import acp
 from acp import schema
 
 from helmhive.runner import reference_actions as actions
+from helmhive.runner import reference_context as context
 from helmhive.runner import reference_rules as rules
 from helmhive.runner.version import helmhive_version
 
@@ -52,6 +57,7 @@ ENV_SLOW_INTERVAL = "HELMHIVE_REFERENCE_AGENT_SLOW_INTERVAL"
 ENV_TOKEN = "HELMHIVE_REFERENCE_AGENT_TOKEN"
 ENV_LEAK_ON_CRASH = "HELMHIVE_REFERENCE_AGENT_LEAK_ON_CRASH"
 ENV_SESSION_PREFIX = "HELMHIVE_REFERENCE_AGENT_SESSION_PREFIX"
+ENV_CONTEXT_SIZE = "HELMHIVE_REFERENCE_AGENT_CONTEXT_SIZE"
 CRASH_EXIT_CODE = 70
 LIMIT_EXIT_CODE = 1
 AUTH_METHOD_ID = "reference-token"
@@ -71,6 +77,7 @@ class Settings:
     slow_interval: float = 0.2
     leak_on_crash: bool = False
     session_prefix: str = ""
+    context_size: int = context.DEFAULT_CONTEXT_SIZE
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> Settings:
@@ -79,6 +86,10 @@ class Settings:
         prefix = env.get(ENV_SESSION_PREFIX, "").strip()
         if not _PREFIX.match(prefix):
             raise SystemExit(f"{ENV_SESSION_PREFIX} must match {_PREFIX.pattern}")
+        try:
+            size = context.parse_context_size(env.get(ENV_CONTEXT_SIZE, ""))
+        except ValueError as exc:
+            raise SystemExit(f"{ENV_CONTEXT_SIZE} {exc}") from None
         return cls(
             state_dir=Path(state) if state else None,
             modes=modes,
@@ -86,7 +97,12 @@ class Settings:
             slow_interval=float(env.get(ENV_SLOW_INTERVAL, "0.2")),
             leak_on_crash=env.get(ENV_LEAK_ON_CRASH, "") == "1",
             session_prefix=prefix,
+            context_size=size,
         )
+
+    @property
+    def compact_advertised(self) -> bool:
+        return "no-compact-command" not in self.modes
 
     def behaviour(self) -> rules.Behaviour:
         for behaviour in ("hang", "stall", "crash", "slow"):
@@ -185,6 +201,22 @@ class ReferenceAgent:
         self._sessions[session_id] = session
         return session
 
+    async def _advertise(self, session_id: str) -> None:
+        """Send the session's commands (``compact``, unless mode ``no-compact-command``)."""
+        if not self._settings.compact_advertised:
+            return
+        command = schema.AvailableCommand(name=context.COMPACT_COMMAND, description=context.COMPACT_DESCRIPTION)
+        update = schema.AvailableCommandsUpdate(
+            session_update="available_commands_update", available_commands=[command]
+        )
+        await self._conn.session_update(session_id, update)
+
+    async def _report_usage(self, session_id: str) -> None:
+        """Send the session's context usage (:func:`~helmhive.runner.reference_context.context_used`)."""
+        used = context.context_used(len(self._sessions[session_id].history))
+        update = schema.UsageUpdate(session_update="usage_update", used=used, size=self._settings.context_size)
+        await self._conn.session_update(session_id, update)
+
     def _require_auth(self) -> None:
         if "unauthenticated" in self._settings.modes:
             raise acp.RequestError.auth_required({"authMethods": [AUTH_METHOD_ID]})
@@ -231,6 +263,7 @@ class ReferenceAgent:
         session_id = self._settings.session_prefix + uuid.uuid4().hex
         self._sessions[session_id] = Session(cwd=cwd)
         self._save(session_id)
+        await self._advertise(session_id)
         options = config_options(self._sessions[session_id])
         return schema.NewSessionResponse(session_id=session_id, config_options=options)
 
@@ -248,6 +281,8 @@ class ReferenceAgent:
         for turn in session.history:  # the protocol replays the conversation before answering
             await self._conn.session_update(session_id, acp.update_user_message_text(turn["prompt"]))
             await self._conn.session_update(session_id, acp.update_agent_message_text(turn["reply"]))
+        await self._advertise(session_id)
+        await self._report_usage(session_id)
         return schema.LoadSessionResponse(config_options=config_options(session))
 
     async def fork_session(
@@ -268,6 +303,7 @@ class ReferenceAgent:
             cwd=cwd, model=base.model, effort=base.effort, history=[dict(turn) for turn in base.history]
         )
         self._save(forked_id)
+        await self._advertise(forked_id)
         return schema.ForkSessionResponse(
             session_id=forked_id, config_options=config_options(self._sessions[forked_id])
         )
@@ -282,7 +318,9 @@ class ReferenceAgent:
     ) -> schema.ResumeSessionResponse:
         self._log("session/resume")
         self._require_auth()
-        return schema.ResumeSessionResponse(config_options=config_options(self._restore(session_id)))
+        session = self._restore(session_id)
+        await self._advertise(session_id)
+        return schema.ResumeSessionResponse(config_options=config_options(session))
 
     async def set_config_option(
         self, config_id: str, session_id: str, value: str | bool, **kwargs: Any
@@ -318,6 +356,8 @@ class ReferenceAgent:
         session = self._sessions[session_id]
         session.cancelled = asyncio.Event()
         text = "\n".join(block.text for block in prompt if isinstance(block, schema.TextContentBlock))
+        if context.is_compact_prompt(text, advertised=self._settings.compact_advertised):
+            return await self._compact(session_id, session)
         directives = rules.parse_directives(text)
         behaviour = directives.behaviour or self._settings.behaviour()
         cancelled = schema.PromptResponse(stop_reason="cancelled")
@@ -366,6 +406,25 @@ class ReferenceAgent:
         await self._conn.session_update(session_id, acp.update_agent_message_text(reply))
         session.history.append({"prompt": text, "reply": reply})
         self._save(session_id)
+        await self._report_usage(session_id)
+        return schema.PromptResponse(stop_reason="end_turn")
+
+    async def _compact(self, session_id: str, session: Session) -> schema.PromptResponse:
+        """Run the advertised ``/compact`` (or break it, as the modes ask)."""
+        behaviour = context.compact_behaviour(self._settings.modes)
+        self._log("compact", behaviour=behaviour)
+        if behaviour == "fails":
+            raise acp.RequestError.internal_error({"reason": "compaction failed (compact-fails)"})
+        if behaviour == "silent":
+            await session.cancelled.wait()
+            return schema.PromptResponse(stop_reason="cancelled")
+        turns = len(session.history)
+        summary = context.summary_turn(turns)
+        if behaviour != "no-shrink":
+            session.history = [dict(summary.as_history())]
+            self._save(session_id)
+        await self._conn.session_update(session_id, acp.update_agent_message_text(summary.reply))
+        await self._report_usage(session_id)
         return schema.PromptResponse(stop_reason="end_turn")
 
     # -- behaviours --------------------------------------------------------------------------

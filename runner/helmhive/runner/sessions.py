@@ -190,8 +190,13 @@ class SessionStore:
         new_chain: bool,
         job: str,
         now: dt.datetime,
+        compaction: Mapping[str, Any] | None = None,
     ) -> str | None:
         """Keep ``session_id`` for ``binding`` and count ``turns`` more (from 0 for a new chain).
+
+        With ``compaction`` (``status.lastCompaction`` in wire form), also count one compaction:
+        the session stored replaces the compacted one (the same id after a compact command, a
+        fresh one after an archive, which drops the old id from the Secret by overwriting it).
 
         Returns None when stored, else why not (the Secret is missing or not writable): the
         job's answer stands, but the next job on the binding starts a new chain.
@@ -213,7 +218,11 @@ class SessionStore:
                 "lastJob": job,
                 "secretName": self.secret_name,
                 "secretKey": binding,
-            }
+            } | (
+                {"compactions": int(current.get("compactions") or 0) + 1, "lastCompaction": dict(compaction)}
+                if compaction is not None
+                else {}
+            )
 
         try:
             await self._patch_status(binding, status)

@@ -249,6 +249,9 @@ class AcpAdapter:
                     "agent_exit_code": state.exit_code,
                     "diagnostics": diagnostics,
                     "duration_s": round(time.monotonic() - started, 3),
+                    "context_used": state.usage[0] if state.usage else None,
+                    "context_size": state.usage[1] if state.usage else None,
+                    "commands": list(state.commands),
                 }
             )
 
@@ -339,6 +342,7 @@ class AcpAdapter:
     ) -> TurnResult:
         loop = asyncio.get_running_loop()
         turn = TurnTracker(session_id, request.allowed_tools, loop.time())
+        idle_s = min(self._config.idle_timeout_s, request.idle_timeout_s or self._config.idle_timeout_s)
         proc.client.turn = turn
         blocks: list[PromptBlock] = [acp.text_block(request.prompt)]
         prompt = asyncio.create_task(proc.conn.prompt(session_id=session_id, prompt=blocks))
@@ -348,7 +352,7 @@ class AcpAdapter:
         try:
             while not prompt.done():
                 if cancel_sent_at is None:
-                    deadline = turn.last_activity + self._config.idle_timeout_s
+                    deadline = turn.last_activity + idle_s
                 else:
                     deadline = cancel_sent_at + self._config.cancel_grace_s
                 waiting: set[asyncio.Future[Any]] = {prompt, proc.exit_task}
@@ -364,13 +368,11 @@ class AcpAdapter:
                     break
                 now = loop.time()
                 if cancel_sent_at is None and (
-                    (cancel_wait is not None and cancel_wait in done)
-                    or now - turn.last_activity >= self._config.idle_timeout_s
+                    (cancel_wait is not None and cancel_wait in done) or now - turn.last_activity >= idle_s
                 ):
                     origin = CancelOrigin.CALLER if cancel_wait in done else CancelOrigin.WATCHDOG
                     if origin is CancelOrigin.WATCHDOG:
-                        idle = self._config.idle_timeout_s
-                        log.warning("idle watchdog: no session update for %gs; cancelling", idle)
+                        log.warning("idle watchdog: no session update for %gs; cancelling", idle_s)
                     turn.cancelling, cancel_sent_at = True, now
                     with contextlib.suppress(ConnectionError):
                         await proc.conn.cancel(session_id=session_id)
@@ -383,6 +385,7 @@ class AcpAdapter:
             return await self._finish(proc, prompt, turn, origin, state)
         finally:
             proc.client.turn = None
+            state.usage, state.commands = turn.usage, proc.client.commands.get(session_id, ())
             abandoned = not prompt.done() and self._proc is proc
             for task in (prompt, cancel_wait):
                 if task is not None and not task.done():

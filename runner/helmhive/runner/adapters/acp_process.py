@@ -20,7 +20,7 @@ import acp
 from acp import schema
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from helmhive.runner.adapters.base import MAX_NAME, ToolPermissionRecord
+from helmhive.runner.adapters.base import MAX_LIST, MAX_NAME, ToolPermissionRecord
 from helmhive.runner.adapters.decisions import (
     ConfigOptionView,
     PermissionOptionView,
@@ -146,6 +146,8 @@ class TurnTracker:
     updates: int = 0
     text: list[str] = field(default_factory=list)
     tools: list[ToolPermissionRecord] = field(default_factory=list)
+    usage: tuple[int, int] | None = None
+    """(used, size) from the last ``usage_update`` of this turn's session during the turn."""
 
     def touch(self) -> None:
         self.last_activity = asyncio.get_running_loop().time()
@@ -160,6 +162,8 @@ class HelmhiveClient:
     def __init__(self, fs: FsPolicy | None = None) -> None:
         self.turn: TurnTracker | None = None
         self.options: dict[str, tuple[ConfigOptionView, ...]] = {}
+        self.commands: dict[str, tuple[str, ...]] = {}
+        """Per session: the command names of its last ``available_commands_update`` (they may come at any time)."""
         self.fs = fs or FsPolicy(root=None, access="none")
 
     def _fs_check(self, session_id: str, path: str, *, write: bool) -> str:
@@ -202,10 +206,15 @@ class HelmhiveClient:
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         if isinstance(update, schema.ConfigOptionUpdate):
             self.options[session_id] = options_from_acp(update.config_options)
+        if isinstance(update, schema.AvailableCommandsUpdate):
+            names = (command.name[:MAX_NAME] for command in update.available_commands[:MAX_LIST])
+            self.commands[session_id] = tuple(names)
         turn = self.turn
         if turn is None or turn.session_id != session_id:
             return  # e.g. the history replayed by session/load
         turn.touch()
+        if isinstance(update, schema.UsageUpdate):
+            turn.usage = (update.used, update.size)
         content = update.content if isinstance(update, schema.AgentMessageChunk) else None
         if isinstance(content, schema.TextContentBlock):
             turn.text.append(content.text)

@@ -46,6 +46,8 @@ class TurnState:
     changes: list[ConfigChange] = field(default_factory=list)
     exit_code: int | None = None
     diagnostics: str = ""
+    usage: tuple[int, int] | None = None
+    commands: tuple[str, ...] = ()
 
 
 def error_outcome(code: int) -> TurnOutcome:

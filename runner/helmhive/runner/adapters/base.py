@@ -137,6 +137,8 @@ class TurnRequest(BaseModel):
     """Tool names (or ``kind:<acp tool kind>``) the agent may be granted; anything else is denied."""
     fork: bool = False
     """Start a new session seeded from ``session_id`` instead of continuing it; never a silent fresh start."""
+    idle_timeout_s: float | None = Field(default=None, gt=0, le=3600)
+    """A shorter idle window for this prompt (a compact command's); the adapter's own applies when longer."""
 
     @field_validator("cwd")
     @classmethod
@@ -190,6 +192,12 @@ class TurnResult(BaseModel):
     """The tail of the agent's stderr on failure, with every secret value redacted."""
     session_updates: int = 0
     duration_s: float = 0.0
+    context_used: int | None = Field(default=None, ge=0)
+    """Tokens in the session's context as the agent last reported during this turn (ACP ``usage_update``)."""
+    context_size: int | None = Field(default=None, ge=0)
+    """The session's context window in tokens, from the same report."""
+    commands: list[str] = Field(default_factory=list, max_length=MAX_LIST)
+    """The command names the agent advertises for this session (ACP ``available_commands_update``)."""
 
     @property
     def ok(self) -> bool:
