@@ -110,6 +110,7 @@ class ExecutionRig:
         concurrency: int = 1,
         secret: bool = True,
         runner_env: dict[str, str] | None = None,
+        config: dict[str, Any] | None = None,
     ) -> Runner:
         rig = RunnerRig(
             kube=self.kube,
@@ -123,6 +124,7 @@ class ExecutionRig:
         runner_json = reference_runner_json(mode=mode, agent_state=rig.agent_state, concurrency=concurrency)
         runner_json["adapter"]["acp"]["env"] += [{"name": k, "value": v} for k, v in (env or {}).items()]
         runner_json["sandbox"] = {"writePaths": [str(rig.agent_state)]}
+        runner_json.update(config or {})  # more pool settings (credentialIsolation, egress...)
         proc = rig.start(runner_json, extra_env=runner_env)
         rig.wait_registered(proc)
         runner = Runner(rig=rig, proc=proc, runner_json=runner_json)

@@ -2,16 +2,21 @@
 
 Owns the RunnerPool fields ``credentialIsolation`` and ``egress``, and the per-provider defaults
 (:data:`PROVIDER_EGRESS`): the provider's own API base URL, the environment variables its CLIs and
-SDKs read for a base URL and a key. The runner (``helmhive.runner.egress``) and the operator
-(``helmhive.policy.runnerpool``) both read the defaults from here, so they never disagree.
+SDKs read for a base URL. The placeholder key goes only into the pool's ``credential.envName``
+(which decides how the agent sends it: ``ANTHROPIC_API_KEY`` as ``x-api-key``,
+``CLAUDE_CODE_OAUTH_TOKEN`` or ``ANTHROPIC_AUTH_TOKEN`` as a bearer token). The runner
+(``helmhive.runner.egress``) and the operator (``helmhive.policy.runnerpool``) both read the
+defaults from here, so they never disagree.
 
-Sources for the variable names (checked against each tool's documentation):
+Sources for the variable names (each tool's own documentation, and for Gemini CLI the change that
+added the variable, google-gemini/gemini-cli#21561):
 
-- Claude Code: ``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY`` (sent as ``x-api-key``) and
-  ``ANTHROPIC_AUTH_TOKEN`` (sent as ``Authorization: Bearer``); the Anthropic SDKs read the same.
+- Claude Code: ``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY`` (sent as ``x-api-key``),
+  ``ANTHROPIC_AUTH_TOKEN`` (sent as ``Authorization: Bearer``) and ``CLAUDE_CODE_OAUTH_TOKEN``
+  (a subscription's long-lived token from ``claude setup-token``).
 - OpenAI's SDKs and Codex CLI: ``OPENAI_BASE_URL`` (which includes ``/v1``), ``OPENAI_API_KEY``.
-- Gemini CLI: ``GOOGLE_GEMINI_BASE_URL`` (from gemini-cli's 2026-03 release on; plain ``http`` is
-  accepted only for loopback hosts) and ``GEMINI_API_KEY`` (sent as ``x-goog-api-key``).
+- Gemini CLI: ``GOOGLE_GEMINI_BASE_URL`` (plain ``http`` is accepted only for loopback hosts) and
+  ``GEMINI_API_KEY`` (the proxy replaces it in ``x-goog-api-key`` or a ``key`` query parameter).
 """
 
 from __future__ import annotations
@@ -110,24 +115,15 @@ class ProviderEgress:
     """Variables that take the proxy's base URL (each CLI or SDK reads its own)."""
     base_url_suffix: str = ""
     """Appended to the proxy's URL in those variables (OpenAI's clients expect ``/v1``)."""
-    key_env: tuple[str, ...] = ()
-    """Variables that take the placeholder key, besides the pool's ``credential.envName``."""
 
 
 PROVIDER_EGRESS: dict[str, ProviderEgress] = {
-    "anthropic": ProviderEgress(
-        upstream="https://api.anthropic.com", base_url_env=("ANTHROPIC_BASE_URL",), key_env=("ANTHROPIC_API_KEY",)
-    ),
+    "anthropic": ProviderEgress(upstream="https://api.anthropic.com", base_url_env=("ANTHROPIC_BASE_URL",)),
     "openai": ProviderEgress(
-        upstream="https://api.openai.com",
-        base_url_env=("OPENAI_BASE_URL",),
-        base_url_suffix="/v1",
-        key_env=("OPENAI_API_KEY",),
+        upstream="https://api.openai.com", base_url_env=("OPENAI_BASE_URL",), base_url_suffix="/v1"
     ),
     "google": ProviderEgress(
-        upstream="https://generativelanguage.googleapis.com",
-        base_url_env=("GOOGLE_GEMINI_BASE_URL",),
-        key_env=("GEMINI_API_KEY",),
+        upstream="https://generativelanguage.googleapis.com", base_url_env=("GOOGLE_GEMINI_BASE_URL",)
     ),
     "reference": ProviderEgress(upstream=None),
     # The reference agent calls no provider; its proxy refuses every request unless a pool sets an upstream.

@@ -130,12 +130,12 @@ BASE_URL_ENV = "HELMHIVE_PROVIDER_BASE_URL"
 
 def build_proxy_env(*, provider: str, credential_env_name: str, endpoint: EgressEndpoint) -> dict[str, str]:
     """The agent's variables with Proxy: the proxy's URL in every base-URL variable its provider's
-    tools read (:data:`helmhive.api.egress.PROVIDER_EGRESS`), and the placeholder in every key variable."""
+    tools read (:data:`helmhive.api.egress.PROVIDER_EGRESS`), and the placeholder in the pool's
+    ``credential.envName`` (the variable that decides how the agent sends its key)."""
     defaults = provider_egress(provider)
     env = {BASE_URL_ENV: endpoint.base_url, credential_env_name: PLACEHOLDER}
     if defaults is not None:
         env.update({name: endpoint.base_url + defaults.base_url_suffix for name in defaults.base_url_env})
-        env.update({name: PLACEHOLDER for name in defaults.key_env})
     return env
 
 

@@ -29,7 +29,6 @@ nothing but the standard library.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import platform
@@ -115,7 +114,9 @@ def deny_datagrams(machine: str | None = None) -> None:
     raw = b"".join(struct.pack("=HBBI", *insn) for insn in program)
     buffer = ctypes.create_string_buffer(raw, len(raw))
     fprog = _SockFprog(len=len(program), filter=ctypes.cast(buffer, ctypes.c_void_p).value)
-    libc: Any = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    # The process's own symbols (libc's prctl): find_library would run ldconfig with a temporary
+    # file, which the Landlock ruleset already in force may not allow.
+    libc: Any = ctypes.CDLL(None, use_errno=True)
     for args in (
         (_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0),
         (_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
