@@ -4,13 +4,14 @@ It stands where ``api.anthropic.com`` would: the egress proxy forwards to it and
 certificate against the CA file the test hands the proxy (``egress.caBundle``). It records each
 request's method, path and what its auth headers held -- classified as ``canary`` (the real key),
 ``placeholder`` or ``other`` -- never the values themselves, so no failing assertion can print a
-credential. ``POST /v1/messages`` answers with server-sent events in two parts: the second only
+credential. ``POST /v1/messages`` answers with the Messages API's server-sent events in two parts: the second only
 after :attr:`FakeProvider.release` is set, which shows whether a proxy streams or buffers.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import ssl
 import threading
 from collections.abc import Iterator
@@ -24,6 +25,36 @@ from helmhive.devcluster.pki import build_ca, build_serving_cert
 from helmhive.runner.egress import PLACEHOLDER
 
 AUTH = ("authorization", "x-api-key", "x-goog-api-key", "api-key")
+ANSWER = "hello from the fake provider"
+_MESSAGE_EVENTS: list[dict[str, Any]] = [
+    {
+        "type": "message_start",
+        "message": {
+            "id": "msg_fake",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-4-5",
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 1, "output_tokens": 1},
+        },
+    },
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": ANSWER}},
+    {"type": "content_block_stop", "index": 0},
+    {
+        "type": "message_delta",
+        "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+        "usage": {"output_tokens": 5},
+    },
+    {"type": "message_stop"},
+]
+"""The Anthropic Messages API's streaming events for a one-line answer."""
+
+
+def _sse(event: dict[str, Any]) -> bytes:
+    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
 
 
 @dataclass
@@ -101,10 +132,11 @@ def fake_provider(directory: Path, *, canary: str) -> Iterator[FakeProvider]:
             self.send_header("content-type", "text/event-stream")
             self.send_header("connection", "close")
             self.end_headers()
-            self.wfile.write(b"event: message_start\ndata: {}\n\n")
+            first, *rest = _MESSAGE_EVENTS
+            self.wfile.write(_sse(first))
             self.wfile.flush()
             provider.release.wait(30)
-            self.wfile.write(b"event: message_stop\ndata: {}\n\n")
+            self.wfile.write(b"".join(_sse(event) for event in rest))
             self.wfile.flush()
             self.close_connection = True
 
