@@ -43,11 +43,12 @@ def provider(tmp_path: Path) -> Iterator[FakeProvider]:
 
 
 @pytest.fixture
-def tcp_port() -> Iterator[int]:
+def tcp_server() -> Iterator[socket.socket]:
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen(8)
-        yield int(server.getsockname()[1])
+        server.setblocking(False)
+        yield server
 
 
 @pytest.fixture
@@ -66,6 +67,7 @@ def _prompt(runner: Runner, *, tcp_port: int, udp_port: int) -> str:
             "Review this repository.",
             "PROVIDER-CALL: /v1/messages",
             f"UDP-SEND: {udp_port}",
+            f"TCP-FASTOPEN: {tcp_port}",
             f"CONNECT: {tcp_port}",
             "CONNECT: 443",
             "PROXY-CONNECT: example.com:443",
@@ -104,8 +106,9 @@ def _everything_written(execution: ExecutionRig, runner: Runner, name: str) -> s
 
 
 def test_with_the_proxy_every_escape_is_refused_and_the_key_never_reaches_the_agent(
-    execution: ExecutionRig, provider: FakeProvider, tcp_port: int, udp_socket: socket.socket
+    execution: ExecutionRig, provider: FakeProvider, tcp_server: socket.socket, udp_socket: socket.socket
 ) -> None:
+    tcp_port = int(tcp_server.getsockname()[1])
     egress = {"upstream": provider.url, "caBundle": str(provider.ca_file)}
     runner = execution.start_runner(config={"credentialIsolation": "Proxy", "egress": egress})
     udp_port = int(udp_socket.getsockname()[1])
@@ -121,6 +124,7 @@ def test_with_the_proxy_every_escape_is_refused_and_the_key_never_reaches_the_ag
     assert output["escapes"] == {
         "PROVIDER-CALL: /v1/messages": "status 200",
         f"UDP-SEND: {udp_port}": "denied (EPERM)",
+        f"TCP-FASTOPEN: {tcp_port}": "denied (EPERM)",
         "PROXY-CONNECT: example.com:443": "status 403",
         "PROXY-ABSOLUTE: http://example.com/steal": "status 403",
         "PROXY-HOST: example.com": "status 403",
@@ -129,6 +133,8 @@ def test_with_the_proxy_every_escape_is_refused_and_the_key_never_reaches_the_ag
     assert output["connects"] == {str(tcp_port): "denied (EACCES)", "443": "denied (EACCES)"}
     with pytest.raises(BlockingIOError):
         udp_socket.recvfrom(1024)  # no datagram arrived
+    with pytest.raises(BlockingIOError):
+        tcp_server.accept()  # and no connection, neither by connect nor by a Fast Open send
     runner_environ = f"/proc/{runner.proc.popen.pid}/environ"
     reads = {path: verdict for path, verdict in output["reads"].items() if path != runner_environ}
     assert set(reads.values()) == {"denied (EACCES)"}, reads  # the credential files and the runner's memory

@@ -4,6 +4,8 @@ Magic prompt lines (``docs/reference-agent.md``), each answered in the reply's `
 keyed by the line itself, with a short verdict (never what was read):
 
 * ``UDP-SEND: <port>`` sends one datagram to ``127.0.0.1:<port>`` (a DNS query would be one);
+* ``TCP-FASTOPEN: <port>`` sends data to ``127.0.0.1:<port>`` with a TCP Fast Open ``sendto``
+  (which opens the connection without calling ``connect``);
 * ``PROVIDER-CALL: <path>`` POSTs to ``$HELMHIVE_PROVIDER_BASE_URL<path>`` with the agent's key
   (``$HELMHIVE_REFERENCE_AGENT_TOKEN``) in ``x-api-key`` and ``Authorization``, as a provider SDK would;
 * ``PROXY-CONNECT: <host:port>`` asks the base URL's server for a ``CONNECT`` tunnel;
@@ -34,12 +36,21 @@ from typing import Final
 __all__ = ["ESCAPE_PREFIXES", "Escape", "attempt", "parse_escapes"]
 
 UDP_PREFIX: Final = "UDP-SEND:"
+FASTOPEN_PREFIX: Final = "TCP-FASTOPEN:"
 PROVIDER_PREFIX: Final = "PROVIDER-CALL:"
 CONNECT_PREFIX: Final = "PROXY-CONNECT:"
 ABSOLUTE_PREFIX: Final = "PROXY-ABSOLUTE:"
 HOST_PREFIX: Final = "PROXY-HOST:"
 LOOT_PREFIX: Final = "LOOT:"
-ESCAPE_PREFIXES: Final = (UDP_PREFIX, PROVIDER_PREFIX, CONNECT_PREFIX, ABSOLUTE_PREFIX, HOST_PREFIX, LOOT_PREFIX)
+ESCAPE_PREFIXES: Final = (
+    UDP_PREFIX,
+    FASTOPEN_PREFIX,
+    PROVIDER_PREFIX,
+    CONNECT_PREFIX,
+    ABSOLUTE_PREFIX,
+    HOST_PREFIX,
+    LOOT_PREFIX,
+)
 BASE_URL_ENV: Final = "HELMHIVE_PROVIDER_BASE_URL"
 TOKEN_ENV: Final = "HELMHIVE_REFERENCE_AGENT_TOKEN"
 STATE_ENV: Final = "HELMHIVE_REFERENCE_AGENT_STATE_DIR"
@@ -111,6 +122,15 @@ def _udp(port: str) -> str:
     return "sent"
 
 
+def _fast_open(port: str) -> str:
+    try:
+        with socket.socket() as sock:
+            sock.sendto(b"helmhive reference agent fast open", socket.MSG_FASTOPEN, ("127.0.0.1", int(port)))
+    except (OSError, ValueError) as exc:
+        return _verdict(exc) if isinstance(exc, OSError) else "failed (bad port)"
+    return "sent"
+
+
 def _provider_call(path: str) -> str:
     base = os.environ.get(BASE_URL_ENV, "")
     if not base.startswith("http"):
@@ -167,6 +187,8 @@ def attempt(escape: Escape, *, cwd: str) -> str:
     """Try one escape with the agent's own access; return what happened."""
     if escape.prefix == UDP_PREFIX:
         return _udp(escape.argument)
+    if escape.prefix == FASTOPEN_PREFIX:
+        return _fast_open(escape.argument)
     if escape.prefix == PROVIDER_PREFIX:
         return _provider_call(escape.argument if escape.argument.startswith("/") else "/" + escape.argument)
     if escape.prefix == CONNECT_PREFIX:

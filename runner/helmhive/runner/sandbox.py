@@ -267,8 +267,8 @@ def sandbox_refusal(
 ) -> str | None:
     """Why the job must not run in this sandbox (None: it may). Fails closed by default."""
     machine = machine or platform.machine()
-    if plan.landlock and not plan.datagrams and machine not in SUPPORTED_MACHINES:
-        return f"no seccomp filter to close UDP for machine {machine} (only {', '.join(SUPPORTED_MACHINES)})"
+    if plan.landlock and machine not in SUPPORTED_MACHINES:  # the launcher's filter; checks always need it
+        return f"no seccomp filter for machine {machine} (only {', '.join(SUPPORTED_MACHINES)})"
     if plan.landlock and plan.exposed:
         return f"the agent could read the runner's own secrets at {', '.join(plan.exposed)}; move them out of its paths"
     if settings.landlock is LandlockMode.OPTIONAL:
