@@ -146,6 +146,7 @@ POOL_RULES: tuple[dict[str, str], ...] = (
             "spec.credentialIsolation: Proxy needs an API key (credential.secretRef); a login volume is refreshed "
             "by the CLI inside the sandbox, so it runs InSandbox"
         ),
+        "fieldPath": ".spec.credentialIsolation",
     },
     {
         "rule": (
@@ -153,6 +154,7 @@ POOL_RULES: tuple[dict[str, str], ...] = (
             f"|| (has(self.spec.egress) && has(self.spec.egress.upstream)) || self.spec.provider in [{_KNOWN}]"
         ),
         "message": "spec.egress.upstream: required with credentialIsolation Proxy for a provider without defaults",
+        "fieldPath": ".spec.egress.upstream",
     },
 )
 """The RunnerPool's CEL rules for these fields (the same checks as :func:`decide_isolation_problems`)."""
