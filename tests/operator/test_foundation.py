@@ -180,6 +180,17 @@ JOB = _base(
         "request": {"title": "t", "prompt": "hello"},
     },
 )
+POOL = _base(
+    "RunnerPool",
+    "pool1",
+    {
+        "provider": "anthropic",
+        "adapter": {"type": "claude-cli"},
+        "image": "helmhive/runner:dev",
+        "credential": {"volume": {"claimName": "login", "mountPath": "/home/runner/.claude"}},
+        "credentialIsolation": "Proxy",
+    },
+)
 PROFILE = _base(
     "Profile",
     "p1",
@@ -226,6 +237,17 @@ def _with(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
             "spec.scope",
             "scope.service is required",
             id="service-scope-needs-service",
+        ),
+        pytest.param(POOL, "spec.credentialIsolation", "Proxy needs an API key", id="proxy-needs-a-key"),
+        pytest.param(
+            _with(
+                _with(POOL, "spec.credential", {"secretRef": {"name": "key"}}),
+                "spec.provider",
+                "acme",
+            ),
+            "spec.egress.upstream",
+            "required with credentialIsolation Proxy",
+            id="proxy-needs-an-upstream",
         ),
         pytest.param(
             _with(PROFILE, "spec.providerMappings", [{"provider": "a"}] * 9),

@@ -23,6 +23,7 @@ from pools import CANARY, Pool, condition, make_pool
 from simulated_runner import GROUP, VERSION, SimulatedRunner
 
 from harness.kube import IdentityFactory, Kube
+from harness.kubectl import Kubectl
 from harness.operator import OperatorProcess
 from harness.wait import wait_for
 
@@ -347,6 +348,7 @@ def _pod_environment(kube: Kube, namespace: str, pod_name: str) -> dict[str, str
 def test_the_runner_program_in_a_pool_of_the_operator(
     operator: OperatorProcess,
     kube: Kube,
+    kubectl: Kubectl,
     namespace: str,
     service_account_identity: IdentityFactory,
     tmp_path: Path,
@@ -391,6 +393,13 @@ def test_the_runner_program_in_a_pool_of_the_operator(
                                status="Online", schedulable="Schedulable")  # fmt: skip
         report = obj["status"]["report"]
         assert (report["provider"], report["credentialGeneration"], report["podName"]) == ("reference", 1, "claude-0")
+        # The operator's runner.json chose Proxy for an API key: the runner says so, and the key stayed with it.
+        assert json.loads(config_map.data["runner.json"])["credentialIsolation"] == "Proxy"
+        assert report["credentialIsolation"] == "Proxy"
+        assert "egress proxy listening" in log_path.read_text(encoding="utf-8")
+        table = kubectl("get", "runners", "-n", namespace).stdout.splitlines()
+        column = table[0].split().index("CREDENTIAL")
+        assert table[1].split()[column] == "Proxy", table
         wait_audit(kube, namespace, "RunnerRegistered")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, log_path.read_text()

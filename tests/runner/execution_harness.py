@@ -111,6 +111,7 @@ class ExecutionRig:
         secret: bool = True,
         runner_env: dict[str, str] | None = None,
         runner_json_extra: dict[str, Any] | None = None,
+        config: dict[str, Any] | None = None,
     ) -> Runner:
         rig = RunnerRig(
             kube=self.kube,
@@ -125,6 +126,7 @@ class ExecutionRig:
         runner_json["adapter"]["acp"]["env"] += [{"name": k, "value": v} for k, v in (env or {}).items()]
         runner_json["sandbox"] = {"writePaths": [str(rig.agent_state)]}
         runner_json.update(runner_json_extra or {})  # e.g. a pool's compaction settings
+        runner_json.update(config or {})  # more pool settings (credentialIsolation, egress...)
         proc = rig.start(runner_json, extra_env=runner_env)
         rig.wait_registered(proc)
         runner = Runner(rig=rig, proc=proc, runner_json=runner_json)

@@ -273,6 +273,8 @@ def test_runner_json_holds_the_pool_settings_in_camel_case() -> None:
         "credentialEnvName": "ANTHROPIC_API_KEY",
         "jobLimits": {"memoryBytes": 1073741824, "cpuSeconds": 3600, "processes": 512, "openFiles": 4096},
         "compaction": {"watermarkPercent": 80, "commandTimeoutSeconds": 180},
+        "credentialIsolation": "Proxy",
+        "egress": {"allowedHosts": []},
     }
     compacting = build_runner_config(spec(compaction={"watermarkPercent": 60}))["compaction"]
     assert compacting == {"watermarkPercent": 60, "commandTimeoutSeconds": 180}
@@ -393,3 +395,45 @@ def test_the_runner_program_accepts_the_operators_runner_json_and_environment(wi
     assert config.file.concurrency == 2
     has_git = pool_spec.source.credentials_secret is not None
     assert config.env.source_credentials_dir == (Path(SOURCE_CREDENTIALS_DIR) if has_git else None)
+
+
+def test_credential_isolation_defaults_to_proxy_for_a_key_and_in_sandbox_for_a_login_volume() -> None:
+    assert build_runner_config(spec())["credentialIsolation"] == "Proxy"
+    assert build_runner_config(spec(VOLUME_SPEC))["credentialIsolation"] == "InSandbox"
+    assert build_runner_config(spec(credentialIsolation="InSandbox"))["credentialIsolation"] == "InSandbox"
+    pinned = spec(
+        egress={"upstream": "https://llm-gateway.internal:8443/anthropic", "allowedHosts": ["statsig.anthropic.com"]}
+    )
+    assert build_runner_config(pinned)["egress"] == {
+        "upstream": "https://llm-gateway.internal:8443/anthropic",
+        "allowedHosts": ["statsig.anthropic.com"],
+    }
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({**VOLUME_SPEC, "credentialIsolation": "Proxy"}, "Proxy needs an API key (credential.secretRef)"),
+        (
+            {**SECRET_SPEC, "provider": "acme", "credentialIsolation": "Proxy"},
+            "spec.egress.upstream: required with credentialIsolation Proxy",
+        ),
+        ({**SECRET_SPEC, "egress": {"upstream": "http://api.anthropic.com"}}, "egress.upstream"),
+        ({**SECRET_SPEC, "egress": {"upstream": "https://user:pw@api.anthropic.com"}}, "egress.upstream"),
+        ({**SECRET_SPEC, "egress": {"allowedHosts": ["*.example.com"]}}, "egress.allowedHosts.0"),
+    ],
+)
+def test_bad_isolation_settings_are_refused_with_the_field(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        spec(changes)
+    assert message in str(caught.value)
+
+
+def test_a_provider_without_defaults_runs_in_sandbox_unless_it_names_an_upstream() -> None:
+    assert build_runner_config(spec({**SECRET_SPEC, "provider": "acme"}))["credentialIsolation"] == "InSandbox"
+    upstream = {"upstream": "https://api.acme.example"}
+    proxied = spec({**SECRET_SPEC, "provider": "acme", "egress": upstream, "credentialIsolation": "Proxy"})
+    assert build_runner_config(proxied)["credentialIsolation"] == "Proxy"
+    assert build_runner_config(spec({**SECRET_SPEC, "provider": "acme", "egress": upstream}))[
+        "credentialIsolation"
+    ] == ("Proxy")

@@ -677,3 +677,25 @@ def test_public_surfaces_are_pinned() -> None:
         "validate_documents",
     ]
     assert violations.__all__ == ["PathSegment", "Violation", "field_path", "split_field_path"]
+
+
+def test_a_login_volume_with_the_proxy_is_refused_offline_with_its_reason(tmp_path: Path) -> None:
+    base = {"adapter": {"type": "claude-cli"}, "image": "helmhive/runner:dev"}
+    volume = {"volume": {"claimName": "c", "mountPath": "/home/runner/.claude"}}
+    proxied_login = obj(
+        "RunnerPool", "login", {**base, "provider": "anthropic", "credential": volume, "credentialIsolation": "Proxy"}
+    )
+    unknown = obj(
+        "RunnerPool",
+        "acme",
+        {**base, "provider": "acme", "credential": {"secretRef": {"name": "k"}}, "credentialIsolation": "Proxy"},
+    )
+    fine = obj("RunnerPool", "fine", {**base, "provider": "acme", "credential": {"secretRef": {"name": "k"}}})
+    outcome = cli(str(write(tmp_path / "pools.yaml", proxied_login, unknown, fine)))
+    assert outcome.exit_code == 1
+    assert {(where, reason) for where, _, reason in outcome.found} == {
+        ("RunnerPool/login", "InvalidSpec"),
+        ("RunnerPool/acme", "InvalidSpec"),
+    }
+    assert "Proxy needs an API key (credential.secretRef)" in outcome.stdout
+    assert "spec.egress.upstream: required with credentialIsolation Proxy" in outcome.stdout

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from helmhive.api.audit import AuditRecordSpec
 from helmhive.api.change import ChangeSpec, ChangeStatus
+from helmhive.api.egress import POOL_RULES
 from helmhive.api.envelope import EnvelopeSpec, EnvelopeStatus
 from helmhive.api.job import AgentJobSpec, AgentJobStatus
 from helmhive.api.memory import MemoryRecordSpec, MemoryRecordStatus, WorkspaceSpec, WorkspaceStatus
@@ -164,6 +165,7 @@ KINDS: tuple[KindDef, ...] = (
         spec=RunnerPoolSpec,
         status=RunnerPoolStatus,
         description="A managed set of runner pods that hold one provider login.",
+        root_validations=POOL_RULES,
         columns=(
             PrinterColumn(name="Provider", json_path=".spec.provider"),
             PrinterColumn(name="Adapter", json_path=".spec.adapter.type"),
@@ -188,6 +190,7 @@ KINDS: tuple[KindDef, ...] = (
             PrinterColumn(name="Status", json_path=".status.reportedStatus"),
             PrinterColumn(name="Auth", json_path=".status.report.authentication.state", priority=1),
             PrinterColumn(name="Provider", json_path=".status.report.provider"),
+            PrinterColumn(name="Credential", json_path=".status.report.credentialIsolation"),
             PrinterColumn(name="Models", json_path=".status.models"),
             PrinterColumn(name="Default", json_path=".status.report.catalogue.default", priority=1),
             PrinterColumn(name="Jobs", json_path=".status.report.activeJobs", type="integer", priority=1),

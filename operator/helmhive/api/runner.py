@@ -12,7 +12,7 @@ import datetime as dt
 import enum
 from typing import Annotated
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, model_validator
 
 from helmhive.api.common import (
     ApiModel,
@@ -27,6 +27,7 @@ from helmhive.api.common import (
     StatusBase,
     immutable,
 )
+from helmhive.api.egress import CredentialIsolation, EgressSpec, decide_isolation_problems
 from helmhive.api.envelope import Capability
 from helmhive.api.profile import ModelId, ProviderName
 
@@ -262,6 +263,23 @@ class RunnerPoolSpec(ApiModel):
             }
         ),
     ]
+    credential_isolation: Annotated[
+        CredentialIsolation | None,
+        Field(
+            description=(
+                "Where the provider credential is while an agent runs. Proxy: only in the runner process, whose "
+                "egress proxy adds it to requests for the provider's API host; the agent gets a placeholder and "
+                "its network is reduced to the proxy. InSandbox: in the agent's environment or login directory. "
+                "Default: Proxy for an API key (credential.secretRef) when the upstream is known (egress.upstream, "
+                "or the provider is anthropic, openai, google or reference); InSandbox for a login volume (the CLI "
+                "refreshes its tokens itself: see docs/security.md) and for other providers."
+            )
+        ),
+    ] = None
+    egress: Annotated[
+        EgressSpec,
+        Field(description="Where the egress proxy forwards, with credentialIsolation Proxy (defaults per provider)."),
+    ] = EgressSpec()
     source: PoolSourceSpec = PoolSourceSpec()
     placement_labels: LabelMap = {}
     capabilities: Annotated[list[Capability], Field(max_length=32)] = []
@@ -286,6 +304,18 @@ class RunnerPoolSpec(ApiModel):
         CompactionSettings,
         Field(description="When resumed session chains are compacted (goes into runner.json); safe defaults."),
     ] = CompactionSettings()
+
+    @model_validator(mode="after")
+    def _isolation(self) -> RunnerPoolSpec:
+        problems = decide_isolation_problems(
+            provider=self.provider,
+            requested=self.credential_isolation,
+            volume=self.credential.volume is not None,
+            upstream=self.egress.upstream,
+        )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 class RunnerPoolStatus(StatusBase):
@@ -339,6 +369,8 @@ class RunnerReport(ApiModel):
     environment_fingerprint: Annotated[str, Field(max_length=80)]
     catalogue: ModelCatalogue = ModelCatalogue()
     credential_generation: Annotated[int, Field(ge=0)] = 0
+    credential_isolation: CredentialIsolation | None = None
+    """Where this runner keeps its provider credential while agents run (Proxy or InSandbox)."""
     pod_name: Name
     reported_at: dt.datetime
     registered_at: dt.datetime | None = None

@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from helmhive.api.egress import decide_isolation
 from helmhive.api.kinds import API_VERSION, GROUP
 from helmhive.api.runner import AdapterType, RunnerPoolSpec
 
@@ -218,6 +219,13 @@ def build_runner_config(spec: RunnerPoolSpec) -> dict[str, Any]:
         "credentialEnvName": spec.credential.env_name,
         "jobLimits": spec.job_limits.to_wire(),
         "compaction": spec.compaction.to_wire(),
+        "credentialIsolation": decide_isolation(
+            requested=spec.credential_isolation,
+            volume=spec.credential.volume is not None,
+            provider=spec.provider,
+            upstream=spec.egress.upstream,
+        ).value,
+        "egress": spec.egress.to_wire(),
     }
     if spec.credential.volume is not None and spec.adapter.type is AdapterType.CLAUDE_CLI:
         config["credentialDirEnvName"] = CLAUDE_CONFIG_DIR_ENV

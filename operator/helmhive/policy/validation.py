@@ -57,6 +57,7 @@ from pydantic import ValidationError as ModelValidationError
 from helmhive.api.change import ChangeSpec
 from helmhive.api.common import JobKind
 from helmhive.api.crdgen import build_offline_schema
+from helmhive.api.egress import POOL_RULES
 from helmhive.api.envelope import EnvelopeSpec
 from helmhive.api.job import AgentJobSpec
 from helmhive.api.kinds import API_VERSION, GROUP, KINDS, KindDef
@@ -382,9 +383,13 @@ _CEL_KEYS = re.compile(r"^self\.all\(k, (.+)\)$")
 _CEL_KEY_CHECK = re.compile(r"^size\(k\) (<=|>=) (\d+)$|^k\.matches\(r'([^']*)'\)$")
 
 
+_MODEL_CHECKED = frozenset(r["rule"] for r in POOL_RULES)
+"""Rules the spec's pydantic model enforces too (step 3), with the same message: offline, the model checks them."""
+
+
 def cel_rule_supported(rule: str) -> bool:
     """Whether offline validation evaluates ``rule`` (transition rules need no offline check)."""
-    if "oldSelf" in rule:
+    if "oldSelf" in rule or rule in _MODEL_CHECKED:
         return True
     if _CEL_CONDITIONAL.match(rule) or _CEL_EXACTLY_ONE.match(rule) or _CEL_MATCHES.match(rule):
         return True

@@ -1,7 +1,9 @@
 """Building adapters from the runner's configuration: the slot adapters and each job's sandboxed one.
 
 The agent's environment is explicit (nothing is inherited from the runner): ``PATH``, ``HOME``,
-``LANG``, the pool's ``adapter.acp.env``, the login directory's variable, and the credential in
+``LANG``, the pool's ``adapter.acp.env``, the login directory's variable, and either (with
+``credentialIsolation: Proxy``) the egress proxy's base URL and a placeholder key
+(:func:`helmhive.runner.egress.build_proxy_env`), or (``InSandbox``) the credential in
 ``credentialEnvName`` (kept apart as a secret, redacted from every message). The probe's HOME is
 ``<state>/home``, which no job is granted. A job's adapter sets the job's own HOME (its session
 binding's, or its own: :mod:`helmhive.runner.sandbox`), adds ``TMPDIR`` and runs the agent under
@@ -17,6 +19,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from helmhive.api.egress import CredentialIsolation
 from helmhive.api.runner import AdapterType
 from helmhive.runner.adapters.acp import AcpAdapter, AcpAdapterConfig
 from helmhive.runner.adapters.acp_process import FsAccess
@@ -24,6 +27,7 @@ from helmhive.runner.adapters.base import AgentAdapter
 from helmhive.runner.adapters.claude_cli import ClaudeCliAdapter, ClaudeCliConfig
 from helmhive.runner.config import RunnerConfig
 from helmhive.runner.credentials import CredentialHolder
+from helmhive.runner.egress import EgressEndpoint, build_proxy_env
 from helmhive.runner.sandbox import SandboxPlan, build_wrapper
 
 __all__ = ["AdapterFactory", "JobAdapterFactory", "agent_env", "build_adapter", "build_job_adapter"]
@@ -49,6 +53,17 @@ def agent_env(config: RunnerConfig, credential: CredentialHolder) -> tuple[dict[
     )
     if credential.directory is not None and directory_var:
         env[directory_var] = str(credential.directory)
+    if config.isolation is CredentialIsolation.PROXY:
+        if credential.proxy_port is None:  # never fall back to handing the agent the key
+            raise RuntimeError("credentialIsolation is Proxy but the egress proxy is not listening")
+        env.update(
+            build_proxy_env(
+                provider=config.file.provider,
+                credential_env_name=config.file.credential_env_name,
+                endpoint=EgressEndpoint(port=credential.proxy_port),
+            )
+        )
+        return env, {}
     secret = {config.file.credential_env_name: credential.value} if credential.value is not None else {}
     return env, secret
 

@@ -26,6 +26,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from helmhive.api.common import ApiModel, LabelMap, Name
+from helmhive.api.egress import CredentialIsolation, EgressSpec, decide_isolation, decide_isolation_problems
 from helmhive.api.envelope import Capability
 from helmhive.api.profile import ProviderName
 from helmhive.api.runner import AdapterSpec, AdapterType, CompactionSettings, HeartbeatSettings, JobLimits
@@ -119,7 +120,8 @@ class SandboxSettings(ApiModel):
     write_paths: Annotated[list[AbsolutePath], Field(max_length=32)] = []
     """Extra paths the agent may write (beyond its HOME, the job's tmp and, for write jobs, the workspace)."""
     provider_ports: Annotated[list[Annotated[int, Field(ge=1, le=65535)]], Field(max_length=8)] = [443]
-    """With network disabled: the only TCP ports the agent may connect to (its provider's API)."""
+    """With network disabled and ``credentialIsolation: InSandbox``: the only TCP ports the agent may
+    connect to (its provider's API). With ``Proxy`` the only port is the egress proxy's."""
 
 
 class RunnerFileConfig(ApiModel):
@@ -140,6 +142,11 @@ class RunnerFileConfig(ApiModel):
     """The pool's ``spec.jobLimits``: setrlimit values the sandbox launcher applies to each job's agent and checks."""
     compaction: CompactionSettings = CompactionSettings()
     """The pool's ``spec.compaction``: when a resumed session chain is compacted (``docs/sessions.md``)."""
+    credential_isolation: CredentialIsolation | None = None
+    """Proxy or InSandbox; absent: as :func:`helmhive.api.egress.decide_isolation` decides (Proxy for a
+    credential file whose upstream is known, InSandbox for a login directory)."""
+    egress: EgressSpec = EgressSpec()
+    """Where the egress proxy forwards (``helmhive.runner.egress``), with ``Proxy``."""
 
 
 class RunnerConfig(BaseModel):
@@ -149,6 +156,16 @@ class RunnerConfig(BaseModel):
 
     env: RunnerEnvironment
     file: RunnerFileConfig
+
+    @property
+    def isolation(self) -> CredentialIsolation:
+        """Where the credential is while agents run (runner.json's, else by the credential's kind)."""
+        return decide_isolation(
+            requested=self.file.credential_isolation,
+            volume=self.env.credential_dir is not None,
+            provider=self.file.provider,
+            upstream=self.file.egress.upstream,
+        )
 
 
 def _field_path(loc: tuple[int | str, ...], *, prefix: str) -> str:
@@ -202,6 +219,16 @@ def load_config(*, environ: Mapping[str, str], read_text: Callable[[Path], str])
                 )
     if env is not None and (env.credential_file is None) == (env.credential_dir is None):
         problems.append(f"{ENV['credential_file']} / {ENV['credential_dir']}: set exactly one")
+    if env is not None and file is not None:
+        problems.extend(
+            f"runner.json.credentialIsolation: {problem}"
+            for problem in decide_isolation_problems(
+                provider=file.provider,
+                requested=file.credential_isolation,
+                volume=env.credential_dir is not None,
+                upstream=file.egress.upstream,
+            )
+        )
     if file is not None:
         adapter = file.adapter
         if adapter.type is AdapterType.ACP and adapter.acp is None:

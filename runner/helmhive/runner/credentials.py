@@ -3,8 +3,10 @@
 A runner gets its provider login one of two ways:
 
 - a **file** (``HELMHIVE_CREDENTIAL_FILE``, a mounted Secret key, read-only): the runner copies
-  it into ``<state>/credential/credential`` (mode 0600) and hands the copy's content to the agent
-  in one environment variable; the mount itself cannot be changed by the runner;
+  it into ``<state>/credential/credential`` (mode 0600); with ``credentialIsolation: Proxy`` (the
+  default) only the runner's egress proxy (:mod:`helmhive.runner.egress`) uses the content, with
+  ``InSandbox`` the agent gets it in one environment variable; the mount itself cannot be
+  changed by the runner;
 - a **directory** (``HELMHIVE_CREDENTIAL_DIR``, a subscription login volume): the agent keeps its
   login state there.
 
@@ -51,6 +53,9 @@ class CredentialHolder:
         self._directory = directory
         self._copy = state_dir / "credential" / "credential"
         self._value: SecretStr | None = None
+        self.proxy_port: int | None = None
+        """The runner's egress proxy (``credentialIsolation: Proxy``), set once it listens: agents get
+        its address and a placeholder, never :attr:`value`."""
 
     @property
     def kind(self) -> str:

@@ -83,6 +83,8 @@ class ExecutionContext:
     landlock_abi: int
     limit_support: LimitSupport
     """What the launcher can enforce here (probed once at start): see :mod:`helmhive.runner.limits`."""
+    egress_port: int | None = None
+    """The runner's egress proxy (``credentialIsolation: Proxy``): with the network disabled, the only port."""
 
     @property
     def runner(self) -> str:
@@ -230,6 +232,7 @@ class JobExecution:
             landlock_abi=self.ctx.landlock_abi,
             limit_support=self.ctx.limit_support,
             now=self.ctx.now(),
+            egress_port=self.ctx.egress_port,
         )
         if isinstance(prepared, JobEnding):
             await self._finish(prepared)

@@ -302,6 +302,7 @@ async def prepare_job(
     landlock_abi: int,
     limit_support: LimitSupport,
     now: dt.datetime,
+    egress_port: int | None = None,
 ) -> PreparedJob | JobEnding:
     """Parse, plan the sandbox, resolve the session and memory, build the prompt; or fail closed."""
     parsed = parse_assigned_job(job)
@@ -334,6 +335,7 @@ async def prepare_job(
         protected=_protected(config),
         binding=key.binding_name,
         limits=build_enforced_limits(limits=config.file.job_limits, support=limit_support),
+        egress_port=egress_port,
     )
     refusal = sandbox_refusal(plan=plan, settings=settings, landlock_abi=landlock_abi)
     if refusal is not None:

@@ -226,5 +226,6 @@ def cluster_jobs(process: RunnerProcess) -> ClusterJobSource:
         sessions=SessionStore(kube=process.kube, runner=process.name),
         landlock_abi=abi,
         limit_support=support,
+        egress_port=process.credential.proxy_port,
     )
     return ClusterJobSource(ctx=ctx)

@@ -21,11 +21,13 @@ from the policy, sets ``no_new_privs``, restricts itself and ``exec``\\s the com
 
     {"read": [paths], "write": [paths], "devices": [paths], "tcpConnect": [ports] | null,
      "rlimits": {"DATA": [soft, hard], "CPU": [...], "NOFILE": [...], "NPROC": [...], "CORE": [...]},
-     "userNamespace": true | false}
+     "userNamespace": true | false, "datagrams": true | false}
 
 ``tcpConnect: null`` leaves TCP alone; a list (even empty) allows ``connect`` only to those
-ports and ``bind`` to none. Paths that do not exist are skipped. If any step fails the command
-is not run (exit 126). ``--probe`` prints what this environment allows
+ports and ``bind`` to none, and installs the seccomp filter of :mod:`helmhive.runner.seccomp`
+(no TCP Fast Open, which would bypass the port rule; with ``"datagrams": false`` also no UDP, raw
+or packet sockets: TCP streams and local sockets only). Paths that do not exist are skipped. If
+any step fails the command is not run (exit 126). ``--probe`` prints what this environment allows
 (``{"landlock": <abi>, "userNamespace": <bool>}``) and runs nothing. This module imports nothing
 but the standard library, so the launcher starts fast.
 """
@@ -41,6 +43,8 @@ import resource
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from helmhive.runner.seccomp import install_filter
 
 __all__ = ["apply_rlimits", "drop_resource_capability", "enter_user_namespace", "landlock_abi", "main", "restrict_self"]
 
@@ -302,6 +306,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             devices=[str(p) for p in policy.get("devices", [])],
             tcp_connect=None if policy.get("tcpConnect") is None else [int(p) for p in policy["tcpConnect"]],
         )
+        if policy.get("tcpConnect") is not None or policy.get("datagrams", True) is False:
+            install_filter(deny_datagrams=policy.get("datagrams", True) is False)
     except (ValueError, TypeError, OSError) as exc:
         sys.stderr.write(f"helmhive sandbox: refusing to start the agent unrestricted: {exc}\n")
         return 126

@@ -32,11 +32,14 @@ import datetime as dt
 import enum
 import logging
 import threading
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from helmhive.api.common import ControlState
+from helmhive.api.egress import CredentialIsolation, provider_egress
 from helmhive.api.runner import AuthReport, RunnerReport
 from helmhive.runner.adapters.base import (
     AdapterReport,
@@ -58,6 +61,7 @@ from helmhive.runner.control import (
     read_control_fields,
 )
 from helmhive.runner.credentials import CredentialHolder, read_revoked_generation, write_revoked_generation
+from helmhive.runner.egress import EgressProxy
 from helmhive.runner.heartbeat import LeaseKeeper
 from helmhive.runner.kube import KubeError, RunnerKube
 from helmhive.runner.logs import fields
@@ -189,6 +193,7 @@ class RunnerProcess:
         self._revoke = asyncio.Event()
         self._deregistered = asyncio.Event()
         self._watch_stop = threading.Event()
+        self.egress: EgressProxy | None = None
 
     # -- helpers -------------------------------------------------------------------------
     def _log(self, level: int, message: str, **extra: Any) -> None:
@@ -263,15 +268,42 @@ class RunnerProcess:
         self.credential.prepare()
         if self._on_secrets is not None:
             self._on_secrets(self.credential.secret_values())
-        if self.jobs is None and self._jobs_factory is not None:
-            self.jobs = self._jobs_factory(self)
         try:
+            await self._start_egress()
+            if self.jobs is None and self._jobs_factory is not None:
+                self.jobs = self._jobs_factory(self)
             return await self._serve(created=created)
         finally:
             self._watch_stop.set()
             for adapter in self._adapters:
                 with contextlib.suppress(Exception):
                     await adapter.close()
+            if self.egress is not None:
+                await self.egress.close()
+
+    async def _start_egress(self) -> None:
+        """With ``credentialIsolation: Proxy``, start the egress proxy the agents reach the provider through."""
+        if self.config.isolation is not CredentialIsolation.PROXY:
+            return
+        egress = self.config.file.egress
+        defaults = provider_egress(self.config.file.provider)
+        upstream = egress.upstream or (defaults.upstream if defaults is not None else None)
+        self.egress = EgressProxy(
+            upstream=upstream,
+            allowed_hosts=egress.allowed_hosts,
+            credential=lambda: self.credential.value,
+            ca_bundle=Path(egress.ca_bundle) if egress.ca_bundle else None,
+            runner=self.name,
+        )
+        endpoint = await self.egress.start()
+        self.credential.proxy_port = endpoint.port
+        self._log(
+            logging.INFO,
+            "egress proxy listening",
+            port=endpoint.port,
+            upstream=urllib.parse.urlsplit(upstream).hostname if upstream else None,
+            allowedHosts=len(egress.allowed_hosts),
+        )
 
     def _new_adapter(self) -> AgentAdapter:
         adapter = self._adapter_factory(self.config, self.credential)
@@ -449,6 +481,7 @@ class RunnerProcess:
             credential_generation=self.config.env.credential_generation,
             registered_at=self._registered_at,
             now=self.clock.now(),
+            credential_isolation=self.config.isolation,
         )
 
     async def _write_report_if_due(self) -> dt.datetime:

@@ -35,6 +35,7 @@ __all__ = [
     "ADAPTER_KILLS",
     "ADAPTER_TURNS",
     "CATALOGUE",
+    "EGRESS_REQUESTS",
     "HEARTBEATS",
     "PROBES",
     "REGISTRY",
@@ -43,6 +44,7 @@ __all__ = [
     "TURN_DURATION",
     "RunnerGauges",
     "RunnerState",
+    "record_egress",
     "record_heartbeat",
     "record_probe",
     "record_report_write",
@@ -96,6 +98,12 @@ ADAPTER_KILLS = CATALOGUE.counter(
     "or did not answer a setup request in time.",
     ["provider", "adapter"],
 )
+EGRESS_REQUESTS = CATALOGUE.counter(
+    "helmhive_runner_egress_requests_total",
+    "Requests to the runner's egress proxy, by outcome: forwarded, upstream-failed, or refused-<reason> "
+    "(connect, host, target, no-upstream, no-credential, too-large).",
+    ["outcome"],
+)
 
 INFO = CATALOGUE.info(
     "helmhive_runner",
@@ -136,6 +144,11 @@ def _identity(config: RunnerConfig) -> tuple[str, str]:
 def record_probe(*, config: RunnerConfig, auth: str) -> None:
     """``auth`` is an :class:`~helmhive.api.runner.AuthState` value (the adapters report the API's states)."""
     PROBES.labels(*_identity(config), auth).inc()
+
+
+def record_egress(*, outcome: str) -> None:
+    """``outcome``: ``forwarded``, ``upstream-failed`` or ``refused-<reason>`` (:mod:`helmhive.runner.egress`)."""
+    EGRESS_REQUESTS.labels(outcome).inc()
 
 
 def record_turn(*, config: RunnerConfig, result: TurnResult) -> None:

@@ -47,6 +47,7 @@ from acp import schema
 
 from helmhive.runner import reference_actions as actions
 from helmhive.runner import reference_context as context
+from helmhive.runner import reference_escapes as escapes
 from helmhive.runner import reference_rules as rules
 from helmhive.runner.version import helmhive_version
 
@@ -402,6 +403,7 @@ class ReferenceAgent:
             invalid_output="invalid-output" in self._settings.modes,
             home_file_results=home_files,
             resource_results=resources,
+            escape_results={e.key: escapes.attempt(e, cwd=session.cwd) for e in escapes.parse_escapes(text)},
         )
         await self._conn.session_update(session_id, acp.update_agent_message_text(reply))
         session.history.append({"prompt": text, "reply": reply})

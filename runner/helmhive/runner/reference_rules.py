@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from helmhive.runner.reference_escapes import ESCAPE_PREFIXES
+
 AGENT_NAME: Final = "helmhive-reference-agent"
 AGENT_TITLE: Final = "Helmhive reference agent (deterministic, not a model)"
 
@@ -69,6 +71,7 @@ MAGIC_PREFIXES: Final = (
     f"{IF_FINDINGS} ",
     f"{UNLESS_FINDINGS} ",
     VERDICT_PREFIX,
+    *ESCAPE_PREFIXES,
 )
 _FENCE: Final = re.compile(r"```json\s*\n(.*?)\n```", re.DOTALL)
 _SAFE_NAME: Final = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -317,6 +320,7 @@ def render_reply(
     invalid_output: bool = False,
     home_file_results: Mapping[str, str] | None = None,
     resource_results: Mapping[str, str] | None = None,
+    escape_results: Mapping[str, str] | None = None,
 ) -> str:
     """The reference agent's whole answer to one prompt.
 
@@ -324,7 +328,8 @@ def render_reply(
     ``tool_results`` maps each requested tool to whether the client granted it; the other
     results say what became of each file write and connection asked for, and ``edit_results``
     what became of each edit directive of a governed implementation prompt (``home_file_results``
-    of each ``WRITE-HOME-FILE``, ``resource_results`` of each resource directive). ``invalid_output``
+    of each ``WRITE-HOME-FILE``, ``resource_results`` of each resource directive, ``escape_results``
+    of each escape attempt: :mod:`helmhive.runner.reference_escapes`). ``invalid_output``
     (or ``REFERENCE-AGENT: invalid-output`` in the prompt) breaks the output contract on purpose.
 
     A governed-change prompt with a JSON contract is answered with its stage's document
@@ -356,6 +361,7 @@ def render_reply(
         "reads": dict(read_results or {}),
         "homeFiles": dict(home_file_results or {}),
         "resources": dict(resource_results or {}),
+        "escapes": dict(escape_results or {}),
         "padding": filler(directives.pad),
     }
     facts.update({key: value for key, value in extras.items() if value})
@@ -376,6 +382,7 @@ def render_reply(
     out.extend(f"read {path}: {result}" for path, result in (read_results or {}).items())
     out.extend(f"home-file {name}: {result}" for name, result in (home_file_results or {}).items())
     out.extend(f"resource {key}: {result}" for key, result in (resource_results or {}).items())
+    out.extend(f"escape {key}: {result}" for key, result in (escape_results or {}).items())
     out.extend(f"edit {outcome.label()}: {outcome.result}" for outcome in edit_results)
     if directives.pad:
         out.append(filler(directives.pad))

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from helmhive.api.egress import CredentialIsolation
 from helmhive.api.runner import (
     AdapterInfo,
     AdapterType,
@@ -140,6 +141,7 @@ def build_report(
     credential_generation: int,
     registered_at: dt.datetime,
     now: dt.datetime,
+    credential_isolation: CredentialIsolation | None = None,
 ) -> RunnerReport:
     """The whole report, bounded as the API demands."""
     return RunnerReport(
@@ -157,6 +159,7 @@ def build_report(
         environment_fingerprint=fingerprint,
         catalogue=build_catalogue(adapter=adapter),
         credential_generation=credential_generation,
+        credential_isolation=credential_isolation,
         pod_name=runner_name,
         reported_at=now,
         registered_at=registered_at,

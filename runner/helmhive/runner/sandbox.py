@@ -17,8 +17,10 @@ filesystem    ``write``: ``work/`` writable. ``read``: ``work/`` made read-only 
 tools         only the profile's tool kinds are offered (``kind:<kind>`` for ACP agents, the
               matching tool names for the Claude CLI); every other permission request is denied;
               ``fetch`` is never offered when the network is disabled.
-network       ``disabled``: under Landlock (ABI 4+) TCP ``connect`` only to the provider ports
-              (default 443) and no ``bind``. Hosts are the pod's NetworkPolicy's business.
+network       ``disabled``: under Landlock (ABI 4+) TCP ``connect`` only to the runner's egress
+              proxy's port with ``credentialIsolation: Proxy`` (and no UDP, raw or packet
+              sockets: :mod:`helmhive.runner.seccomp`), or to the provider ports (default 443)
+              with ``InSandbox``; no ``bind``. Hosts are the pod's NetworkPolicy's business.
 ============  ===========================================================================
 
 The agent process is started per job under :mod:`helmhive.runner.landlock`, which may read
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import stat
 import sys
@@ -51,6 +54,7 @@ from helmhive.api.common import FilesystemAccess, NetworkAccess, ToolKind
 from helmhive.api.runner import AdapterType
 from helmhive.runner.config import LandlockMode, SandboxSettings
 from helmhive.runner.limits import EnforcedLimits
+from helmhive.runner.seccomp import SUPPORTED_MACHINES
 
 __all__ = [
     "HOMES_DIR",
@@ -132,6 +136,8 @@ class SandboxPlan:
     """The session binding whose HOME the job uses; None: a HOME of its own, removed with the job."""
     limits: EnforcedLimits | None = None
     """The resource limits the launcher applies to the agent and the checks (None: none)."""
+    datagrams: bool = True
+    """False: the launcher's seccomp filter leaves the agent TCP streams and local sockets only."""
 
     @property
     def fs_access(self) -> str:
@@ -203,6 +209,7 @@ def build_sandbox_plan(
     protected: Sequence[Path] = (),
     binding: str | None = None,
     limits: EnforcedLimits | None = None,
+    egress_port: int | None = None,
 ) -> SandboxPlan:
     """The sandbox of one job (pure). Raises nothing: whether it may run is :func:`sandbox_refusal`'s call.
 
@@ -210,6 +217,8 @@ def build_sandbox_plan(
     kubeconfig): runtime paths that hold one are left out, and any other granted path that
     holds one is reported in ``exposed`` (the job then fails closed). ``binding`` names the
     session binding whose HOME the job shares (None: a HOME of its own in the job's directory).
+    ``egress_port`` is the runner's egress proxy (``credentialIsolation: Proxy``): with the network
+    disabled it is the only port the agent may connect to, and it gets no datagram sockets.
     """
     root = state_dir / "jobs" / job_dir
     home = homes_dir(state_dir) / binding / "home" if binding else root / "home"
@@ -240,16 +249,26 @@ def build_sandbox_plan(
         read_paths=tuple(dict.fromkeys(read)),
         write_paths=tuple(dict.fromkeys(write)),
         device_paths=DEVICE_PATHS,
-        tcp_connect=tuple(settings.provider_ports) if disabled and landlock_abi >= 4 else None,
+        tcp_connect=_tcp_ports(settings, egress_port) if disabled and landlock_abi >= 4 else None,
         landlock=landlock_abi >= 1,
         exposed=tuple(exposed),
         binding=binding,
         limits=limits,
+        datagrams=not (disabled and egress_port is not None),
     )
 
 
-def sandbox_refusal(*, plan: SandboxPlan, settings: SandboxSettings, landlock_abi: int) -> str | None:
+def _tcp_ports(settings: SandboxSettings, egress_port: int | None) -> tuple[int, ...]:
+    return (egress_port,) if egress_port is not None else tuple(settings.provider_ports)
+
+
+def sandbox_refusal(
+    *, plan: SandboxPlan, settings: SandboxSettings, landlock_abi: int, machine: str | None = None
+) -> str | None:
     """Why the job must not run in this sandbox (None: it may). Fails closed by default."""
+    machine = machine or platform.machine()
+    if plan.landlock and machine not in SUPPORTED_MACHINES:  # the launcher's filter; checks always need it
+        return f"no seccomp filter for machine {machine} (only {', '.join(SUPPORTED_MACHINES)})"
     if plan.landlock and plan.exposed:
         return f"the agent could read the runner's own secrets at {', '.join(plan.exposed)}; move them out of its paths"
     if settings.landlock is LandlockMode.OPTIONAL:
@@ -274,6 +293,7 @@ def build_landlock_policy(plan: SandboxPlan) -> dict[str, Any]:
         "write": list(plan.write_paths),
         "devices": list(plan.device_paths),
         "tcpConnect": None if plan.tcp_connect is None else list(plan.tcp_connect),
+        "datagrams": plan.datagrams,
         **_limits_policy(plan),
     }
 
@@ -287,6 +307,7 @@ def build_check_policy(plan: SandboxPlan) -> dict[str, Any]:
         "write": [str(plan.workdir), str(plan.tmpdir)],
         "devices": list(plan.device_paths),
         "tcpConnect": [],
+        "datagrams": plan.datagrams,
         **_limits_policy(plan),
     }
 

@@ -1,0 +1,184 @@
+"""Where a runner's provider credential lives, and where its egress proxy may forward. Pure.
+
+Owns the RunnerPool fields ``credentialIsolation`` and ``egress``, and the per-provider defaults
+(:data:`PROVIDER_EGRESS`): the provider's own API base URL, the environment variables its CLIs and
+SDKs read for a base URL. The placeholder key goes only into the pool's ``credential.envName``
+(which decides how the agent sends it: ``ANTHROPIC_API_KEY`` as ``x-api-key``,
+``CLAUDE_CODE_OAUTH_TOKEN`` or ``ANTHROPIC_AUTH_TOKEN`` as a bearer token). The runner
+(``helmhive.runner.egress``) and the operator (``helmhive.policy.runnerpool``) both read the
+defaults from here, so they never disagree.
+
+Sources for the variable names (each tool's own documentation, and for Gemini CLI the change that
+added the variable, google-gemini/gemini-cli#21561):
+
+- Claude Code: ``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY`` (sent as ``x-api-key``),
+  ``ANTHROPIC_AUTH_TOKEN`` (sent as ``Authorization: Bearer``) and ``CLAUDE_CODE_OAUTH_TOKEN``
+  (a subscription's long-lived token from ``claude setup-token``).
+- OpenAI's SDKs and Codex CLI: ``OPENAI_BASE_URL`` (which includes ``/v1``), ``OPENAI_API_KEY``.
+- Gemini CLI: ``GOOGLE_GEMINI_BASE_URL`` (plain ``http`` is accepted only for loopback hosts) and
+  ``GEMINI_API_KEY`` (the proxy replaces it in ``x-goog-api-key`` or a ``key`` query parameter).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import Field, StringConstraints
+
+from helmhive.api.common import ApiModel
+
+__all__ = [
+    "POOL_RULES",
+    "PROVIDER_EGRESS",
+    "CredentialIsolation",
+    "EgressSpec",
+    "HostName",
+    "ProviderEgress",
+    "UpstreamUrl",
+    "decide_isolation",
+    "decide_isolation_problems",
+    "provider_egress",
+]
+
+HostName = Annotated[
+    str,
+    StringConstraints(
+        min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+    ),
+]
+"""A DNS host name in lower case (no port, no wildcard)."""
+
+UpstreamUrl = Annotated[
+    str,
+    StringConstraints(
+        min_length=9,
+        max_length=512,
+        pattern=r"^https://[a-z0-9]([-a-z0-9.]*[a-z0-9])?(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?$",
+    ),
+]
+"""An ``https://host[:port][/path]`` URL: no credentials, query or fragment; TLS only."""
+
+
+class CredentialIsolation(enum.StrEnum):
+    """Where the provider credential is while a job's agent runs."""
+
+    PROXY = "Proxy"
+    """Only in the runner process: the agent gets a placeholder and a base URL pointing at the
+    runner's egress proxy, which puts the real key on requests to the provider's API host."""
+    IN_SANDBOX = "InSandbox"
+    """In the agent's environment (an API key) or its login directory (a subscription login):
+    any process the agent starts can read it."""
+
+
+class EgressSpec(ApiModel):
+    """Where the runner's egress proxy forwards (only with ``credentialIsolation: Proxy``)."""
+
+    upstream: Annotated[
+        UpstreamUrl | None,
+        Field(
+            description=(
+                "The provider API's base URL (https only) the proxy forwards to and adds the credential for. "
+                "Default: the provider's own (anthropic: https://api.anthropic.com, openai: https://api.openai.com, "
+                "google: https://generativelanguage.googleapis.com); required for any other provider but reference."
+            )
+        ),
+    ] = None
+    allowed_hosts: Annotated[
+        list[HostName],
+        Field(
+            max_length=16,
+            description=(
+                "Further hosts the proxy forwards to over https when the agent names them in an absolute "
+                "request URI, never with the credential. Default: none. Anything else is refused (403) and counted."
+            ),
+        ),
+    ] = []
+    ca_bundle: Annotated[
+        Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"^/")] | None,
+        Field(
+            description=(
+                "A PEM file in the runner's image or mounts whose certificates the proxy trusts for the "
+                "upstream's TLS instead of the system's. Default: the system's certificate authorities."
+            )
+        ),
+    ] = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderEgress:
+    """A provider's defaults: its API, and what its agents read to find it and the key."""
+
+    upstream: str | None
+    base_url_env: tuple[str, ...] = ()
+    """Variables that take the proxy's base URL (each CLI or SDK reads its own)."""
+    base_url_suffix: str = ""
+    """Appended to the proxy's URL in those variables (OpenAI's clients expect ``/v1``)."""
+
+
+PROVIDER_EGRESS: dict[str, ProviderEgress] = {
+    "anthropic": ProviderEgress(upstream="https://api.anthropic.com", base_url_env=("ANTHROPIC_BASE_URL",)),
+    "openai": ProviderEgress(
+        upstream="https://api.openai.com", base_url_env=("OPENAI_BASE_URL",), base_url_suffix="/v1"
+    ),
+    "google": ProviderEgress(
+        upstream="https://generativelanguage.googleapis.com", base_url_env=("GOOGLE_GEMINI_BASE_URL",)
+    ),
+    "reference": ProviderEgress(upstream=None),
+    # The reference agent calls no provider; its proxy refuses every request unless a pool sets an upstream.
+}
+
+
+def provider_egress(provider: str) -> ProviderEgress | None:
+    """The defaults of a provider; None for one Helmhive does not know (it needs ``egress.upstream``)."""
+    return PROVIDER_EGRESS.get(provider)
+
+
+_KNOWN = ", ".join(f"'{name}'" for name in PROVIDER_EGRESS)
+POOL_RULES: tuple[dict[str, str], ...] = (
+    {
+        "rule": (
+            "!has(self.spec.credentialIsolation) || self.spec.credentialIsolation == 'InSandbox' "
+            "|| !has(self.spec.credential.volume)"
+        ),
+        "message": (
+            "spec.credentialIsolation: Proxy needs an API key (credential.secretRef); a login volume is refreshed "
+            "by the CLI inside the sandbox, so it runs InSandbox"
+        ),
+        "fieldPath": ".spec.credentialIsolation",
+    },
+    {
+        "rule": (
+            "!has(self.spec.credentialIsolation) || self.spec.credentialIsolation == 'InSandbox' "
+            f"|| (has(self.spec.egress) && has(self.spec.egress.upstream)) || self.spec.provider in [{_KNOWN}]"
+        ),
+        "message": "spec.egress.upstream: required with credentialIsolation Proxy for a provider without defaults",
+        "fieldPath": ".spec.egress.upstream",
+    },
+)
+"""The RunnerPool's CEL rules for these fields (the same checks as :func:`decide_isolation_problems`)."""
+
+
+def decide_isolation(
+    *, requested: CredentialIsolation | None, volume: bool, provider: str, upstream: str | None
+) -> CredentialIsolation:
+    """The isolation a pool runs with: what it asks for; else Proxy for an API key whose upstream is
+    known (set, or the provider's default), InSandbox for a login volume or a provider without defaults."""
+    if requested is not None:
+        return requested
+    if volume or (upstream is None and provider_egress(provider) is None):
+        return CredentialIsolation.IN_SANDBOX
+    return CredentialIsolation.PROXY
+
+
+def decide_isolation_problems(
+    *, provider: str, requested: CredentialIsolation | None, volume: bool, upstream: str | None
+) -> list[str]:
+    """Every problem with a pool's isolation settings (only an explicit Proxy can have one)."""
+    problems = []
+    if requested is CredentialIsolation.PROXY and volume:
+        problems.append(POOL_RULES[0]["message"])
+    if requested is CredentialIsolation.PROXY and upstream is None and provider_egress(provider) is None:
+        problems.append(POOL_RULES[1]["message"])
+    return problems
