@@ -8,7 +8,8 @@ what a real runner would send. It only leaves out the agent: the report is what 
 * the report: server-side apply of ``status.report`` on ``runners/status``, field manager
   ``helmhive-runner``, forced;
 * the heartbeat: a ``coordination.k8s.io/v1`` Lease named after the runner, label
-  ``helmhive.dev/runner``, renewed by server-side apply (a background thread, on demand).
+  ``helmhive.dev/runner``, annotated with the digest of the last report written (as the runner
+  does), renewed by server-side apply (a background thread, on demand).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from harness.identity import Identity
+from helmhive.api.runner import REPORT_DIGEST_ANNOTATION, RunnerReport, build_report_digest
 
 __all__ = ["GROUP", "VERSION", "SimulatedRunner", "micro_time"]
 
@@ -49,6 +51,8 @@ class SimulatedRunner:
         self.registered_at = micro_time()
         self.renewals = 0
         self.last_renewal: dt.datetime | None = None
+        self.digest: str | None = None
+        """What the next renewal annotates: the digest of the last report written."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -76,11 +80,12 @@ class SimulatedRunner:
         generation: int = 1,
         provider: str = "anthropic",
         models: tuple[str, ...] = ("claude-sonnet-4-5",),
+        verified_at: dt.datetime | None = None,
     ) -> dict[str, Any]:
         return {
             "provider": provider,
             "adapter": {"type": "acp", "name": "helmhive-reference-agent", "version": "0.1.0"},
-            "authentication": {"state": auth, "reason": auth_reason},
+            "authentication": {"state": auth, "reason": auth_reason, "verifiedAt": micro_time(verified_at)},
             "placementLabels": {"domain": "code"},
             "capabilities": ["structured-output"],
             "concurrency": 1,
@@ -93,8 +98,14 @@ class SimulatedRunner:
             "registeredAt": self.registered_at,
         }
 
-    def report(self, **report: Any) -> dict[str, Any]:
-        return self.apply_status({"report": self.build_report(**report)})
+    def report(self, *, renew: bool = True, **report: Any) -> dict[str, Any]:
+        """Write the report; then, like the runner, renew the Lease with its digest (if it has a Lease)."""
+        body = self.build_report(**report)
+        result = self.apply_status({"report": body})
+        self.digest = build_report_digest(RunnerReport.model_validate(body))
+        if renew and self.last_renewal is not None:
+            self.renew()
+        return result
 
     def apply_status(self, status: dict[str, Any], *, name: str | None = None) -> dict[str, Any]:
         """Server-side apply ``status`` onto runner ``name`` (default: this runner) as this pod."""
@@ -122,10 +133,13 @@ class SimulatedRunner:
         """Create or renew the Lease ``name`` (default: this runner's) by server-side apply."""
         lease_name = name or self.name
         now = dt.datetime.now(dt.UTC)
+        metadata: dict[str, Any] = {"name": lease_name, "labels": {"helmhive.dev/runner": lease_name}}
+        if self.digest is not None:
+            metadata["annotations"] = {REPORT_DIGEST_ANNOTATION: self.digest}
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
-            "metadata": {"name": lease_name, "labels": {"helmhive.dev/runner": lease_name}},
+            "metadata": metadata,
             "spec": {
                 "holderIdentity": lease_name,
                 "leaseDurationSeconds": self.lease_seconds,

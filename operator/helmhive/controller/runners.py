@@ -2,9 +2,14 @@
 
 Two Kopf indexes hold what the derivation needs without any API reads: every Runner by
 ``(namespace, pool)``, parsed once per watch event, and every runner Lease (label
-``helmhive.dev/runner``, filtered on the server) by ``(namespace, name)``. The pool's loop
-(:mod:`helmhive.controller.runnerpools`) calls :func:`patch_runners` every tick, so a Lease
-that simply stops being renewed is noticed without any event.
+``helmhive.dev/runner``, filtered on the server) by ``(namespace, name)``.
+
+Event-driven, not polled: :class:`RunnerWakes` marks a runner for re-derivation when its
+Runner changes or is deleted, and when its Lease is deleted or changes anything but
+``renewTime`` (holder, duration, report digest) -- a plain renewal wakes nothing. The pool's
+loop (:mod:`helmhive.controller.runnerpools`) derives the marked runners, plus those whose
+``review_at`` (Lease expiry, ``verifiedAt`` passing the bound, a digest disagreement outlasting
+the grace) has come: one scheduled wake per runner at a known instant.
 
 A Runner is written only when the derived status differs from the stored one. Every
 transition is audited before the status that shows it is written (at least once). Writes
@@ -17,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +31,7 @@ from pydantic import ValidationError
 
 from helmhive.api.audit import AuditAction, AuditActor, AuditState
 from helmhive.api.kinds import API_VERSION, GROUP, VERSION, kind_by_name
-from helmhive.api.runner import RunnerSpec, RunnerStatus
+from helmhive.api.runner import REPORT_DIGEST_ANNOTATION, RunnerSpec, RunnerStatus
 from helmhive.controller.audit import ensure_audit
 from helmhive.controller.kube import Kube, KubeError
 from helmhive.controller.runtime import Runtime
@@ -42,7 +47,17 @@ from helmhive.policy.runners import (
     decide_runner_transitions,
 )
 
-__all__ = ["RUNNER", "RUNNER_LABEL", "ParsedRunner", "WriteMemo", "build_lease_view", "parse_runner_body", "register"]
+__all__ = [
+    "RUNNER",
+    "RUNNER_LABEL",
+    "ParsedRunner",
+    "RunnerPatchResult",
+    "RunnerWakes",
+    "WriteMemo",
+    "build_lease_view",
+    "parse_runner_body",
+    "register",
+]
 
 RUNNER = kind_by_name("Runner")
 RUNNER_LABEL = "helmhive.dev/runner"
@@ -120,13 +135,75 @@ def _parse_time(raw: Any) -> dt.datetime | None:
         return None
 
 
-def build_lease_view(spec: Mapping[str, Any]) -> LeaseView:
-    """The Lease's holder, renew time (or acquire time) and duration."""
+def build_lease_view(spec: Mapping[str, Any], annotations: Mapping[str, str] | None = None) -> LeaseView:
+    """The Lease's holder, renew time (or acquire time), duration and report digest."""
     return LeaseView(
         holder=spec.get("holderIdentity"),
         renew_time=_parse_time(spec.get("renewTime") or spec.get("acquireTime")),
         duration_seconds=int(spec.get("leaseDurationSeconds") or 0),
+        digest=(annotations or {}).get(REPORT_DIGEST_ANNOTATION),
     )
+
+
+PoolKey = tuple[str, str]
+"""``(namespace, pool name)``."""
+
+
+class RunnerWakes:
+    """Which runners changed since their pool's loop last derived them, and how to wake that loop.
+
+    Fed by watch events: a Runner event marks that runner; a Lease event marks its runner only
+    when something besides ``renewTime`` changed (or the Lease went away). Plain dicts and sets:
+    everything runs on Kopf's event loop.
+    """
+
+    def __init__(self) -> None:
+        self._dirty: dict[PoolKey, set[str]] = {}
+        self._wake: dict[PoolKey, Callable[[], None]] = {}
+        self._pool_of: dict[tuple[str, str], str] = {}
+        self._lease_seen: dict[tuple[str, str], tuple[Any, ...]] = {}
+
+    def attach(self, pool: PoolKey, wake: Callable[[], None]) -> None:
+        self._wake[pool] = wake
+
+    def detach(self, pool: PoolKey) -> None:
+        self._wake.pop(pool, None)
+        self._dirty.pop(pool, None)
+
+    def take(self, pool: PoolKey) -> set[str]:
+        """The runners of ``pool`` marked since the last call (and forget them)."""
+        return self._dirty.pop(pool, set())
+
+    def mark(self, pool: PoolKey, runner: str) -> None:
+        self._dirty.setdefault(pool, set()).add(runner)
+        wake = self._wake.get(pool)
+        if wake is not None:
+            wake()
+
+    def runner_changed(self, *, namespace: str, name: str, pool: str | None) -> None:
+        key = (namespace, name)
+        previous = self._pool_of.get(key)
+        if pool is None:
+            self._pool_of.pop(key, None)
+            self._lease_seen.pop(key, None)
+        else:
+            self._pool_of[key] = pool
+            self.mark((namespace, pool), name)
+        if previous is not None and previous != pool:
+            self.mark((namespace, previous), name)
+
+    def lease_changed(self, *, namespace: str, name: str, view: LeaseView | None) -> None:
+        key = (namespace, name)
+        if view is None:
+            self._lease_seen.pop(key, None)
+        else:
+            seen = (view.holder, view.duration_seconds, view.digest)
+            if self._lease_seen.get(key) == seen:
+                return  # a renewal: its only news is a later expiry, which the scheduled review covers
+            self._lease_seen[key] = seen
+        pool = self._pool_of.get(key)
+        if pool is not None:
+            self.mark((namespace, pool), name)
 
 
 @dataclass
@@ -210,6 +287,14 @@ async def _write_runner(
         await kube.apply_custom(RUNNER, adopt, view.namespace)
 
 
+@dataclass(frozen=True, kw_only=True)
+class RunnerPatchResult:
+    """What :func:`patch_runners` derived, and which runners need another look soon (a write to retry)."""
+
+    derived: dict[str, RunnerDerived]
+    retry: set[str]
+
+
 async def patch_runners(
     *,
     runtime: Runtime,
@@ -219,25 +304,32 @@ async def patch_runners(
     leases: Mapping[tuple[str, str], Iterable[LeaseView]],
     memo: WriteMemo,
     logger: kopf.Logger,
-) -> list[RunnerDerived]:
-    """Derive every runner of ``pool``; write those whose derived status changed. Returns all derivations."""
+    only: Collection[str] | None = None,
+) -> RunnerPatchResult:
+    """Derive the runners of ``pool`` named in ``only`` (None: all); write those whose derived status changed."""
     now = runtime.clock()
     grace = dt.timedelta(seconds=runtime.config.runner_grace_seconds)
     clock = time.monotonic()
-    results: list[RunnerDerived] = []
+    results: dict[str, RunnerDerived] = {}
+    retry: set[str] = set()
     writes: list[tuple[ParsedRunner, RunnerDerived, dict[str, Any]]] = []
     seen: list[str] = []
     for view in runners:
         seen.append(view.name)
+        if only is not None and view.name not in only:
+            continue
         lease = next(iter(leases.get((view.namespace, view.name), ())), None)
         derived = decide_runner_status(
             name=view.name, spec=view.spec, report=view.status.report, pool=facts, lease=lease, now=now, grace=grace
         )
-        results.append(derived)
+        results[view.name] = derived
         update = build_runner_status(observed=view.status, derived=derived, generation=view.generation, now=now)
         adopted = pool.uid in view.owner_uids
-        if (update.changed or not adopted) and not memo.pending(view.name, view.resource_version, now=clock):
-            writes.append((view, derived, update.status))
+        if update.changed or not adopted:
+            if memo.pending(view.name, view.resource_version, now=clock):
+                retry.add(view.name)  # our write is still on its way through the watch; look again
+            else:
+                writes.append((view, derived, update.status))
     memo.forget_except(seen)
     gate = asyncio.Semaphore(_WRITERS)
 
@@ -249,15 +341,16 @@ async def patch_runners(
                 )
             except KubeError as err:
                 logger.warning("runner %s/%s: status not written (will retry): %s", view.namespace, view.name, err)
+                retry.add(view.name)
                 return
             memo.record(view.name, view.resource_version, now=clock)
 
     await asyncio.gather(*(write(*item) for item in writes))
-    return results
+    return RunnerPatchResult(derived=results, retry=retry)
 
 
-def register(runtime: Runtime) -> None:
-    """Register the runner and runner-Lease indexes (the pool loop does the writing)."""
+def register(runtime: Runtime, wakes: RunnerWakes) -> None:
+    """Register the runner and runner-Lease indexes, and the events that wake pool loops (they write)."""
 
     @kopf.on.startup()
     async def watch_only_runner_leases(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -275,6 +368,26 @@ def register(runtime: Runtime) -> None:
 
     @kopf.index("coordination.k8s.io", "v1", "leases", id="runner_leases", labels={RUNNER_LABEL: kopf.PRESENT})
     def runner_leases(
-        *, name: str, namespace: str | None, spec: kopf.Spec, **_: Any
+        *, name: str, namespace: str | None, spec: kopf.Spec, annotations: kopf.Annotations, **_: Any
     ) -> dict[tuple[str, str], LeaseView]:
-        return {(namespace or "", name): build_lease_view(spec)}
+        return {(namespace or "", name): build_lease_view(spec, annotations)}
+
+    # Events run after the indexes have taken the same event in, so a woken loop reads the new state.
+    @kopf.on.event(GROUP, VERSION, "runners")
+    def runner_event(*, event: kopf.RawEvent, body: kopf.Body, name: str, namespace: str | None, **_: Any) -> None:
+        pool = ((body.get("spec") or {}).get("poolRef") or {}).get("name")
+        deleted = event.get("type") == "DELETED"
+        wakes.runner_changed(namespace=namespace or "", name=name, pool=None if deleted or not pool else str(pool))
+
+    @kopf.on.event("coordination.k8s.io", "v1", "leases", labels={RUNNER_LABEL: kopf.PRESENT})
+    def lease_event(
+        *,
+        event: kopf.RawEvent,
+        name: str,
+        namespace: str | None,
+        spec: kopf.Spec,
+        annotations: kopf.Annotations,
+        **_: Any,
+    ) -> None:
+        view = None if event.get("type") == "DELETED" else build_lease_view(spec, annotations)
+        wakes.lease_changed(namespace=namespace or "", name=name, view=view)

@@ -9,17 +9,25 @@ The state machine (``docs/runners.md`` has it as a table)::
     effective control state = most restrictive of pool and runner (Active < Draining < Disabled < Revoked)
     reported status         = Offline         if the Lease is missing, held by another, or
                                               renewTime + leaseDuration + grace < now
-                              NeedsAttention  else if there is no report, or it is not Authenticated
+                              NeedsAttention  else if there is no report, the report is stale (the
+                                              Lease's digest disagrees), it is not Authenticated,
+                                              or its verifiedAt is older than authMaxAgeSeconds
                               Online          otherwise
     Schedulable             = the first rule that fails names the reason:
                               Revoked, Disabled, Draining           (control state)
                               NeverReported                         (no report yet)
                               LeaseMissing, HeartbeatStale          (Offline)
-                              AdapterFailing, Unauthenticated,
-                              AuthenticationUnknown                 (NeedsAttention)
+                              ReportStale, AdapterFailing,
+                              Unauthenticated, AuthenticationUnknown,
+                              AuthStale                             (NeedsAttention)
                               CredentialMissing                     (the pool's Secret is gone)
                               CredentialRotated                     (report.credentialGeneration is not the pool's)
                               otherwise True, reason Schedulable.
+
+Nothing here polls. Each derivation also returns ``review_at``: the earliest instant at which
+the same inputs would derive something else (the Lease expires, ``verifiedAt`` passes the
+bound, a digest disagreement outlasts the grace). The caller derives a runner again when its
+Runner or Lease changes, or at that instant -- one wake per runner, not a timer.
 """
 
 from __future__ import annotations
@@ -32,7 +40,14 @@ from typing import Any
 from helmhive.api.audit import AuditAction
 from helmhive.api.common import ControlState
 from helmhive.api.reasons import ConditionType, Reason
-from helmhive.api.runner import AuthState, ReportedStatus, RunnerReport, RunnerSpec, RunnerStatus
+from helmhive.api.runner import (
+    AuthState,
+    ReportedStatus,
+    RunnerReport,
+    RunnerSpec,
+    RunnerStatus,
+    build_report_digest,
+)
 from helmhive.policy.conditions import set_condition
 
 __all__ = [
@@ -45,10 +60,13 @@ __all__ = [
     "RunnerStatusUpdate",
     "RunnerTransition",
     "build_runner_status",
+    "decide_auth_stale_at",
     "decide_authentication",
     "decide_effective_control_state",
     "decide_heartbeat",
     "decide_pool_counts",
+    "decide_report_stale_at",
+    "decide_review_at",
     "decide_runner_status",
     "decide_runner_transitions",
     "format_time",
@@ -79,6 +97,8 @@ class LeaseView:
     holder: str | None
     renew_time: dt.datetime | None
     duration_seconds: int
+    digest: str | None = None
+    """The ``helmhive.dev/report-digest`` annotation: what the runner's report says as of this renewal."""
 
     def expires_at(self, grace: dt.timedelta) -> dt.datetime | None:
         if self.renew_time is None:
@@ -93,6 +113,7 @@ class PoolFacts:
     control_state: ControlState = ControlState.ACTIVE
     credential_generation: int = 0
     credential_available: bool = True
+    auth_max_age: dt.timedelta = dt.timedelta(seconds=3600)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,6 +135,8 @@ class RunnerDerived:
     authenticated: ConditionVerdict
     schedulable: ConditionVerdict
     heartbeat_time: dt.datetime | None
+    review_at: dt.datetime | None = None
+    """When these inputs next derive something else, if ever (derive again then)."""
 
     @property
     def is_schedulable(self) -> bool:
@@ -155,14 +178,61 @@ def decide_heartbeat(
     )
 
 
-def decide_authentication(*, report: RunnerReport | None) -> ConditionVerdict:
-    """The Authenticated condition, straight from the runner's report."""
+def decide_report_stale_at(*, report: RunnerReport, lease: LeaseView | None, grace: dt.timedelta) -> dt.datetime | None:
+    """When a disagreement between the Lease's digest and the report makes the report stale; None if they agree.
+
+    The runner writes its report and then its Lease, and the two reach the operator by separate
+    watches, so a disagreement gets ``grace`` after the later of the two writes before it counts.
+    """
+    if lease is None or lease.digest == build_report_digest(report):
+        return None
+    latest = max(report.reported_at, lease.renew_time) if lease.renew_time is not None else report.reported_at
+    return latest + grace
+
+
+def decide_auth_stale_at(*, report: RunnerReport, max_age: dt.timedelta) -> dt.datetime | None:
+    """When the report's authentication becomes too old to trust; None if it was never verified."""
+    verified = report.authentication.verified_at
+    return verified + max_age if verified is not None else None
+
+
+def decide_authentication(
+    *,
+    report: RunnerReport | None,
+    lease: LeaseView | None = None,
+    now: dt.datetime | None = None,
+    grace: dt.timedelta = dt.timedelta(0),
+    max_age: dt.timedelta | None = None,
+) -> ConditionVerdict:
+    """The Authenticated condition: the runner's report, if the Lease confirms it and it is fresh.
+
+    Without ``now`` only the report's own state counts (for callers that have no Lease).
+    """
     if report is None:
         return ConditionVerdict(status=None, reason=Reason.NEVER_REPORTED, message="the runner has not reported yet")
+    if now is not None:
+        stale_at = decide_report_stale_at(report=report, lease=lease, grace=grace)
+        if stale_at is not None and stale_at <= now:
+            return ConditionVerdict(
+                status=None,
+                reason=Reason.REPORT_STALE,
+                message="the Lease's report digest disagrees with the report: the runner's latest report "
+                "was not written (or its Lease carries no digest)",
+            )
     auth = report.authentication
     detail = f"{auth.reason}: {auth.message}".strip(": ") if (auth.reason or auth.message) else ""
     match auth.state:
         case AuthState.AUTHENTICATED:
+            if now is not None and max_age is not None:
+                auth_stale_at = decide_auth_stale_at(report=report, max_age=max_age)
+                if auth_stale_at is None or auth_stale_at <= now:
+                    when = format_time(auth.verified_at) if auth.verified_at else "never"
+                    return ConditionVerdict(
+                        status=None,
+                        reason=Reason.AUTH_STALE,
+                        message=f"authentication last verified {when}; the pool allows "
+                        f"{max_age.total_seconds():g}s (heartbeat.authMaxAgeSeconds)",
+                    )
             return ConditionVerdict(status=True, reason=Reason.AUTHENTICATED, message=detail)
         case AuthState.FAILING:
             return ConditionVerdict(
@@ -221,7 +291,7 @@ def decide_runner_status(
     """Derive the reported status, effective control state and conditions of runner ``name``."""
     control = decide_effective_control_state(pool=pool.control_state, runner=spec.control_state)
     online = decide_heartbeat(runner_name=name, lease=lease, now=now, grace=grace)
-    authenticated = decide_authentication(report=report)
+    authenticated = decide_authentication(report=report, lease=lease, now=now, grace=grace, max_age=pool.auth_max_age)
     if online.status is not True:
         reported = ReportedStatus.OFFLINE
     elif authenticated.status is not True:
@@ -235,7 +305,28 @@ def decide_runner_status(
         authenticated=authenticated,
         schedulable=_schedulable(control=control, report=report, online=online, authenticated=authenticated, pool=pool),
         heartbeat_time=lease.renew_time if lease is not None else None,
+        review_at=decide_review_at(report=report, lease=lease, now=now, grace=grace, max_age=pool.auth_max_age),
     )
+
+
+def decide_review_at(
+    *,
+    report: RunnerReport | None,
+    lease: LeaseView | None,
+    now: dt.datetime,
+    grace: dt.timedelta,
+    max_age: dt.timedelta,
+) -> dt.datetime | None:
+    """The earliest instant after ``now`` at which the derivation changes without any new event."""
+    expires = lease.expires_at(grace) if lease is not None and lease.holder else None
+    # Offline strictly after the expiry (see decide_heartbeat), so look just after it.
+    instants = [expires + dt.timedelta(microseconds=1) if expires is not None else None]
+    if report is not None:
+        instants.append(decide_report_stale_at(report=report, lease=lease, grace=grace))
+        if report.authentication.state is AuthState.AUTHENTICATED:
+            instants.append(decide_auth_stale_at(report=report, max_age=max_age))
+    future = [when for when in instants if when is not None and when > now]
+    return min(future) if future else None
 
 
 @dataclass(frozen=True, kw_only=True)
