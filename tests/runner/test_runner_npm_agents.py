@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from harness import wait_for
 from helmhive.api.reasons import Reason
 from helmhive.api.runner import REPORT_DIGEST_ANNOTATION, ReportedStatus, RunnerReport, build_report_digest
 from helmhive.runner.adapters import AuthReason, AuthState, TurnOutcome, TurnRequest
@@ -160,9 +161,13 @@ def test_runner_program_with_claude_agent_acp_and_no_login(rig: RunnerRig) -> No
 
 def _assert_needs_attention(rig: RunnerRig, report: dict[str, Any], reason: str, detail: str) -> None:
     """The operator's derivation from the stored Runner and Lease: NeedsAttention, not Schedulable."""
-    parsed = RunnerReport.model_validate(report)
-    lease = rig.lease()
-    assert (lease.metadata.annotations or {}).get(REPORT_DIGEST_ANNOTATION) == build_report_digest(parsed)
+    digest = build_report_digest(RunnerReport.model_validate(report))
+
+    def lease_carries_it() -> None:
+        # The runner renews its Lease with a new digest right after the report that carries it.
+        assert (rig.lease().metadata.annotations or {}).get(REPORT_DIGEST_ANNOTATION) == digest
+
+    wait_for(lease_carries_it, timeout=30, describe="the Lease to carry the report's digest")
     derived = rig.derived()
     assert derived.reported_status is ReportedStatus.NEEDS_ATTENTION
     assert derived.schedulable.status is False

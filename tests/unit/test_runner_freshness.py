@@ -37,7 +37,9 @@ def a_report(*, verified_ago: float | None = 60, reported_ago: float = 60, **aut
         provider="anthropic",
         adapter={"type": "acp", "name": "reference", "version": "1"},  # type: ignore[arg-type]
         authentication=AuthReport(
-            state=auth.get("state", AuthState.AUTHENTICATED), reason=auth.get("reason", "LoggedIn"), verified_at=verified
+            state=auth.get("state", AuthState.AUTHENTICATED),
+            reason=auth.get("reason", "LoggedIn"),
+            verified_at=verified,
         ),
         environment_fingerprint="sha256:x",
         catalogue=ModelCatalogue(models=[ModelEntry(id="claude-sonnet-5-5")], default="claude-sonnet-5-5"),
@@ -105,6 +107,16 @@ def test_a_lease_digest_that_disagrees_is_a_stale_report_after_the_grace() -> No
     assert derived.reported_status is ReportedStatus.NEEDS_ATTENTION
     assert derived.schedulable.reason == Reason.REPORT_STALE
     assert derived.authenticated.reason == Reason.REPORT_STALE
+
+
+def test_renewals_do_not_postpone_a_disagreement_timed_from_when_its_digest_was_first_seen() -> None:
+    report = a_report(reported_ago=60)
+    other = build_report_digest(a_report(state=AuthState.FAILING, reason="AgentCrashed"))
+    first_seen = NOW - dt.timedelta(seconds=1.5)
+    for renewed_ago in (1.0, 0.5, 0.0):  # the runner keeps renewing with the disagreeing digest
+        lease = dataclasses.replace(a_lease(report, digest=other, age=renewed_ago), digest_since=first_seen)
+        assert derive(report, lease).review_at == first_seen + GRACE
+    assert derive(report, lease, now=first_seen + GRACE).schedulable.reason == Reason.REPORT_STALE
 
 
 def test_a_lease_without_a_digest_is_a_stale_report() -> None:

@@ -135,13 +135,16 @@ def _parse_time(raw: Any) -> dt.datetime | None:
         return None
 
 
-def build_lease_view(spec: Mapping[str, Any], annotations: Mapping[str, str] | None = None) -> LeaseView:
-    """The Lease's holder, renew time (or acquire time), duration and report digest."""
+def build_lease_view(
+    spec: Mapping[str, Any], annotations: Mapping[str, str] | None = None, *, digest_since: dt.datetime | None = None
+) -> LeaseView:
+    """The Lease's holder, renew time (or acquire time), duration and report digest (first seen at ``digest_since``)."""
     return LeaseView(
         holder=spec.get("holderIdentity"),
         renew_time=_parse_time(spec.get("renewTime") or spec.get("acquireTime")),
         duration_seconds=int(spec.get("leaseDurationSeconds") or 0),
         digest=(annotations or {}).get(REPORT_DIGEST_ANNOTATION),
+        digest_since=digest_since,
     )
 
 
@@ -366,11 +369,20 @@ def register(runtime: Runtime, wakes: RunnerWakes) -> None:
             return {}
         return {(view.namespace, view.spec.pool_ref.name): view}
 
+    # When each Lease's current digest was first seen: a disagreement is timed from then (in memory;
+    # after a restart it restarts, which only delays a ReportStale by the grace).
+    digest_seen: dict[tuple[str, str], tuple[str | None, dt.datetime]] = {}
+
     @kopf.index("coordination.k8s.io", "v1", "leases", id="runner_leases", labels={RUNNER_LABEL: kopf.PRESENT})
     def runner_leases(
         *, name: str, namespace: str | None, spec: kopf.Spec, annotations: kopf.Annotations, **_: Any
     ) -> dict[tuple[str, str], LeaseView]:
-        return {(namespace or "", name): build_lease_view(spec, annotations)}
+        key = (namespace or "", name)
+        digest = annotations.get(REPORT_DIGEST_ANNOTATION)
+        seen = digest_seen.get(key)
+        if seen is None or seen[0] != digest:
+            seen = digest_seen[key] = (digest, runtime.clock())
+        return {key: build_lease_view(spec, annotations, digest_since=seen[1])}
 
     # Events run after the indexes have taken the same event in, so a woken loop reads the new state.
     @kopf.on.event(GROUP, VERSION, "runners")
@@ -389,5 +401,9 @@ def register(runtime: Runtime, wakes: RunnerWakes) -> None:
         annotations: kopf.Annotations,
         **_: Any,
     ) -> None:
-        view = None if event.get("type") == "DELETED" else build_lease_view(spec, annotations)
-        wakes.lease_changed(namespace=namespace or "", name=name, view=view)
+        deleted = event.get("type") == "DELETED"
+        if deleted:
+            digest_seen.pop((namespace or "", name), None)
+        wakes.lease_changed(
+            namespace=namespace or "", name=name, view=None if deleted else build_lease_view(spec, annotations)
+        )

@@ -99,6 +99,8 @@ class LeaseView:
     duration_seconds: int
     digest: str | None = None
     """The ``helmhive.dev/report-digest`` annotation: what the runner's report says as of this renewal."""
+    digest_since: dt.datetime | None = None
+    """When the operator first saw this Lease carry ``digest`` (None: use ``renew_time``)."""
 
     def expires_at(self, grace: dt.timedelta) -> dt.datetime | None:
         if self.renew_time is None:
@@ -182,11 +184,13 @@ def decide_report_stale_at(*, report: RunnerReport, lease: LeaseView | None, gra
     """When a disagreement between the Lease's digest and the report makes the report stale; None if they agree.
 
     The runner writes its report and then its Lease, and the two reach the operator by separate
-    watches, so a disagreement gets ``grace`` after the later of the two writes before it counts.
+    watches, so a disagreement counts ``grace`` after the later of the report's write and the
+    moment the Lease's digest was first seen (not its latest renewal, which moves every few seconds).
     """
     if lease is None or lease.digest == build_report_digest(report):
         return None
-    latest = max(report.reported_at, lease.renew_time) if lease.renew_time is not None else report.reported_at
+    since = lease.digest_since or lease.renew_time
+    latest = max(report.reported_at, since) if since is not None else report.reported_at
     return latest + grace
 
 
