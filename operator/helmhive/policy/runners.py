@@ -40,15 +40,15 @@ from typing import Any
 from helmhive.api.audit import AuditAction
 from helmhive.api.common import ControlState
 from helmhive.api.reasons import ConditionType, Reason
-from helmhive.api.runner import (
-    AuthState,
-    ReportedStatus,
-    RunnerReport,
-    RunnerSpec,
-    RunnerStatus,
-    build_report_digest,
-)
+from helmhive.api.runner import AuthState, ReportedStatus, RunnerReport, RunnerSpec, RunnerStatus
 from helmhive.policy.conditions import set_condition
+from helmhive.policy.runner_freshness import (
+    LeaseView,
+    decide_auth_stale_at,
+    decide_report_stale_at,
+    decide_review_at,
+    format_time,
+)
 
 __all__ = [
     "CONTROL_ORDER",
@@ -83,29 +83,6 @@ _CONTROL_REASON = {
     ControlState.DISABLED: Reason.CONTROL_DISABLED,
     ControlState.REVOKED: Reason.CONTROL_REVOKED,
 }
-
-
-def format_time(when: dt.datetime) -> str:
-    """RFC 3339 in UTC with a ``Z``, keeping microseconds when there are any (round-trips exactly)."""
-    return when.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
-
-
-@dataclass(frozen=True, kw_only=True)
-class LeaseView:
-    """The parts of a runner's ``coordination.k8s.io`` Lease that matter."""
-
-    holder: str | None
-    renew_time: dt.datetime | None
-    duration_seconds: int
-    digest: str | None = None
-    """The ``helmhive.dev/report-digest`` annotation: what the runner's report says as of this renewal."""
-    digest_since: dt.datetime | None = None
-    """When the operator first saw this Lease carry ``digest`` (None: use ``renew_time``)."""
-
-    def expires_at(self, grace: dt.timedelta) -> dt.datetime | None:
-        if self.renew_time is None:
-            return None
-        return self.renew_time + dt.timedelta(seconds=self.duration_seconds) + grace
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,26 +155,6 @@ def decide_heartbeat(
         reason=Reason.HEARTBEAT_FRESH,
         message=f"the Lease is renewed within its {lease.duration_seconds}s duration",
     )
-
-
-def decide_report_stale_at(*, report: RunnerReport, lease: LeaseView | None, grace: dt.timedelta) -> dt.datetime | None:
-    """When a disagreement between the Lease's digest and the report makes the report stale; None if they agree.
-
-    The runner writes its report and then its Lease, and the two reach the operator by separate
-    watches, so a disagreement counts ``grace`` after the later of the report's write and the
-    moment the Lease's digest was first seen (not its latest renewal, which moves every few seconds).
-    """
-    if lease is None or lease.digest == build_report_digest(report):
-        return None
-    since = lease.digest_since or lease.renew_time
-    latest = max(report.reported_at, since) if since is not None else report.reported_at
-    return latest + grace
-
-
-def decide_auth_stale_at(*, report: RunnerReport, max_age: dt.timedelta) -> dt.datetime | None:
-    """When the report's authentication becomes too old to trust; None if it was never verified."""
-    verified = report.authentication.verified_at
-    return verified + max_age if verified is not None else None
 
 
 def decide_authentication(
@@ -311,26 +268,6 @@ def decide_runner_status(
         heartbeat_time=lease.renew_time if lease is not None else None,
         review_at=decide_review_at(report=report, lease=lease, now=now, grace=grace, max_age=pool.auth_max_age),
     )
-
-
-def decide_review_at(
-    *,
-    report: RunnerReport | None,
-    lease: LeaseView | None,
-    now: dt.datetime,
-    grace: dt.timedelta,
-    max_age: dt.timedelta,
-) -> dt.datetime | None:
-    """The earliest instant after ``now`` at which the derivation changes without any new event."""
-    expires = lease.expires_at(grace) if lease is not None and lease.holder else None
-    # Offline strictly after the expiry (see decide_heartbeat), so look just after it.
-    instants = [expires + dt.timedelta(microseconds=1) if expires is not None else None]
-    if report is not None:
-        instants.append(decide_report_stale_at(report=report, lease=lease, grace=grace))
-        if report.authentication.state is AuthState.AUTHENTICATED:
-            instants.append(decide_auth_stale_at(report=report, max_age=max_age))
-    future = [when for when in instants if when is not None and when > now]
-    return min(future) if future else None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -57,6 +57,7 @@ from helmhive.runner.adapters.claude_models import (
     decide_catalogue,
     decide_default_request,
     parse_init_model,
+    parse_model_aliases,
     read_settings,
 )
 from helmhive.runner.adapters.decisions import bounded, redact, tail
@@ -75,7 +76,6 @@ log = logging.getLogger(__name__)
 AGENT_NAME = "claude-code"
 STREAM_LIMIT = 50 * 1024 * 1024
 _VERSION = re.compile(r"(\d+\.\d+\.\d+[0-9A-Za-z.+-]*)")
-_QUOTED = re.compile(r"'([a-z][a-z0-9.-]{1,40})'")
 
 
 class ClaudeCliConfig(BaseModel):
@@ -119,20 +119,6 @@ def parse_version(text: str) -> str | None:
     """``2.1.332 (Claude Code)`` -> ``2.1.332``."""
     match = _VERSION.search(text)
     return match.group(1)[:64] if match else None
-
-
-def parse_model_aliases(help_text: str) -> list[str]:
-    """The aliases quoted in the ``--model`` option's help (``'opus'``, ``'sonnet'``...), in order."""
-    lines = help_text.splitlines()
-    for index, line in enumerate(lines):
-        if line.strip().startswith("--model"):
-            block = [line]
-            for follow in lines[index + 1 : index + 8]:
-                if follow.strip().startswith("-"):
-                    break
-                block.append(follow)
-            return list(dict.fromkeys(_QUOTED.findall(" ".join(block))))[:MAX_LIST]
-    return []
 
 
 def decide_auth_status(

@@ -34,6 +34,7 @@ __all__ = [
     "decide_catalogue",
     "decide_default_request",
     "parse_init_model",
+    "parse_model_aliases",
     "read_settings",
 ]
 
@@ -48,6 +49,7 @@ NO_NETWORK_BASE_URL = "http://127.0.0.1:9"
 """The discard port, closed: a resolution run has nowhere to send a request even if it tried."""
 MAX_SETTINGS_BYTES = 256 * 1024
 _MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@\[\]-]{0,127}$")
+_QUOTED = re.compile(r"'([a-z][a-z0-9.-]{1,40})'")
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +110,20 @@ def decide_default_request(
         if arg.startswith("--model="):
             return arg.split("=", 1)[1]
     return env.get("ANTHROPIC_MODEL") or settings.env.get("ANTHROPIC_MODEL") or settings.model
+
+
+def parse_model_aliases(help_text: str) -> list[str]:
+    """The aliases quoted in the ``--model`` option's help (``'opus'``, ``'sonnet'``...), in order."""
+    lines = help_text.splitlines()
+    for index, line in enumerate(lines):
+        if line.strip().startswith("--model"):
+            block = [line]
+            for follow in lines[index + 1 : index + 8]:
+                if follow.strip().startswith("-"):
+                    break
+                block.append(follow)
+            return list(dict.fromkeys(_QUOTED.findall(" ".join(block))))[:64]
+    return []
 
 
 def parse_init_model(stdout: str) -> str | None:
