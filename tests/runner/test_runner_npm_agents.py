@@ -163,9 +163,9 @@ def _assert_needs_attention(rig: RunnerRig, report: dict[str, Any], reason: str,
     """The operator's derivation from the stored Runner and Lease: NeedsAttention, not Schedulable."""
     digest = build_report_digest(RunnerReport.model_validate(report))
 
-    def lease_carries_it() -> None:
+    def lease_carries_it() -> bool:
         # The runner renews its Lease with a new digest right after the report that carries it.
-        assert (rig.lease().metadata.annotations or {}).get(REPORT_DIGEST_ANNOTATION) == digest
+        return (rig.lease().metadata.annotations or {}).get(REPORT_DIGEST_ANNOTATION) == digest
 
     wait_for(lease_carries_it, timeout=30, describe="the Lease to carry the report's digest")
     derived = rig.derived()
