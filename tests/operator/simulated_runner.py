@@ -20,6 +20,7 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from pydantic import ValidationError
 
 from harness.identity import Identity
 from helmhive.api.runner import REPORT_DIGEST_ANNOTATION, RunnerReport, build_report_digest
@@ -98,17 +99,15 @@ class SimulatedRunner:
             "registeredAt": self.registered_at,
         }
 
-    def report(self, *, renew: bool = True, **report: Any) -> dict[str, Any]:
-        """Write the report; then, like the runner, renew the Lease with its digest (if it has a Lease)."""
-        body = self.build_report(**report)
-        result = self.apply_status({"report": body})
-        self.digest = build_report_digest(RunnerReport.model_validate(body))
-        if renew and self.last_renewal is not None:
-            self.renew()
-        return result
+    def report(self, **report: Any) -> dict[str, Any]:
+        return self.apply_status({"report": self.build_report(**report)})
 
     def apply_status(self, status: dict[str, Any], *, name: str | None = None) -> dict[str, Any]:
-        """Server-side apply ``status`` onto runner ``name`` (default: this runner) as this pod."""
+        """Server-side apply ``status`` onto runner ``name`` (default: this runner) as this pod.
+
+        A report of its own is then, as the runner does, put on its Lease as a digest: at once
+        if it already has a Lease, else with the first renewal.
+        """
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "Runner",
@@ -126,6 +125,13 @@ class SimulatedRunner:
             force=True,
             _content_type=APPLY,
         )
+        if name in (None, self.name) and "report" in status:
+            try:
+                self.digest = build_report_digest(RunnerReport.model_validate(status["report"]))
+            except ValidationError:
+                return result  # a report the operator cannot parse either; the Lease keeps what it had
+            if self.last_renewal is not None:
+                self.renew()
         return result
 
     # Heartbeat ----------------------------------------------------------------------------
