@@ -117,7 +117,8 @@ class ClaudeCliAdapter(ApiModel):
         Field(
             description=(
                 "The model a job without an explicit model runs with (passed as `--model`). Must be one of "
-                "`models` when those are pinned. Unset: the CLI's own default as it reports it."
+                "`models` when those are pinned. Unset: the first of `models` when pinned, else the CLI's own default "
+                "(`ANTHROPIC_MODEL`, its settings file's `model`, or its choice) as the CLI resolves it."
             )
         ),
     ] = None
@@ -193,7 +194,8 @@ class HeartbeatSettings(ApiModel):
             le=86400,
             description=(
                 "How old a runner's last authentication check (`report.authentication.verifiedAt`) may be before "
-                "the runner is unschedulable (`AuthStale`). The runner re-verifies at half this age. Default 3600."
+                "the runner is unschedulable (`AuthStale`). The runner re-verifies at least every quarter of it. "
+                "Default 3600."
             ),
         ),
     ] = 3600
