@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import Any
 
 import pytest
@@ -95,6 +96,25 @@ def test_a_lease_digest_that_disagrees_with_the_report_is_report_stale(pool: Poo
         assert condition(obj, "Authenticated")["reason"] == "ReportStale"
         runner.report(verified_at=dt.datetime.now(dt.UTC))
         pool.wait_runner("claude-0", "schedulable once the report agrees", status="Online", schedulable="Schedulable")
+    finally:
+        runner.stop_heartbeat()
+
+
+def test_a_runner_back_after_a_long_silence_is_online_at_its_first_renewal(pool: Pool) -> None:
+    """No event but a plain renewal brings it back: the operator asked to be woken by one."""
+    runner = pool.acting_as("claude-0", lease_seconds=5)
+    runner.register(verified_at=dt.datetime.now(dt.UTC))
+    runner.start_heartbeat(interval=1.0)
+    try:
+        pool.wait_runner("claude-0", "Online", status="Online", schedulable="Schedulable")
+        runner.stop_heartbeat()
+        pool.wait_runner("claude-0", "Offline", timeout=60, status="Offline", online="HeartbeatStale")
+        # Long enough for the operator to have seen its own Offline write come back through the watch
+        # (that event must not be what revives the runner).
+        time.sleep(5)
+        assert pool.runner("claude-0")["status"]["reportedStatus"] == "Offline"
+        runner.renew()  # one renewal, same holder, same digest: nothing but renewTime changes
+        pool.wait_runner("claude-0", "Online at the first renewal", timeout=30, status="Online")
     finally:
         runner.stop_heartbeat()
 

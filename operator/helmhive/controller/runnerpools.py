@@ -191,11 +191,26 @@ class PoolLoop:
                     self.reviews.set(name, derived.review_at)
                 else:
                     self.reviews.discard(name)
+                if derived.online.status is not True:
+                    self._await_renewal(name, derived, leases)
             for name in result.retry:
                 current = self.reviews.when(name)
                 retry_at = now + dt.timedelta(seconds=RETRY_SECONDS)
                 self.reviews.set(name, retry_at if current is None else min(current, retry_at))
         return list(self.derived.values())
+
+    def _await_renewal(self, name: str, derived: RunnerDerived, leases: kopf.Index[tuple[str, str], LeaseView]) -> None:
+        """A runner derived Offline comes back with a plain renewal: ask to be woken by it.
+
+        If the index already holds a newer renewal than the derivation used (it arrived while
+        this pass awaited its writes), derive the runner again at once instead.
+        """
+        key = (self.ref.namespace, name)
+        lease = next(iter(leases.get(key, ())), None)
+        if lease is not None and lease.renew_time != derived.heartbeat_time:
+            self.wakes.mark((self.ref.namespace, self.ref.name), name)
+        else:
+            self.wakes.wake_on_renewal(namespace=self.ref.namespace, name=name)
 
     def _parse(self, raw: dict[str, Any]) -> RunnerPoolSpec | None:
         problem = decide_pool_name_problem(self.ref.name)
