@@ -42,7 +42,7 @@ from typing import Any
 import httpx
 from bench_runners import cpu_seconds, install, operator_kubeconfig, wait, write_counts
 from kubernetes import client, config
-from runner_fleet import APPLY, APPLY_PARAMS, Fleet, SimRunner, micro_time
+from runner_fleet import Fleet, SimRunner, micro_time
 
 from helmhive.api.common import JobKind
 from helmhive.api.job import AgentJobSpec, ProfileBinding
@@ -74,7 +74,7 @@ class RoutingFleet(Fleet):
         report = {
             "provider": "anthropic",
             "adapter": {"type": "claude-cli", "name": "claude", "version": "2.0.14"},
-            "authentication": {"state": "Authenticated", "reason": "SessionCreated"},
+            "authentication": {"state": "Authenticated", "reason": "SessionCreated", "verifiedAt": runner.verified_at},
             "placementLabels": {"domain": "code", "region": "eu"},
             "capabilities": ["structured-output", "diff-review", "workspace-write"],
             "concurrency": self.concurrency,
@@ -86,12 +86,7 @@ class RoutingFleet(Fleet):
             "reportedAt": micro_time(dt.datetime.now(dt.UTC)),
             "registeredAt": runner.registered_at,
         }
-        body = {"apiVersion": "helmhive.dev/v1alpha1", "kind": "Runner", "metadata": {"name": runner.name},
-                "status": {"report": report}}  # fmt: skip
-        url = f"{self.runners_path}/{runner.name}/status"
-        self.tally.report_bytes += await self._send("PATCH", url, runner, body, params=APPLY_PARAMS, headers=APPLY)
-        self.tally.report += 1
-        runner.last_report = time.monotonic()
+        await self.publish(runner, report)
 
 
 def rss_kib(pid: int) -> tuple[int, int]:

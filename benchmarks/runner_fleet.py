@@ -20,6 +20,8 @@ from typing import Any
 
 import httpx
 
+from helmhive.api.runner import REPORT_DIGEST_ANNOTATION, RunnerReport, build_report_digest
+
 __all__ = ["Fleet", "SimRunner", "Tally", "leases_path", "micro_time", "runners_path"]
 
 APPLY = {"Content-Type": "application/apply-patch+yaml"}
@@ -46,6 +48,8 @@ class SimRunner:
     registered_at: str = field(default_factory=lambda: micro_time(dt.datetime.now(dt.UTC)))
     last_renewal: float = 0.0  # wall clock
     last_report: float = 0.0  # monotonic
+    verified_at: str = field(default_factory=lambda: micro_time(dt.datetime.now(dt.UTC)))
+    digest: str | None = None  # what the Lease carries: the last report's digest, as a runner's does
 
 
 @dataclass
@@ -82,7 +86,7 @@ class Fleet:
         report = {
             "provider": "anthropic",
             "adapter": {"type": "claude-cli", "name": "claude", "version": "2.0.14"},
-            "authentication": {"state": "Authenticated", "reason": "SessionCreated"},
+            "authentication": {"state": "Authenticated", "reason": "SessionCreated", "verifiedAt": runner.verified_at},
             "placementLabels": {"domain": "code", "region": "eu"},
             "capabilities": ["structured-output", "diff-review", "workspace-write"],
             "concurrency": 2,
@@ -97,19 +101,28 @@ class Fleet:
             "reportedAt": micro_time(dt.datetime.now(dt.UTC)),
             "registeredAt": runner.registered_at,
         }
+        await self.publish(runner, report)
+
+    async def publish(self, runner: SimRunner, report: dict[str, Any]) -> None:
+        """Write ``report`` as the runner's status.report and remember its digest for the Lease."""
         body = {"apiVersion": "helmhive.dev/v1alpha1", "kind": "Runner", "metadata": {"name": runner.name},
                 "status": {"report": report}}  # fmt: skip
         url = f"{self.runners_path}/{runner.name}/status"
         self.tally.report_bytes += await self._send("PATCH", url, runner, body, params=APPLY_PARAMS, headers=APPLY)
         self.tally.report += 1
         runner.last_report = time.monotonic()
+        runner.digest = build_report_digest(RunnerReport.model_validate(report))
 
     async def renew(self, runner: SimRunner) -> None:
         now = dt.datetime.now(dt.UTC)
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
-            "metadata": {"name": runner.name, "labels": {"helmhive.dev/runner": runner.name}},
+            "metadata": {
+                "name": runner.name,
+                "labels": {"helmhive.dev/runner": runner.name},
+                "annotations": {REPORT_DIGEST_ANNOTATION: runner.digest} if runner.digest else {},
+            },
             "spec": {"holderIdentity": runner.name, "leaseDurationSeconds": self.lease_s, "renewTime": micro_time(now)},
         }
         url = f"{self.leases_path}/{runner.name}"

@@ -8,7 +8,8 @@ what a real runner would send. It only leaves out the agent: the report is what 
 * the report: server-side apply of ``status.report`` on ``runners/status``, field manager
   ``helmhive-runner``, forced;
 * the heartbeat: a ``coordination.k8s.io/v1`` Lease named after the runner, label
-  ``helmhive.dev/runner``, renewed by server-side apply (a background thread, on demand).
+  ``helmhive.dev/runner``, annotated with the digest of the last report written (as the runner
+  does), renewed by server-side apply (a background thread, on demand).
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from pydantic import ValidationError
 
 from harness.identity import Identity
+from helmhive.api.runner import REPORT_DIGEST_ANNOTATION, RunnerReport, build_report_digest
 
 __all__ = ["GROUP", "VERSION", "SimulatedRunner", "micro_time"]
 
@@ -49,6 +52,8 @@ class SimulatedRunner:
         self.registered_at = micro_time()
         self.renewals = 0
         self.last_renewal: dt.datetime | None = None
+        self.digest: str | None = None
+        """What the next renewal annotates: the digest of the last report written."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -76,11 +81,12 @@ class SimulatedRunner:
         generation: int = 1,
         provider: str = "anthropic",
         models: tuple[str, ...] = ("claude-sonnet-4-5",),
+        verified_at: dt.datetime | None = None,
     ) -> dict[str, Any]:
         return {
             "provider": provider,
             "adapter": {"type": "acp", "name": "helmhive-reference-agent", "version": "0.1.0"},
-            "authentication": {"state": auth, "reason": auth_reason},
+            "authentication": {"state": auth, "reason": auth_reason, "verifiedAt": micro_time(verified_at)},
             "placementLabels": {"domain": "code"},
             "capabilities": ["structured-output"],
             "concurrency": 1,
@@ -97,7 +103,11 @@ class SimulatedRunner:
         return self.apply_status({"report": self.build_report(**report)})
 
     def apply_status(self, status: dict[str, Any], *, name: str | None = None) -> dict[str, Any]:
-        """Server-side apply ``status`` onto runner ``name`` (default: this runner) as this pod."""
+        """Server-side apply ``status`` onto runner ``name`` (default: this runner) as this pod.
+
+        A report of its own is then, as the runner does, put on its Lease as a digest: at once
+        if it already has a Lease, else with the first renewal.
+        """
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "Runner",
@@ -115,6 +125,13 @@ class SimulatedRunner:
             force=True,
             _content_type=APPLY,
         )
+        if name in (None, self.name) and "report" in status:
+            try:
+                self.digest = build_report_digest(RunnerReport.model_validate(status["report"]))
+            except ValidationError:
+                return result  # a report the operator cannot parse either; the Lease keeps what it had
+            if self.last_renewal is not None:
+                self.renew()
         return result
 
     # Heartbeat ----------------------------------------------------------------------------
@@ -122,10 +139,13 @@ class SimulatedRunner:
         """Create or renew the Lease ``name`` (default: this runner's) by server-side apply."""
         lease_name = name or self.name
         now = dt.datetime.now(dt.UTC)
+        metadata: dict[str, Any] = {"name": lease_name, "labels": {"helmhive.dev/runner": lease_name}}
+        if self.digest is not None:
+            metadata["annotations"] = {REPORT_DIGEST_ANNOTATION: self.digest}
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
-            "metadata": {"name": lease_name, "labels": {"helmhive.dev/runner": lease_name}},
+            "metadata": metadata,
             "spec": {
                 "holderIdentity": lease_name,
                 "leaseDurationSeconds": self.lease_seconds,

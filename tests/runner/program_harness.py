@@ -271,6 +271,35 @@ class RunnerRig:
             raise
         return True
 
+    def derived(self, *, auth_max_age_seconds: int = 3600, generation: int = 1) -> Any:
+        """What the operator derives from this Runner and its Lease as the API server stores them now.
+
+        The operator's own pure derivation (:func:`helmhive.policy.runners.decide_runner_status`),
+        fed exactly as its watches feed it: the parsed Runner and the Lease's spec and annotations.
+        """
+        import datetime as dt
+
+        from helmhive.controller.runners import build_lease_view, parse_runner_body
+        from helmhive.policy.runners import PoolFacts, decide_runner_status
+
+        view = parse_runner_body(self.runner())
+        assert view is not None
+        lease = self.lease().to_dict()
+        spec = {
+            "holderIdentity": lease["spec"]["holder_identity"],
+            "leaseDurationSeconds": lease["spec"]["lease_duration_seconds"],
+        }
+        spec["renewTime"] = lease["spec"]["renew_time"].isoformat() if lease["spec"]["renew_time"] else None
+        return decide_runner_status(
+            name=self.name,
+            spec=view.spec,
+            report=view.status.report,
+            pool=PoolFacts(credential_generation=generation, auth_max_age=dt.timedelta(seconds=auth_max_age_seconds)),
+            lease=build_lease_view(spec, lease["metadata"].get("annotations") or {}),
+            now=dt.datetime.now(dt.UTC),
+            grace=dt.timedelta(seconds=2),
+        )
+
     def set_control_state(self, state: str) -> None:
         self.kube.custom.patch_namespaced_custom_object(
             GROUP, VERSION, self.namespace, "runners", self.name, {"spec": {"controlState": state}}

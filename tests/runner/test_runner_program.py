@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import time
 
 from harness import wait_for
+from helmhive.api.runner import REPORT_DIGEST_ANNOTATION, RunnerReport, build_report_digest
 
 from .program_harness import CANARY, RunnerRig, reference_runner_json
 
@@ -85,6 +87,67 @@ def test_report_is_not_written_per_heartbeat(rig: RunnerRig) -> None:
     # The figures for the record: lease writes vs report writes per minute over the window.
     lease_per_min = len(seen_renewals - {lease_rv_before}) * 60 / window
     print(f"window {window:.1f}s: lease renewals/min >= {lease_per_min:.0f}, report writes/min = 0")
+
+
+def _report_writes(rig: RunnerRig) -> int:
+    """Writes to ``runners/status`` the API server has counted (``apiserver_request_total``)."""
+    api = rig.kube.api_client
+    method, url, headers, body, _ = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    total = 0
+    for line in api.call_api(method, url, header_params=headers, body=body).read().decode().splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.rindex("}")]))
+        if (labels.get("resource"), labels.get("subresource")) != ("runners", "status"):
+            continue
+        if labels.get("verb") in {"PATCH", "APPLY", "PUT", "POST"}:
+            total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+def test_every_renewal_carries_the_digest_and_the_report_is_written_only_when_it_changes(rig: RunnerRig) -> None:
+    login = rig.root / "login"
+    login.mkdir(parents=True)
+    (login / "token").write_text(CANARY, encoding="utf-8")
+    proc = rig.start(reference_runner_json(agent_state=rig.agent_state, renew=1, refresh=600), credential_dir=login)
+    rig.wait_registered(proc)
+
+    def digest_of_report() -> str:
+        return build_report_digest(RunnerReport.model_validate(rig.report()))
+
+    def lease_digest() -> tuple[str, str | None]:
+        lease = rig.lease()
+        return lease.metadata.resource_version, (lease.metadata.annotations or {}).get(REPORT_DIGEST_ANNOTATION)
+
+    first = wait_for(digest_of_report, timeout=30, describe="the first report")
+    wait_for(lambda: lease_digest()[1] == first, timeout=30, describe="the Lease to carry the report's digest")
+    assert rig.report()["authentication"]["verifiedAt"]
+    before = _report_writes(rig)
+
+    def renewals_carrying(seen: dict[str, str | None], count: int) -> bool:
+        version, carried = lease_digest()
+        seen[version] = carried
+        return len(seen) >= count
+
+    quiet: dict[str, str | None] = {}
+    wait_for(lambda: renewals_carrying(quiet, 5), timeout=40, interval=0.3, describe="5 renewals")
+    assert set(quiet.values()) == {first}, "every renewal carries the current digest"
+    assert _report_writes(rig) == before, "no report write while nothing changed"
+
+    # The login goes away: the next probe says NoCredential, so the digest changes -- one report
+    # write, and the Lease carries the new digest from then on.
+    (login / "token").unlink()
+    wait_for(
+        lambda: rig.report()["authentication"]["reason"] == "NoCredential", timeout=30, describe="the new auth state"
+    )
+    second = digest_of_report()
+    assert second != first
+    wait_for(lambda: lease_digest()[1] == second, timeout=30, describe="the Lease to carry the new digest")
+    after: dict[str, str | None] = {}
+    wait_for(lambda: renewals_carrying(after, 4), timeout=40, interval=0.3, describe="4 more renewals")
+    assert set(after.values()) == {second}
+    assert _report_writes(rig) - before == 1, "exactly one report write, for the one change"
+    assert [w["reason"] for w in proc.messages("report written")] == ["Registration", "Changed"]
 
 
 def test_unauthenticated_agent_is_reported_with_a_reason(rig: RunnerRig) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import itertools
 from typing import Any
@@ -11,7 +12,7 @@ import pytest
 from helmhive.api.audit import AuditAction
 from helmhive.api.common import ControlState
 from helmhive.api.reasons import Reason
-from helmhive.api.runner import AuthState, ReportedStatus, RunnerReport, RunnerSpec, RunnerStatus
+from helmhive.api.runner import AuthState, ReportedStatus, RunnerReport, RunnerSpec, RunnerStatus, build_report_digest
 from helmhive.policy.conditions import find_condition
 from helmhive.policy.runners import (
     LeaseView,
@@ -34,7 +35,11 @@ def report(*, auth: AuthState = AuthState.AUTHENTICATED, generation: int = 1, **
     wire: dict[str, Any] = {
         "provider": "anthropic",
         "adapter": {"type": "acp", "name": "reference", "version": "1.0.0"},
-        "authentication": {"state": auth.value, "reason": "SessionCreated" if auth is AuthState.AUTHENTICATED else ""},
+        "authentication": {
+            "state": auth.value,
+            "reason": "SessionCreated" if auth is AuthState.AUTHENTICATED else "",
+            "verifiedAt": "2026-06-01T11:59:00Z",
+        },
         "environmentFingerprint": "sha256:abc",
         "credentialGeneration": generation,
         "podName": NAME,
@@ -57,7 +62,11 @@ def derive(
     pool_generation: int = 1,
     credential_available: bool = True,
     now: dt.datetime = NOW,
+    confirm: bool = True,
 ) -> RunnerDerived:
+    """``confirm``: the Lease carries the report's digest, as a runner's does after writing it."""
+    if confirm and the_lease is not None and the_report is not None and the_lease.digest is None:
+        the_lease = dataclasses.replace(the_lease, digest=build_report_digest(the_report))
     return decide_runner_status(
         name=NAME,
         spec=RunnerSpec.model_validate({"poolRef": {"name": "pool-a"}, "controlState": runner_state}),

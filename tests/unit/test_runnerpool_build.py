@@ -265,11 +265,16 @@ def test_runner_json_holds_the_pool_settings_in_camel_case() -> None:
     assert config == build_runner_config(spec())
     assert config == {
         "provider": "anthropic",
-        "adapter": {"type": "claude-cli", "claudeCli": {"path": "claude", "extraArgs": []}},
+        "adapter": {"type": "claude-cli", "claudeCli": {"path": "claude", "extraArgs": [], "models": []}},
         "placementLabels": {"domain": "code"},
         "capabilities": ["structured-output", "diff-review"],
         "concurrency": 2,
-        "heartbeat": {"leaseDurationSeconds": 20, "renewIntervalSeconds": 5, "reportRefreshSeconds": 300},
+        "heartbeat": {
+            "leaseDurationSeconds": 20,
+            "renewIntervalSeconds": 5,
+            "reportRefreshSeconds": 300,
+            "authMaxAgeSeconds": 3600,
+        },
         "credentialEnvName": "ANTHROPIC_API_KEY",
         "jobLimits": {"memoryBytes": 1073741824, "cpuSeconds": 3600, "processes": 512, "openFiles": 4096},
         "compaction": {"watermarkPercent": 80, "commandTimeoutSeconds": 180},
@@ -279,6 +284,13 @@ def test_runner_json_holds_the_pool_settings_in_camel_case() -> None:
     compacting = build_runner_config(spec(compaction={"watermarkPercent": 60}))["compaction"]
     assert compacting == {"watermarkPercent": 60, "commandTimeoutSeconds": 180}
     assert build_runner_config(spec(VOLUME_SPEC))["credentialDirEnvName"] == "CLAUDE_CONFIG_DIR"
+    pinned = {"type": "claude-cli", "claudeCli": {"models": ["sonnet", "claude-sonnet-5-5"], "defaultModel": "sonnet"}}
+    assert build_runner_config(spec(adapter=pinned))["adapter"]["claudeCli"] == {
+        "path": "claude",
+        "extraArgs": [],
+        "models": ["sonnet", "claude-sonnet-5-5"],
+        "defaultModel": "sonnet",
+    }
     limited = build_runner_config(spec(jobLimits={"memoryBytes": 268435456, "processes": 64}))["jobLimits"]
     assert limited == {"memoryBytes": 268435456, "cpuSeconds": 3600, "processes": 64, "openFiles": 4096}
 

@@ -225,6 +225,32 @@ def test_create_time_cel_rules_are_checked_offline(tmp_path: Path) -> None:
     assert "credential needs exactly one of secretRef or volume" in outcome.stdout
 
 
+@pytest.mark.parametrize(
+    ("claude_cli", "problem"),
+    [
+        (
+            {"models": ["sonnet"], "defaultModel": "opus"},
+            {("RunnerPool/pool", "spec.adapter.claudeCli.defaultModel", "InvalidSpec")},
+        ),
+        ({"models": ["sonnet", "claude-sonnet-5-5"], "defaultModel": "sonnet"}, set()),
+        ({"defaultModel": "opus"}, set()),
+    ],
+)
+def test_a_claude_cli_default_outside_the_pinned_models_is_refused_offline(
+    tmp_path: Path, claude_cli: dict[str, Any], problem: set[tuple[str, str, str]]
+) -> None:
+    spec = {
+        "provider": "anthropic",
+        "adapter": {"type": "claude-cli", "claudeCli": claude_cli},
+        "image": "helmhive/runner:dev",
+        "credential": {"secretRef": {"name": "key"}},
+    }
+    outcome = cli(str(write(tmp_path / "pool.yaml", obj("RunnerPool", "pool", spec))))
+    assert outcome.found == problem, outcome.stdout
+    if problem:
+        assert "defaultModel must be one of models" in outcome.stdout
+
+
 def test_every_cel_rule_in_the_crds_is_understood_offline() -> None:
     rules: list[str] = []
 

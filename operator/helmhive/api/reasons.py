@@ -139,6 +139,8 @@ class Reason(enum.StrEnum):
     # Runner pools and runners (added with the runner-pool reconciler)
     LEASE_MISSING = "LeaseMissing"
     AUTHENTICATION_UNKNOWN = "AuthenticationUnknown"
+    AUTH_STALE = "AuthStale"
+    REPORT_STALE = "ReportStale"
     CREDENTIAL_FOUND = "CredentialFound"
     CREDENTIAL_NOT_REQUIRED = "CredentialNotRequired"
     APPLY_FAILED = "ApplyFailed"

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import hashlib
+import json
 from typing import Annotated
 
 from pydantic import Field, StringConstraints, model_validator
@@ -32,6 +34,7 @@ from helmhive.api.envelope import Capability
 from helmhive.api.profile import ModelId, ProviderName
 
 __all__ = [
+    "REPORT_DIGEST_ANNOTATION",
     "AcpAdapter",
     "AdapterInfo",
     "AdapterSpec",
@@ -54,7 +57,11 @@ __all__ = [
     "RunnerSpec",
     "RunnerStatus",
     "VolumeCredential",
+    "build_report_digest",
 ]
+
+REPORT_DIGEST_ANNOTATION = "helmhive.dev/report-digest"
+"""The runner's Lease annotation: :func:`build_report_digest` of what its report says right now."""
 
 ImageRef = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 Arg = Annotated[str, StringConstraints(max_length=1024)]
@@ -96,12 +103,54 @@ class AcpAdapter(ApiModel):
 class ClaudeCliAdapter(ApiModel):
     path: Annotated[str, StringConstraints(min_length=1, max_length=1024)] = "claude"
     extra_args: Annotated[list[Arg], Field(max_length=32)] = []
+    models: Annotated[
+        list[ModelId],
+        Field(
+            max_length=32,
+            description=(
+                "Pins the runners' model catalogue: exactly these ids (aliases or full names, passed to "
+                "`claude --model` as written). Empty (the default): the runner advertises the aliases `claude "
+                "--help` names and the full ids the CLI resolves them to."
+            ),
+        ),
+    ] = []
+    default_model: Annotated[
+        ModelId | None,
+        Field(
+            description=(
+                "The model a job without an explicit model runs with (passed as `--model`). Must be one of "
+                "`models` when those are pinned. Unset: the first of `models` when pinned, else the CLI's own default "
+                "(`ANTHROPIC_MODEL`, its settings file's `model`, or its choice) as the CLI resolves it."
+            )
+        ),
+    ] = None
+
+    @model_validator(mode="after")
+    def _default_is_pinned(self) -> ClaudeCliAdapter:
+        if self.models and self.default_model is not None and self.default_model not in self.models:
+            raise ValueError(f"defaultModel {self.default_model!r} must be one of models when models are pinned")
+        return self
 
 
 class AdapterSpec(ApiModel):
     type: AdapterType
     acp: AcpAdapter | None = None
-    claude_cli: ClaudeCliAdapter | None = None
+    claude_cli: Annotated[
+        ClaudeCliAdapter | None,
+        Field(
+            json_schema_extra={
+                "x-kubernetes-validations": [
+                    {
+                        "rule": "!has(self.defaultModel) || !has(self.models) || size(self.models) == 0 "
+                        "|| self.defaultModel in self.models",
+                        "message": "defaultModel must be one of models when models are pinned",
+                        "fieldPath": ".defaultModel",
+                        "reason": "FieldValueInvalid",
+                    }
+                ]
+            }
+        ),
+    ] = None
 
 
 class VolumeCredential(ApiModel):
@@ -140,6 +189,18 @@ class HeartbeatSettings(ApiModel):
     lease_duration_seconds: Annotated[int, Field(ge=5, le=600)] = 20
     renew_interval_seconds: Annotated[int, Field(ge=1, le=120)] = 5
     report_refresh_seconds: Annotated[int, Field(ge=30, le=3600)] = 300
+    auth_max_age_seconds: Annotated[
+        int,
+        Field(
+            ge=120,
+            le=86400,
+            description=(
+                "How old a runner's last authentication check (`report.authentication.verifiedAt`) may be before "
+                "the runner is unschedulable (`AuthStale`). The runner re-verifies at least every quarter of it. "
+                "Default 3600."
+            ),
+        ),
+    ] = 3600
 
 
 _MIB = 1024 * 1024
@@ -354,6 +415,15 @@ class AuthReport(ApiModel):
     state: AuthState
     reason: Annotated[str, Field(max_length=128)] = ""
     message: Message = ""
+    verified_at: Annotated[
+        dt.datetime | None,
+        Field(
+            description=(
+                "When the runner last checked this state with its agent (a probe). Older than the pool's "
+                "`heartbeat.authMaxAgeSeconds`, or absent: the runner is not schedulable (`AuthStale`)."
+            )
+        ),
+    ] = None
 
 
 class RunnerReport(ApiModel):
@@ -389,3 +459,18 @@ class RunnerStatus(StatusBase):
     """The registration (``report.registeredAt``) the operator has audited; a differing report is a new one."""
     models: Annotated[str, Field(max_length=256)] | None = None
     """The advertised model ids, default first, for ``kubectl get runners`` (derived from the report)."""
+
+
+def build_report_digest(report: RunnerReport) -> str:
+    """``sha256:<hex>`` of the report's catalogue and authentication (state, reason, ``verifiedAt``).
+
+    The runner puts it on its Lease at every renewal; the operator computes it from the Runner's
+    report, and a disagreement means the report is stale. The auth message is prose and left out.
+    """
+    auth = report.authentication
+    document = {
+        "catalogue": report.catalogue.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "auth": [auth.state.value, auth.reason, auth.verified_at.isoformat() if auth.verified_at else None],
+    }
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()

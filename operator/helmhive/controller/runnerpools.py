@@ -1,6 +1,9 @@
 """Reconciles each RunnerPool: its owned objects, its credential generation, its runners and its status.
 
-One Kopf daemon per pool runs a level-triggered loop, every ``runner_tick_seconds``:
+One Kopf daemon per pool runs a loop that wakes on an event (one of its Runners or their
+Leases changed, see :class:`~helmhive.controller.runners.RunnerWakes`; the pool changed), at a
+runner's ``review_at`` (one scheduled instant per runner: Lease expiry, auth age, a digest
+disagreement), or when the credential check or object resync is due -- never on a fixed tick:
 
 1. parse the spec (an unusable one sets ``Ready=False, InvalidSpec`` and goes no further);
 2. every ``credential_check_seconds``, hash the credential Secret; a new hash bumps
@@ -8,7 +11,8 @@ One Kopf daemon per pool runs a level-triggered loop, every ``runner_tick_second
    StatefulSet rolls (the hash is stored, the Secret's content never is);
 3. server-side apply the owned objects when the desired set changed, and every
    ``objects_resync_seconds`` to undo drift; delete the PodDisruptionBudget below two replicas;
-4. derive every runner of the pool from the Kopf indexes (:mod:`helmhive.controller.runners`);
+4. derive the runners that changed or are due from the Kopf indexes (all of them when the
+   pool's facts changed) and keep each one's result, for the counts and its next review;
 5. patch the pool's status when it changed.
 
 The loop is the only writer of the pool's status, so its merge patches never race. The
@@ -18,6 +22,9 @@ Kopf's finalizer only lets the loop stop first.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import datetime as dt
 import hashlib
 import json
 import time
@@ -33,17 +40,27 @@ from helmhive.api.reasons import ConditionType, Reason
 from helmhive.api.runner import CredentialSpec, RunnerPoolSpec
 from helmhive.controller.audit import ensure_audit
 from helmhive.controller.kube import KubeError, NotFound
-from helmhive.controller.runners import ParsedRunner, WriteMemo, patch_runners
+from helmhive.controller.runners import ParsedRunner, RunnerWakes, WriteMemo, patch_runners
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.audit import build_audit_record
 from helmhive.policy.conditions import find_condition, set_condition
 from helmhive.policy.credentials import CredentialDecision, build_credential_hash, decide_credential
 from helmhive.policy.runnerpool import PoolRef, build_pool_objects, decide_pool_name_problem, decide_pruned_objects
-from helmhive.policy.runners import ConditionVerdict, LeaseView, PoolCounts, PoolFacts, decide_pool_counts
+from helmhive.policy.runners import (
+    ConditionVerdict,
+    LeaseView,
+    PoolCounts,
+    PoolFacts,
+    RunnerDerived,
+    decide_pool_counts,
+)
+from helmhive.policy.waiting import DeadlineHeap
 
 __all__ = ["POOL", "PoolLoop", "register"]
 
 POOL = kind_by_name("RunnerPool")
+RETRY_SECONDS = 5.0
+"""A runner whose status write failed (or is still in flight) is looked at again after this."""
 
 
 def _credential_verdict(credential: CredentialSpec, decision: CredentialDecision) -> ConditionVerdict:
@@ -76,9 +93,13 @@ class PoolLoop:
     next_credential_check: float = 0.0
     runner_memo: WriteMemo = field(default_factory=WriteMemo)
     status_memo: WriteMemo = field(default_factory=WriteMemo)
+    wakes: RunnerWakes = field(default_factory=RunnerWakes)
+    derived: dict[str, RunnerDerived] = field(default_factory=dict)
+    reviews: DeadlineHeap[str] = field(default_factory=DeadlineHeap)
+    facts: PoolFacts | None = None
 
     @classmethod
-    def resume(cls, *, runtime: Runtime, ref: PoolRef, status: dict[str, Any]) -> PoolLoop:
+    def resume(cls, *, runtime: Runtime, ref: PoolRef, status: dict[str, Any], wakes: RunnerWakes) -> PoolLoop:
         """Start from what the pool's status already says (after a restart, nothing is lost)."""
         available = find_condition(status.get("conditions"), ConditionType.CREDENTIAL_AVAILABLE)
         credential = CredentialDecision(
@@ -88,7 +109,15 @@ class PoolLoop:
             changed=False,
             previous_hash=None,
         )
-        return cls(runtime=runtime, ref=ref, credential=credential)
+        return cls(runtime=runtime, ref=ref, credential=credential, wakes=wakes)
+
+    def next_wake(self, clock: float) -> float:
+        """Seconds until the loop has something to do without an event."""
+        due = min(self.next_credential_check, self.next_apply) - clock
+        review = self.reviews.next_at()
+        if review is not None:
+            due = min(due, (review - self.runtime.clock()).total_seconds())
+        return max(0.0, due)
 
     async def tick(
         self,
@@ -112,17 +141,11 @@ class PoolLoop:
                 control_state=spec.control_state,
                 credential_generation=self.credential.generation,
                 credential_available=self.credential.available,
+                auth_max_age=dt.timedelta(seconds=spec.heartbeat.auth_max_age_seconds),
             )
-            derived = await patch_runners(
-                runtime=self.runtime,
-                pool=self.ref,
-                facts=facts,
-                runners=list(runners.get((self.ref.namespace, self.ref.name), ())),
-                leases=leases,
-                memo=self.runner_memo,
-                logger=logger,
+            counts = decide_pool_counts(
+                replicas=spec.replicas, runners=await self._derive_runners(facts, runners, leases, logger=logger)
             )
-            counts = decide_pool_counts(replicas=spec.replicas, runners=derived)
         await self._patch_status(
             status,
             spec=spec,
@@ -131,6 +154,63 @@ class PoolLoop:
             resource_version=str(meta.get("resourceVersion", "")),
             clock=clock,
         )
+
+    async def _derive_runners(
+        self,
+        facts: PoolFacts,
+        runners: kopf.Index[tuple[str, str], ParsedRunner],
+        leases: kopf.Index[tuple[str, str], LeaseView],
+        *,
+        logger: kopf.Logger,
+    ) -> list[RunnerDerived]:
+        """Derive the runners marked by events or due for review (all, when the pool's facts changed)."""
+        key = (self.ref.namespace, self.ref.name)
+        marked = self.wakes.take(key) | set(self.reviews.pop_due(self.runtime.clock()))
+        everyone = facts != self.facts
+        self.facts = facts
+        views = list(runners.get(key, ()))
+        names = {view.name for view in views}
+        for gone in [name for name in self.derived if name not in names]:
+            del self.derived[gone]
+            self.reviews.discard(gone)
+        if everyone or marked:
+            result = await patch_runners(
+                runtime=self.runtime,
+                pool=self.ref,
+                facts=facts,
+                runners=views,
+                leases=leases,
+                memo=self.runner_memo,
+                logger=logger,
+                only=None if everyone else marked,
+            )
+            now = self.runtime.clock()
+            for name, derived in result.derived.items():
+                self.derived[name] = derived
+                if derived.review_at is not None:
+                    self.reviews.set(name, derived.review_at)
+                else:
+                    self.reviews.discard(name)
+                if derived.online.status is not True:
+                    self._await_renewal(name, derived, leases)
+            for name in result.retry:
+                current = self.reviews.when(name)
+                retry_at = now + dt.timedelta(seconds=RETRY_SECONDS)
+                self.reviews.set(name, retry_at if current is None else min(current, retry_at))
+        return list(self.derived.values())
+
+    def _await_renewal(self, name: str, derived: RunnerDerived, leases: kopf.Index[tuple[str, str], LeaseView]) -> None:
+        """A runner derived Offline comes back with a plain renewal: ask to be woken by it.
+
+        If the index already holds a newer renewal than the derivation used (it arrived while
+        this pass awaited its writes), derive the runner again at once instead.
+        """
+        key = (self.ref.namespace, name)
+        lease = next(iter(leases.get(key, ())), None)
+        if lease is not None and lease.renew_time != derived.heartbeat_time:
+            self.wakes.mark((self.ref.namespace, self.ref.name), name)
+        else:
+            self.wakes.wake_on_renewal(namespace=self.ref.namespace, name=name)
 
     def _parse(self, raw: dict[str, Any]) -> RunnerPoolSpec | None:
         problem = decide_pool_name_problem(self.ref.name)
@@ -278,8 +358,15 @@ class PoolLoop:
         self.status_memo.record("status", resource_version, now=clock)
 
 
-def register(runtime: Runtime) -> None:
-    """Register one long-running loop per RunnerPool."""
+def register(runtime: Runtime, wakes: RunnerWakes) -> None:
+    """Register one long-running loop per RunnerPool, woken by ``wakes`` and by changes to the pool."""
+    pool_wakes: dict[tuple[str, str], asyncio.Event] = {}
+
+    @kopf.on.event(GROUP, VERSION, "runnerpools")
+    def pool_event(*, name: str, namespace: str | None, **_: Any) -> None:
+        wake = pool_wakes.get((namespace or "", name))
+        if wake is not None:
+            wake.set()
 
     @kopf.daemon(GROUP, VERSION, "runnerpools", cancellation_timeout=10.0)
     async def run_pool(
@@ -295,18 +382,43 @@ def register(runtime: Runtime) -> None:
         # Kopf passes each index by its handler's name; they are live views of the watch streams.
         runners_by_pool: kopf.Index[tuple[str, str], ParsedRunner] = kwargs["runners_by_pool"]
         runner_leases: kopf.Index[tuple[str, str], LeaseView] = kwargs["runner_leases"]
+        key = (namespace or "", name)
+        wake = pool_wakes[key] = asyncio.Event()
+        wakes.attach(key, wake.set)
         loop = PoolLoop.resume(
             runtime=runtime,
             ref=PoolRef(name=name, namespace=namespace or "", uid=uid),
             status=dict(body.get("status") or {}),
+            wakes=wakes,
         )
         logger.info("runner pool %s/%s: loop started", namespace, name)
-        while not stopped:
-            try:
-                await loop.tick(body=body, runners=runners_by_pool, leases=runner_leases, logger=logger)
-            except KubeError as err:
-                logger.warning("runner pool %s/%s: tick failed (will retry): %s", namespace, name, err)
-            except Exception:
-                # The loop must outlive any one bad tick; Kopf's own retry would wait a minute.
-                logger.exception("runner pool %s/%s: tick failed (will retry)", namespace, name)
-            await stopped.wait(runtime.config.runner_tick_seconds)
+        try:
+            while not stopped:
+                wake.clear()
+                started = time.monotonic()
+                try:
+                    await loop.tick(body=body, runners=runners_by_pool, leases=runner_leases, logger=logger)
+                except KubeError as err:
+                    logger.warning("runner pool %s/%s: tick failed (will retry): %s", namespace, name, err)
+                except Exception:
+                    # The loop must outlive any one bad tick; Kopf's own retry would wait a minute.
+                    logger.exception("runner pool %s/%s: tick failed (will retry)", namespace, name)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(_first(wake, stopped), loop.next_wake(time.monotonic()))
+                # Passes start at least runner_tick_seconds apart: a burst of events costs one pass.
+                gap = started + runtime.config.runner_tick_seconds - time.monotonic()
+                if gap > 0 and not stopped:
+                    await stopped.wait(gap)
+        finally:
+            wakes.detach(key)
+            pool_wakes.pop(key, None)
+
+
+async def _first(wake: asyncio.Event, stopped: kopf.DaemonStopped) -> None:
+    """Return when ``wake`` is set or the daemon is stopped."""
+    tasks = [asyncio.ensure_future(wake.wait()), asyncio.ensure_future(stopped.wait())]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()

@@ -2,9 +2,14 @@
 
 Two Kopf indexes hold what the derivation needs without any API reads: every Runner by
 ``(namespace, pool)``, parsed once per watch event, and every runner Lease (label
-``helmhive.dev/runner``, filtered on the server) by ``(namespace, name)``. The pool's loop
-(:mod:`helmhive.controller.runnerpools`) calls :func:`patch_runners` every tick, so a Lease
-that simply stops being renewed is noticed without any event.
+``helmhive.dev/runner``, filtered on the server) by ``(namespace, name)``.
+
+Event-driven, not polled: :class:`RunnerWakes` marks a runner for re-derivation when its
+Runner changes or is deleted, and when its Lease is deleted or changes anything but
+``renewTime`` (holder, duration, report digest) -- a plain renewal wakes nothing. The pool's
+loop (:mod:`helmhive.controller.runnerpools`) derives the marked runners, plus those whose
+``review_at`` (Lease expiry, ``verifiedAt`` passing the bound, a digest disagreement outlasting
+the grace) has come: one scheduled wake per runner at a known instant.
 
 A Runner is written only when the derived status differs from the stored one. Every
 transition is audited before the status that shows it is written (at least once). Writes
@@ -17,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,9 +31,10 @@ from pydantic import ValidationError
 
 from helmhive.api.audit import AuditAction, AuditActor, AuditState
 from helmhive.api.kinds import API_VERSION, GROUP, VERSION, kind_by_name
-from helmhive.api.runner import RunnerSpec, RunnerStatus
+from helmhive.api.runner import REPORT_DIGEST_ANNOTATION, RunnerSpec, RunnerStatus
 from helmhive.controller.audit import ensure_audit
 from helmhive.controller.kube import Kube, KubeError
+from helmhive.controller.runner_wakes import RunnerWakes
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.audit import build_audit_record
 from helmhive.policy.runnerpool import PoolRef, build_owner_reference, runner_resource_name
@@ -42,7 +48,17 @@ from helmhive.policy.runners import (
     decide_runner_transitions,
 )
 
-__all__ = ["RUNNER", "RUNNER_LABEL", "ParsedRunner", "WriteMemo", "build_lease_view", "parse_runner_body", "register"]
+__all__ = [
+    "RUNNER",
+    "RUNNER_LABEL",
+    "ParsedRunner",
+    "RunnerPatchResult",
+    "RunnerWakes",
+    "WriteMemo",
+    "build_lease_view",
+    "parse_runner_body",
+    "register",
+]
 
 RUNNER = kind_by_name("Runner")
 RUNNER_LABEL = "helmhive.dev/runner"
@@ -120,12 +136,16 @@ def _parse_time(raw: Any) -> dt.datetime | None:
         return None
 
 
-def build_lease_view(spec: Mapping[str, Any]) -> LeaseView:
-    """The Lease's holder, renew time (or acquire time) and duration."""
+def build_lease_view(
+    spec: Mapping[str, Any], annotations: Mapping[str, str] | None = None, *, digest_since: dt.datetime | None = None
+) -> LeaseView:
+    """The Lease's holder, renew time (or acquire time), duration and report digest (first seen at ``digest_since``)."""
     return LeaseView(
         holder=spec.get("holderIdentity"),
         renew_time=_parse_time(spec.get("renewTime") or spec.get("acquireTime")),
         duration_seconds=int(spec.get("leaseDurationSeconds") or 0),
+        digest=(annotations or {}).get(REPORT_DIGEST_ANNOTATION),
+        digest_since=digest_since,
     )
 
 
@@ -210,6 +230,14 @@ async def _write_runner(
         await kube.apply_custom(RUNNER, adopt, view.namespace)
 
 
+@dataclass(frozen=True, kw_only=True)
+class RunnerPatchResult:
+    """What :func:`patch_runners` derived, and which runners need another look soon (a write to retry)."""
+
+    derived: dict[str, RunnerDerived]
+    retry: set[str]
+
+
 async def patch_runners(
     *,
     runtime: Runtime,
@@ -219,25 +247,32 @@ async def patch_runners(
     leases: Mapping[tuple[str, str], Iterable[LeaseView]],
     memo: WriteMemo,
     logger: kopf.Logger,
-) -> list[RunnerDerived]:
-    """Derive every runner of ``pool``; write those whose derived status changed. Returns all derivations."""
+    only: Collection[str] | None = None,
+) -> RunnerPatchResult:
+    """Derive the runners of ``pool`` named in ``only`` (None: all); write those whose derived status changed."""
     now = runtime.clock()
     grace = dt.timedelta(seconds=runtime.config.runner_grace_seconds)
     clock = time.monotonic()
-    results: list[RunnerDerived] = []
+    results: dict[str, RunnerDerived] = {}
+    retry: set[str] = set()
     writes: list[tuple[ParsedRunner, RunnerDerived, dict[str, Any]]] = []
     seen: list[str] = []
     for view in runners:
         seen.append(view.name)
+        if only is not None and view.name not in only:
+            continue
         lease = next(iter(leases.get((view.namespace, view.name), ())), None)
         derived = decide_runner_status(
             name=view.name, spec=view.spec, report=view.status.report, pool=facts, lease=lease, now=now, grace=grace
         )
-        results.append(derived)
+        results[view.name] = derived
         update = build_runner_status(observed=view.status, derived=derived, generation=view.generation, now=now)
         adopted = pool.uid in view.owner_uids
-        if (update.changed or not adopted) and not memo.pending(view.name, view.resource_version, now=clock):
-            writes.append((view, derived, update.status))
+        if update.changed or not adopted:
+            if memo.pending(view.name, view.resource_version, now=clock):
+                retry.add(view.name)  # our write is still on its way through the watch; look again
+            else:
+                writes.append((view, derived, update.status))
     memo.forget_except(seen)
     gate = asyncio.Semaphore(_WRITERS)
 
@@ -249,15 +284,16 @@ async def patch_runners(
                 )
             except KubeError as err:
                 logger.warning("runner %s/%s: status not written (will retry): %s", view.namespace, view.name, err)
+                retry.add(view.name)
                 return
             memo.record(view.name, view.resource_version, now=clock)
 
     await asyncio.gather(*(write(*item) for item in writes))
-    return results
+    return RunnerPatchResult(derived=results, retry=retry)
 
 
-def register(runtime: Runtime) -> None:
-    """Register the runner and runner-Lease indexes (the pool loop does the writing)."""
+def register(runtime: Runtime, wakes: RunnerWakes) -> None:
+    """Register the runner and runner-Lease indexes, and the events that wake pool loops (they write)."""
 
     @kopf.on.startup()
     async def watch_only_runner_leases(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -273,8 +309,41 @@ def register(runtime: Runtime) -> None:
             return {}
         return {(view.namespace, view.spec.pool_ref.name): view}
 
+    # When each Lease's current digest was first seen: a disagreement is timed from then (in memory;
+    # after a restart it restarts, which only delays a ReportStale by the grace).
+    digest_seen: dict[tuple[str, str], tuple[str | None, dt.datetime]] = {}
+
     @kopf.index("coordination.k8s.io", "v1", "leases", id="runner_leases", labels={RUNNER_LABEL: kopf.PRESENT})
     def runner_leases(
-        *, name: str, namespace: str | None, spec: kopf.Spec, **_: Any
+        *, name: str, namespace: str | None, spec: kopf.Spec, annotations: kopf.Annotations, **_: Any
     ) -> dict[tuple[str, str], LeaseView]:
-        return {(namespace or "", name): build_lease_view(spec)}
+        key = (namespace or "", name)
+        digest = annotations.get(REPORT_DIGEST_ANNOTATION)
+        seen = digest_seen.get(key)
+        if seen is None or seen[0] != digest:
+            seen = digest_seen[key] = (digest, runtime.clock())
+        return {key: build_lease_view(spec, annotations, digest_since=seen[1])}
+
+    # Events run after the indexes have taken the same event in, so a woken loop reads the new state.
+    @kopf.on.event(GROUP, VERSION, "runners")
+    def runner_event(*, event: kopf.RawEvent, body: kopf.Body, name: str, namespace: str | None, **_: Any) -> None:
+        pool = ((body.get("spec") or {}).get("poolRef") or {}).get("name")
+        deleted = event.get("type") == "DELETED"
+        wakes.runner_changed(namespace=namespace or "", name=name, pool=None if deleted or not pool else str(pool))
+
+    @kopf.on.event("coordination.k8s.io", "v1", "leases", labels={RUNNER_LABEL: kopf.PRESENT})
+    def lease_event(
+        *,
+        event: kopf.RawEvent,
+        name: str,
+        namespace: str | None,
+        spec: kopf.Spec,
+        annotations: kopf.Annotations,
+        **_: Any,
+    ) -> None:
+        deleted = event.get("type") == "DELETED"
+        if deleted:
+            digest_seen.pop((namespace or "", name), None)
+        wakes.lease_changed(
+            namespace=namespace or "", name=name, view=None if deleted else build_lease_view(spec, annotations)
+        )

@@ -40,7 +40,7 @@ class OperatorConfig:
     audit_max_records: int = 10000
     # Runner pools: a Lease older than its duration plus this grace means Offline.
     runner_grace_seconds: float = 2.0
-    # How often each pool's loop re-derives its runners (and notices stale Leases).
+    # The least time between two passes of a pool's loop (it wakes on events and deadlines, not a tick).
     runner_tick_seconds: float = 1.0
     # How often each pool re-reads its credential Secret, and re-applies its objects to undo drift.
     credential_check_seconds: float = 5.0

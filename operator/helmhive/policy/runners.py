@@ -9,17 +9,25 @@ The state machine (``docs/runners.md`` has it as a table)::
     effective control state = most restrictive of pool and runner (Active < Draining < Disabled < Revoked)
     reported status         = Offline         if the Lease is missing, held by another, or
                                               renewTime + leaseDuration + grace < now
-                              NeedsAttention  else if there is no report, or it is not Authenticated
+                              NeedsAttention  else if there is no report, the report is stale (the
+                                              Lease's digest disagrees), it is not Authenticated,
+                                              or its verifiedAt is older than authMaxAgeSeconds
                               Online          otherwise
     Schedulable             = the first rule that fails names the reason:
                               Revoked, Disabled, Draining           (control state)
                               NeverReported                         (no report yet)
                               LeaseMissing, HeartbeatStale          (Offline)
-                              AdapterFailing, Unauthenticated,
-                              AuthenticationUnknown                 (NeedsAttention)
+                              ReportStale, AdapterFailing,
+                              Unauthenticated, AuthenticationUnknown,
+                              AuthStale                             (NeedsAttention)
                               CredentialMissing                     (the pool's Secret is gone)
                               CredentialRotated                     (report.credentialGeneration is not the pool's)
                               otherwise True, reason Schedulable.
+
+Nothing here polls. Each derivation also returns ``review_at``: the earliest instant at which
+the same inputs would derive something else (the Lease expires, ``verifiedAt`` passes the
+bound, a digest disagreement outlasts the grace). The caller derives a runner again when its
+Runner or Lease changes, or at that instant -- one wake per runner, not a timer.
 """
 
 from __future__ import annotations
@@ -34,6 +42,13 @@ from helmhive.api.common import ControlState
 from helmhive.api.reasons import ConditionType, Reason
 from helmhive.api.runner import AuthState, ReportedStatus, RunnerReport, RunnerSpec, RunnerStatus
 from helmhive.policy.conditions import set_condition
+from helmhive.policy.runner_freshness import (
+    LeaseView,
+    decide_auth_stale_at,
+    decide_report_stale_at,
+    decide_review_at,
+    format_time,
+)
 
 __all__ = [
     "CONTROL_ORDER",
@@ -45,10 +60,13 @@ __all__ = [
     "RunnerStatusUpdate",
     "RunnerTransition",
     "build_runner_status",
+    "decide_auth_stale_at",
     "decide_authentication",
     "decide_effective_control_state",
     "decide_heartbeat",
     "decide_pool_counts",
+    "decide_report_stale_at",
+    "decide_review_at",
     "decide_runner_status",
     "decide_runner_transitions",
     "format_time",
@@ -67,25 +85,6 @@ _CONTROL_REASON = {
 }
 
 
-def format_time(when: dt.datetime) -> str:
-    """RFC 3339 in UTC with a ``Z``, keeping microseconds when there are any (round-trips exactly)."""
-    return when.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
-
-
-@dataclass(frozen=True, kw_only=True)
-class LeaseView:
-    """The parts of a runner's ``coordination.k8s.io`` Lease that matter."""
-
-    holder: str | None
-    renew_time: dt.datetime | None
-    duration_seconds: int
-
-    def expires_at(self, grace: dt.timedelta) -> dt.datetime | None:
-        if self.renew_time is None:
-            return None
-        return self.renew_time + dt.timedelta(seconds=self.duration_seconds) + grace
-
-
 @dataclass(frozen=True, kw_only=True)
 class PoolFacts:
     """What a runner's derivation needs from its pool."""
@@ -93,6 +92,7 @@ class PoolFacts:
     control_state: ControlState = ControlState.ACTIVE
     credential_generation: int = 0
     credential_available: bool = True
+    auth_max_age: dt.timedelta = dt.timedelta(seconds=3600)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,6 +114,8 @@ class RunnerDerived:
     authenticated: ConditionVerdict
     schedulable: ConditionVerdict
     heartbeat_time: dt.datetime | None
+    review_at: dt.datetime | None = None
+    """When these inputs next derive something else, if ever (derive again then)."""
 
     @property
     def is_schedulable(self) -> bool:
@@ -155,14 +157,43 @@ def decide_heartbeat(
     )
 
 
-def decide_authentication(*, report: RunnerReport | None) -> ConditionVerdict:
-    """The Authenticated condition, straight from the runner's report."""
+def decide_authentication(
+    *,
+    report: RunnerReport | None,
+    lease: LeaseView | None = None,
+    now: dt.datetime | None = None,
+    grace: dt.timedelta = dt.timedelta(0),
+    max_age: dt.timedelta | None = None,
+) -> ConditionVerdict:
+    """The Authenticated condition: the runner's report, if the Lease confirms it and it is fresh.
+
+    Without ``now`` only the report's own state counts (for callers that have no Lease).
+    """
     if report is None:
         return ConditionVerdict(status=None, reason=Reason.NEVER_REPORTED, message="the runner has not reported yet")
+    if now is not None:
+        stale_at = decide_report_stale_at(report=report, lease=lease, grace=grace)
+        if stale_at is not None and stale_at <= now:
+            return ConditionVerdict(
+                status=None,
+                reason=Reason.REPORT_STALE,
+                message="the Lease's report digest disagrees with the report: the runner's latest report "
+                "was not written (or its Lease carries no digest)",
+            )
     auth = report.authentication
     detail = f"{auth.reason}: {auth.message}".strip(": ") if (auth.reason or auth.message) else ""
     match auth.state:
         case AuthState.AUTHENTICATED:
+            if now is not None and max_age is not None:
+                auth_stale_at = decide_auth_stale_at(report=report, max_age=max_age)
+                if auth_stale_at is None or auth_stale_at <= now:
+                    when = format_time(auth.verified_at) if auth.verified_at else "never"
+                    return ConditionVerdict(
+                        status=None,
+                        reason=Reason.AUTH_STALE,
+                        message=f"authentication last verified {when}; the pool allows "
+                        f"{max_age.total_seconds():g}s (heartbeat.authMaxAgeSeconds)",
+                    )
             return ConditionVerdict(status=True, reason=Reason.AUTHENTICATED, message=detail)
         case AuthState.FAILING:
             return ConditionVerdict(
@@ -221,7 +252,7 @@ def decide_runner_status(
     """Derive the reported status, effective control state and conditions of runner ``name``."""
     control = decide_effective_control_state(pool=pool.control_state, runner=spec.control_state)
     online = decide_heartbeat(runner_name=name, lease=lease, now=now, grace=grace)
-    authenticated = decide_authentication(report=report)
+    authenticated = decide_authentication(report=report, lease=lease, now=now, grace=grace, max_age=pool.auth_max_age)
     if online.status is not True:
         reported = ReportedStatus.OFFLINE
     elif authenticated.status is not True:
@@ -235,6 +266,7 @@ def decide_runner_status(
         authenticated=authenticated,
         schedulable=_schedulable(control=control, report=report, online=online, authenticated=authenticated, pool=pool),
         heartbeat_time=lease.renew_time if lease is not None else None,
+        review_at=decide_review_at(report=report, lease=lease, now=now, grace=grace, max_age=pool.auth_max_age),
     )
 
 

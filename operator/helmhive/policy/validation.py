@@ -380,6 +380,10 @@ _CEL_MATCHES = re.compile(r"^self\.matches\('([^'\\]*)'\)$")
 _CEL_CONDITIONAL = re.compile(r"^self\.(\w+) == '([^']*)' \? has\(self\.(\w+)\) : !has\(self\.(\w+)\)$")
 _CEL_EXACTLY_ONE = re.compile(r"^has\(self\.(\w+)\) != has\(self\.(\w+)\)$")
 _CEL_KEYS = re.compile(r"^self\.all\(k, (.+)\)$")
+# "an optional value, when a non-empty list is set, is one of its items" (claudeCli.defaultModel in models)
+_CEL_MEMBER = re.compile(
+    r"^!has\(self\.(\w+)\) \|\| !has\(self\.(\w+)\) \|\| size\(self\.\2\) == 0 \|\| self\.\1 in self\.\2$"
+)
 _CEL_KEY_CHECK = re.compile(r"^size\(k\) (<=|>=) (\d+)$|^k\.matches\(r'([^']*)'\)$")
 
 
@@ -391,7 +395,7 @@ def cel_rule_supported(rule: str) -> bool:
     """Whether offline validation evaluates ``rule`` (transition rules need no offline check)."""
     if "oldSelf" in rule or rule in _MODEL_CHECKED:
         return True
-    if _CEL_CONDITIONAL.match(rule) or _CEL_EXACTLY_ONE.match(rule) or _CEL_MATCHES.match(rule):
+    if any(form.match(rule) for form in (_CEL_CONDITIONAL, _CEL_EXACTLY_ONE, _CEL_MATCHES, _CEL_MEMBER)):
         return True
     keys = _CEL_KEYS.match(rule)
     if keys is None:
@@ -412,6 +416,9 @@ def _cel_holds(rule: str, value: Any) -> bool | None:
         return (then_field in value) == (value.get(selector) == wanted)
     if m := _CEL_EXACTLY_ONE.match(rule):
         return (m.group(1) in value) != (m.group(2) in value)
+    if m := _CEL_MEMBER.match(rule):
+        item, items = value.get(m.group(1)), value.get(m.group(2))
+        return item is None or not isinstance(items, list) or not items or item in items
     if m := _CEL_KEYS.match(rule):
         return all(_key_ok(key, m.group(1)) for key in value)
     return None

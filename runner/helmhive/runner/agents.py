@@ -85,6 +85,8 @@ def _make_adapter(
             ClaudeCliConfig(
                 path=cli.path if cli else "claude",
                 extra_args=tuple(cli.extra_args) if cli else (),
+                models=tuple(cli.models) if cli else (),
+                default_model=cli.default_model if cli else None,
                 env=env,
                 secret_env=secret_env,
                 request_timeout_s=config.env.probe_timeout_seconds,

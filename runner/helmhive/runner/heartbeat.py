@@ -3,17 +3,21 @@
 The Lease is named like the runner (= its pod), labelled ``helmhive.dev/runner: <name>``, held by
 ``<name>``, with ``leaseDurationSeconds`` from the pool's heartbeat settings. A renewal is one
 conditional PUT of a small object; the Runner's status is never touched by a heartbeat
-(KEP-589). On SIGTERM or revocation the Lease is deleted, so the operator sees the runner
-Offline at once instead of after the lease expires.
+(KEP-589). Every renewal carries the annotation ``helmhive.dev/report-digest``: the digest of
+the catalogue and authentication the runner holds right now, so each heartbeat publishes them
+in 80 bytes and the operator can tell a stale report. On SIGTERM or revocation the Lease is
+deleted, so the operator sees the runner Offline at once instead of after the lease expires.
 
 :func:`build_lease` is pure; :class:`LeaseKeeper` does the I/O through :class:`RunnerKube`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from typing import Any
 
+from helmhive.api.runner import REPORT_DIGEST_ANNOTATION
 from helmhive.runner.kube import Conflict, NotFound, RunnerKube
 
 __all__ = ["RUNNER_LABEL", "LeaseKeeper", "build_lease", "micro_time"]
@@ -34,9 +38,12 @@ def build_lease(
     now: dt.datetime,
     transitions: int = 0,
     resource_version: str | None = None,
+    digest: str | None = None,
 ) -> dict[str, Any]:
-    """The runner's Lease as the API server stores it."""
+    """The runner's Lease as the API server stores it; ``digest`` (None before the first report) is annotated."""
     metadata: dict[str, Any] = {"name": name, "labels": {RUNNER_LABEL: name}}
+    if digest is not None:
+        metadata["annotations"] = {REPORT_DIGEST_ANNOTATION: digest}
     if resource_version is not None:
         metadata["resourceVersion"] = resource_version
     return {
@@ -54,7 +61,10 @@ def build_lease(
 
 
 class LeaseKeeper:
-    """Acquires, renews and releases the runner's Lease. Counts its writes for the logs."""
+    """Acquires, renews and releases the runner's Lease. Counts its writes for the logs.
+
+    ``digest`` is what the next write annotates; the runner sets it after each report it builds.
+    """
 
     def __init__(self, *, kube: RunnerKube, name: str, duration_s: int) -> None:
         self._kube = kube
@@ -65,16 +75,24 @@ class LeaseKeeper:
         self._resource_version: str | None = None
         self.writes = 0
         self.last_renewed_at: dt.datetime | None = None
+        self.digest: str | None = None
+        self.written_digest: str | None = None
+        self._lock = asyncio.Lock()  # the renew loop and a new digest may write at once
 
     async def acquire(self, *, now: dt.datetime) -> None:
         """Take the Lease: create it, or take over the one a previous process of this runner left."""
+        async with self._lock:
+            await self._acquire(now=now)
+
+    async def _acquire(self, *, now: dt.datetime) -> None:
         self._acquired_at = now
         try:
             current = await self._kube.get_lease(self._name)
         except NotFound:
-            body = build_lease(name=self._name, duration_s=self._duration_s, acquired_at=now, now=now)
+            digest = self.digest
+            body = build_lease(name=self._name, duration_s=self._duration_s, acquired_at=now, now=now, digest=digest)
             created = await self._kube.create_lease(body)
-            self._remember(created, now)
+            self._remember(created, now, digest)
             return
         spec = current.get("spec") or {}
         self._transitions = int(spec.get("leaseTransitions") or 0) + 1
@@ -82,24 +100,27 @@ class LeaseKeeper:
 
     async def renew(self, *, now: dt.datetime) -> None:
         """Move ``renewTime`` to ``now``. A stale version is re-read once; a deleted Lease is re-created."""
-        if self._acquired_at is None:
-            await self.acquire(now=now)
-            return
-        try:
-            await self._put(now=now, resource_version=self._resource_version)
-        except Conflict:
-            current = await self._kube.get_lease(self._name)
-            await self._put(now=now, resource_version=current["metadata"].get("resourceVersion"))
-        except NotFound:
-            await self.acquire(now=now)
+        async with self._lock:
+            if self._acquired_at is None:
+                await self._acquire(now=now)
+                return
+            try:
+                await self._put(now=now, resource_version=self._resource_version)
+            except Conflict:
+                current = await self._kube.get_lease(self._name)
+                await self._put(now=now, resource_version=current["metadata"].get("resourceVersion"))
+            except NotFound:
+                await self._acquire(now=now)
 
     async def release(self) -> bool:
         """Delete the Lease; True if it existed."""
-        self._acquired_at = None
-        return await self._kube.delete_lease(self._name)
+        async with self._lock:
+            self._acquired_at = None
+            return await self._kube.delete_lease(self._name)
 
     async def _put(self, *, now: dt.datetime, resource_version: str | None) -> None:
         assert self._acquired_at is not None
+        digest = self.digest
         body = build_lease(
             name=self._name,
             duration_s=self._duration_s,
@@ -107,10 +128,12 @@ class LeaseKeeper:
             now=now,
             transitions=self._transitions,
             resource_version=resource_version,
+            digest=digest,
         )
-        self._remember(await self._kube.replace_lease(self._name, body), now)
+        self._remember(await self._kube.replace_lease(self._name, body), now, digest)
 
-    def _remember(self, lease: dict[str, Any], now: dt.datetime) -> None:
+    def _remember(self, lease: dict[str, Any], now: dt.datetime, digest: str | None) -> None:
         self._resource_version = (lease.get("metadata") or {}).get("resourceVersion")
         self.writes += 1
         self.last_renewed_at = now
+        self.written_digest = digest

@@ -9,10 +9,13 @@ reference agent. Its life:
    this credential generation; copy the credential; acquire the Lease; probe the adapter;
    write the report (reason ``Registration``) and post a ``Registered`` Event.
 2. **Steady state**, four concurrent loops:
-   - the Lease is renewed every ``renewIntervalSeconds``;
-   - the adapter is probed every ``HELMHIVE_PROBE_INTERVAL_SECONDS``, and the report is
-     written only when :func:`~helmhive.runner.report.decide_report_write` says so (content
-     changed, or ``reportRefreshSeconds`` passed);
+   - the Lease is renewed every ``renewIntervalSeconds``, annotated with the digest of the
+     report's catalogue and authentication (a new digest is written right after the report);
+   - the adapter is probed every ``HELMHIVE_PROBE_INTERVAL_SECONDS`` and at least every quarter
+     of ``authMaxAgeSeconds`` (re-verification; on a spare adapter when the probe adapter is
+     busy), and the report is written only when
+     :func:`~helmhive.runner.report.decide_report_write` says so (content changed, or
+     ``reportRefreshSeconds`` passed);
    - a watch on its own Runner feeds the control state (:mod:`helmhive.runner.control`);
    - with a job source, jobs are taken while Active and a slot is free.
 3. **Stop.** SIGTERM: take no more work, let jobs finish within the shutdown grace, cancel the
@@ -40,7 +43,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from helmhive.api.common import ControlState
 from helmhive.api.egress import CredentialIsolation, provider_egress
-from helmhive.api.runner import AuthReport, RunnerReport
+from helmhive.api.runner import AuthReport, RunnerReport, build_report_digest
 from helmhive.runner.adapters.base import (
     AdapterReport,
     AgentAdapter,
@@ -72,6 +75,8 @@ from helmhive.runner.report import (
     build_report,
     decide_authentication,
     decide_report_write,
+    decide_verified_at,
+    reverify_interval,
 )
 from helmhive.runner.version import helmhive_version
 
@@ -187,6 +192,7 @@ class RunnerProcess:
         self._free: list[AgentAdapter] = []
         self._active: dict[str, Job] = {}
         self._adapter_report: AdapterReport | None = None
+        self._authentication: AuthReport | None = None
         self._registered_at = clock.now()
         self._wake_report = asyncio.Event()
         self._wake_jobs = asyncio.Event()
@@ -424,6 +430,7 @@ class RunnerProcess:
 
     # -- probe and report ----------------------------------------------------------------
     async def _probe(self, adapter: AgentAdapter) -> None:
+        """Probe ``adapter`` and decide the authentication it shows, verified now."""
         timeout = self.config.env.probe_timeout_seconds
         try:
             report = await asyncio.wait_for(adapter.probe(), timeout)
@@ -438,6 +445,14 @@ class RunnerProcess:
         self.probes += 1
         record_probe(config=self.config, auth=report.auth.value)
         self._adapter_report = report
+        verdict = decide_authentication(adapter=report, credential_present=self.credential.present())
+        verified_at = decide_verified_at(
+            previous=self._authentication,
+            current=verdict,
+            probed_at=self.clock.now(),
+            auth_max_age_seconds=self.config.file.heartbeat.auth_max_age_seconds,
+        )
+        self._authentication = verdict.model_copy(update={"verified_at": verified_at})
         self._log(
             logging.INFO,
             "adapter probed",
@@ -468,9 +483,8 @@ class RunnerProcess:
             env_names=[*env, *secret_env],
             credential_kind=self.credential.kind,
         )
-        authentication: AuthReport = decide_authentication(
-            adapter=adapter, credential_present=self.credential.present()
-        )
+        assert self._authentication is not None
+        authentication = self._authentication
         return build_report(
             file=file,
             runner_name=self.name,
@@ -485,9 +499,22 @@ class RunnerProcess:
         )
 
     async def _write_report_if_due(self) -> dt.datetime:
-        """Write the report if the rule says so; return when the next refresh is due."""
+        """Write the report if the rule says so; return when the next refresh is due.
+
+        A new digest goes onto the Lease at once, after the report (the report first, so the
+        operator sees the two agree as soon as it can; a failed report write leaves the new
+        digest on the Lease, which the operator reads as a stale report and fails closed).
+        """
         now = self.clock.now()
         current = self._current_report()
+        self.lease.digest = build_report_digest(current)
+        try:
+            return await self._write_report(current, now=now)
+        finally:
+            if self.lease.written_digest != self.lease.digest:
+                await self._renew_lease()
+
+    async def _write_report(self, current: RunnerReport, *, now: dt.datetime) -> dt.datetime:
         refresh = dt.timedelta(seconds=self.config.file.heartbeat.report_refresh_seconds)
         decision = decide_report_write(
             previous=self.publisher.last_report,
@@ -516,8 +543,26 @@ class RunnerProcess:
         assert decision.next_refresh_at is not None
         return decision.next_refresh_at
 
+    async def _probe_anyway(self, probe_adapter: AgentAdapter) -> None:
+        """Probe on the probe adapter, or -- while a job holds it -- on a spare one, closed afterwards.
+
+        Re-verification must not wait for a long job: the bound on ``verifiedAt`` holds regardless.
+        """
+        if probe_adapter in self._free:
+            await self._probe(probe_adapter)
+            return
+        spare = self._adapter_factory(self.config, self.credential)
+        try:
+            await self._probe(spare)
+        finally:
+            with contextlib.suppress(Exception):
+                await spare.close()
+
     async def _report_loop(self, probe_adapter: AgentAdapter) -> None:
-        probe_every = dt.timedelta(seconds=self.config.env.probe_interval_seconds)
+        probe_every = min(
+            dt.timedelta(seconds=self.config.env.probe_interval_seconds),
+            reverify_interval(self.config.file.heartbeat.auth_max_age_seconds),
+        )
         next_probe = self.clock.now() + probe_every
         next_refresh = self.clock.now() + dt.timedelta(seconds=self.config.file.heartbeat.report_refresh_seconds)
         while True:
@@ -527,8 +572,7 @@ class RunnerProcess:
                 await asyncio.wait_for(self._wake_report.wait(), timeout)
             self._wake_report.clear()
             if self.clock.now() >= next_probe:
-                if probe_adapter in self._free:
-                    await self._probe(probe_adapter)
+                await self._probe_anyway(probe_adapter)
                 next_probe = self.clock.now() + probe_every
             try:
                 next_refresh = await self._write_report_if_due()

@@ -6,7 +6,13 @@ Everything here is pure: functions of what the adapter found, the runner's confi
 When to write (KEP-589's rule for node status, applied to runners): at registration, whenever
 the content changes, and otherwise once every ``reportRefreshSeconds`` -- never because a
 heartbeat happened. "Content" is the report without ``reportedAt``, so a refresh that only moves
-the timestamp is not a change.
+the timestamp is not a change. What a heartbeat does carry is the report's digest
+(:func:`helmhive.api.runner.build_report_digest`), on the Lease.
+
+``authentication.verifiedAt`` is the time of a probe that confirmed the current state. A probe
+with the same verdict moves it only once it is a quarter of the pool's ``authMaxAgeSeconds``
+old (:func:`decide_verified_at`), so re-verifying costs one report write per quarter age, not
+one per probe.
 """
 
 from __future__ import annotations
@@ -42,7 +48,9 @@ __all__ = [
     "build_report",
     "decide_authentication",
     "decide_report_write",
+    "decide_verified_at",
     "report_content",
+    "reverify_interval",
 ]
 
 NO_CREDENTIAL_REASON = "NoCredential"
@@ -98,6 +106,31 @@ def build_fingerprint(
     }
     canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def reverify_interval(auth_max_age_seconds: int) -> dt.timedelta:
+    """How often auth is re-verified (and ``verifiedAt`` republished): a quarter of the pool's bound.
+
+    A quarter leaves room for one missed probe plus a probe timeout before the bound is reached.
+    """
+    return dt.timedelta(seconds=auth_max_age_seconds / 4)
+
+
+def decide_verified_at(
+    *, previous: AuthReport | None, current: AuthReport, probed_at: dt.datetime, auth_max_age_seconds: int
+) -> dt.datetime:
+    """``verifiedAt`` for ``current``, a verdict a probe reached at ``probed_at``.
+
+    A new verdict (state or reason) is verified now; the same verdict keeps the published time
+    until it is :func:`reverify_interval` old.
+    """
+    if previous is None or previous.verified_at is None:
+        return probed_at
+    if (previous.state, previous.reason) != (current.state, current.reason):
+        return probed_at
+    if probed_at - previous.verified_at >= reverify_interval(auth_max_age_seconds):
+        return probed_at
+    return previous.verified_at
 
 
 def decide_authentication(*, adapter: AdapterReport, credential_present: bool) -> AuthReport:

@@ -7,8 +7,11 @@ Probe (no model call, so it costs nothing and needs no network):
   ``true`` is ``Authenticated``/``LoggedIn`` (the CLI has a login; no call verified it) unless
   the last turn was refused for authentication, which is ``Unauthenticated``/``AuthRequired``
   until a turn completes;
-- ``claude --help`` -> the model aliases the ``--model`` option documents; the model the CLI
-  announced in its last turn's ``init`` event is the default.
+- the model catalogue and default (:mod:`~helmhive.runner.adapters.claude_models`): pinned by
+  the pool, or the aliases ``claude --help`` quotes for ``--model`` plus the full id the CLI
+  resolves each one (and the default) to in a credential-free, network-free resolution run;
+  once per adapter. A turn without a model runs with ``--model <default>``, so the advertised
+  default is the model that runs.
 
 A turn runs ``claude --print --output-format stream-json --verbose [--model M] [--effort E]
 [--resume ID] [--allowedTools ...]`` with the prompt on stdin (never in argv), in its own
@@ -28,8 +31,10 @@ import logging
 import os
 import re
 import signal
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
@@ -45,6 +50,15 @@ from helmhive.runner.adapters.base import (
     TurnOutcome,
     TurnRequest,
     TurnResult,
+)
+from helmhive.runner.adapters.claude_models import (
+    ModelTable,
+    build_resolution_env,
+    decide_catalogue,
+    decide_default_request,
+    parse_init_model,
+    parse_model_aliases,
+    read_settings,
 )
 from helmhive.runner.adapters.decisions import bounded, redact, tail
 from helmhive.runner.version import helmhive_version
@@ -62,7 +76,6 @@ log = logging.getLogger(__name__)
 AGENT_NAME = "claude-code"
 STREAM_LIMIT = 50 * 1024 * 1024
 _VERSION = re.compile(r"(\d+\.\d+\.\d+[0-9A-Za-z.+-]*)")
-_QUOTED = re.compile(r"'([a-z][a-z0-9.-]{1,40})'")
 
 
 class ClaudeCliConfig(BaseModel):
@@ -82,6 +95,16 @@ class ClaudeCliConfig(BaseModel):
     stderr_tail_chars: int = Field(default=4000, ge=0, le=8000)
     wrapper: tuple[str, ...] = ()
     """A launcher each turn runs under (the job sandbox); the probe's short commands do not use it."""
+    models: tuple[str, ...] = ()
+    """The pool's pinned catalogue (``adapter.claudeCli.models``); empty: ask the CLI."""
+    default_model: str | None = None
+    """The pool's ``adapter.claudeCli.defaultModel``."""
+
+    def config_dir(self) -> Path | None:
+        """Where the CLI keeps its settings: ``CLAUDE_CONFIG_DIR``, else ``$HOME/.claude``."""
+        if self.env.get("CLAUDE_CONFIG_DIR"):
+            return Path(self.env["CLAUDE_CONFIG_DIR"])
+        return Path(self.env["HOME"]) / ".claude" if self.env.get("HOME") else None
 
     def spawn_env(self) -> dict[str, str]:
         merged = dict(self.env)
@@ -96,20 +119,6 @@ def parse_version(text: str) -> str | None:
     """``2.1.332 (Claude Code)`` -> ``2.1.332``."""
     match = _VERSION.search(text)
     return match.group(1)[:64] if match else None
-
-
-def parse_model_aliases(help_text: str) -> list[str]:
-    """The aliases quoted in the ``--model`` option's help (``'opus'``, ``'sonnet'``...), in order."""
-    lines = help_text.splitlines()
-    for index, line in enumerate(lines):
-        if line.strip().startswith("--model"):
-            block = [line]
-            for follow in lines[index + 1 : index + 8]:
-                if follow.strip().startswith("-"):
-                    break
-                block.append(follow)
-            return list(dict.fromkeys(_QUOTED.findall(" ".join(block))))[:MAX_LIST]
-    return []
 
 
 def decide_auth_status(
@@ -153,6 +162,8 @@ class ClaudeCliAdapter:
         self._config = config
         self._lock = asyncio.Lock()
         self._aliases: list[str] | None = None
+        self._table: ModelTable | None = None
+        self._default: str | None = None
         self._last_model: str | None = None
         self._auth_refused: str | None = None
 
@@ -166,7 +177,9 @@ class ClaudeCliAdapter:
     def _redact(self, text: str, *extra: str | None) -> str:
         return redact(text, [*self._config.secret_values(), *(e for e in extra if e)])
 
-    async def _run_short(self, *args: str) -> tuple[int, str, str]:
+    async def _run_short(
+        self, *args: str, env: dict[str, str] | None = None, cwd: str | None = None
+    ) -> tuple[int, str, str]:
         """Run the CLI with ``args`` (no stdin), bounded by ``request_timeout_s``; killed on timeout."""
         proc = await asyncio.create_subprocess_exec(
             self._config.path,
@@ -174,8 +187,8 @@ class ClaudeCliAdapter:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            env=self._config.spawn_env(),
-            cwd=self._config.cwd,
+            env=self._config.spawn_env() if env is None else env,
+            cwd=cwd or self._config.cwd,
             start_new_session=True,
         )
         try:
@@ -223,23 +236,57 @@ class ClaudeCliAdapter:
                 _, out, _ = await self._run_short("auth", "status", "--json")
                 parsed = json.loads(out)
                 status = parsed if isinstance(parsed, dict) else None
-            if self._aliases is None:
-                with contextlib.suppress(TimeoutError, OSError):
-                    _, help_text, _ = await self._run_short("--help")
-                    self._aliases = parse_model_aliases(help_text)
+            if self._table is None and not self._config.models:
+                self._table = await self._resolve_models()
             auth, reason, message = decide_auth_status(status, last_turn_refused=self._auth_refused)
-            models = list(self._aliases or [])
-            if self._last_model and self._last_model not in models:
-                models.append(self._last_model)
+            models, self._default = decide_catalogue(
+                pinned=self._config.models,
+                pinned_default=self._config.default_model,
+                table=self._table or ModelTable(),
+                seen=[self._last_model] if self._last_model else [],
+                limit=MAX_LIST,
+            )
             return report.model_copy(
                 update={
                     "auth": auth,
                     "auth_reason": reason,
                     "auth_message": self._redact(message)[:MAX_MESSAGE],
-                    "models": models[:MAX_LIST],
-                    "default_model": self._last_model,
+                    "models": models,
+                    "default_model": self._default,
                 }
             )
+
+    async def _resolve_models(self) -> ModelTable:
+        """The aliases ``--help`` quotes, and what the CLI resolves each (and the default) to, offline."""
+        aliases: list[str] = []
+        with contextlib.suppress(TimeoutError, OSError):
+            _, help_text, _ = await self._run_short("--help")
+            aliases = parse_model_aliases(help_text)
+        self._aliases = aliases
+        settings = read_settings(self._config.config_dir())
+        wanted = decide_default_request(
+            pinned_default=self._config.default_model,
+            extra_args=self._config.extra_args,
+            env=self._config.env,
+            settings=settings,
+        )
+        with tempfile.TemporaryDirectory(prefix="helmhive-claude-models-") as scratch:
+            env = build_resolution_env(env=self._config.env, settings=settings, scratch=Path(scratch))
+            resolved = {alias: await self._resolve_one(alias, env, scratch) for alias in aliases}
+            default = resolved.get(wanted) if wanted in resolved else await self._resolve_one(wanted, env, scratch)
+        log.info("claude CLI models: %s; default %s", resolved, default)
+        return ModelTable(aliases=resolved, default=default)
+
+    async def _resolve_one(self, model: str | None, env: dict[str, str], cwd: str) -> str | None:
+        """What ``--model model`` (None: no ``--model``) resolves to, from a run that cannot reach a model."""
+        args = ["--print", "--output-format", "stream-json", "--verbose"]
+        if model:
+            args += ["--model", model]
+        try:
+            _, out, _ = await self._run_short(*args, "Which model are you?", env=env, cwd=cwd)
+        except (TimeoutError, OSError):
+            return None
+        return parse_init_model(out)
 
     # -- turn ----------------------------------------------------------------------------
     def _argv(self, request: TurnRequest) -> list[str]:
@@ -252,8 +299,9 @@ class ClaudeCliAdapter:
             "--verbose",
             *self._config.extra_args,
         ]
-        if request.model:
-            argv += ["--model", request.model]
+        model = request.model or self._default
+        if model and not any(a == "--model" or a.startswith("--model=") for a in self._config.extra_args):
+            argv += ["--model", model]
         if request.effort:
             argv += ["--effort", request.effort]
         if request.session_id is not None:
