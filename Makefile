@@ -7,6 +7,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.helmhive-installed
+TEST_WORKERS ?= 2
 
 .PHONY: demo test lint check-crds crds venv clean-venv
 
@@ -23,8 +24,11 @@ demo: $(STAMP)
 	$(BIN)/helmhive demo
 
 ## Everything CI checks: generated CRDs, lint, types, import layering, then the whole test suite.
+## Two workers (pytest-xdist), one test file each at a time: most tests wait on a real API server,
+## an operator or an agent, so two of them share the machine's 2 cores well. Each worker starts
+## its own control plane. The 25 slowest tests are listed at the end.
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -p no:cacheprovider
+	$(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 lint: $(STAMP)
 	$(BIN)/helmhive crds check

@@ -91,6 +91,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.cluster)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """With test workers (pytest-xdist), build in the controller, where the terminal shows progress.
+
+    The workers collect and run the tests; their output reaches the terminal only per test. So the
+    controller builds (or finds) the binaries first, unless the run leaves cluster tests out, and
+    the workers then find them in the cache (:mod:`helmhive.devcluster.cachelock` keeps two
+    builders from racing in any case).
+    """
+    config = session.config
+    workers = getattr(config.option, "numprocesses", None)
+    if hasattr(config, "workerinput") or not workers or config.option.collectonly or _source(config) != "local":
+        return
+    if "not cluster" in (config.option.markexpr or ""):
+        return
+    _ensure_built(config)
+    if _BUILD_ERROR in config.stash:
+        pytest.exit(f"could not build the control-plane binaries: {config.stash[_BUILD_ERROR]}", returncode=1)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Build the control-plane binaries now, outside any test's timeout, if a test needs them."""
     config = session.config
