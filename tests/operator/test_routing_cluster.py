@@ -151,9 +151,15 @@ def routed(kube: Kube, namespace: str, name: str, status: str) -> Callable[[], d
 
 
 def local_candidates(status: dict[str, Any], namespace: str) -> dict[str, str]:
-    """Runner -> reason for the candidates in ``namespace`` (other tests' runners show as NamespaceNotServed)."""
+    """Runner -> reason for the candidates in ``namespace``.
+
+    Other tests' runners show as NamespaceNotServed, or as NotSchedulable when they are already
+    unschedulable (a test's namespace being deleted: its pool gone, its Runner not yet), which the
+    router checks first; never as anything closer to running the job.
+    """
     rows = status["routing"]["candidates"]
-    assert all(c["reason"] == "NamespaceNotServed" for c in rows if c["namespace"] != namespace), rows
+    foreign = [c["reason"] for c in rows if c["namespace"] != namespace]
+    assert all(r == "NamespaceNotServed" or r.startswith("NotSchedulable") for r in foreign), rows
     return {c["runner"]: c["reason"] for c in rows if c["namespace"] == namespace}
 
 
