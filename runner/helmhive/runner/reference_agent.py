@@ -259,7 +259,7 @@ class ReferenceAgent:
     async def new_session(
         self, cwd: str, additional_directories: Any = None, mcp_servers: Any = None, **kwargs: Any
     ) -> schema.NewSessionResponse:
-        self._log("session/new")
+        self._log("session/new", cwd=cwd)
         self._require_auth()
         session_id = self._settings.session_prefix + uuid.uuid4().hex
         self._sessions[session_id] = Session(cwd=cwd)
