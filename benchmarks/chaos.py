@@ -23,7 +23,8 @@ that can cut its connections) and a RunnerPool of reference-agent runners whose 
    every runner transition's record) and a canary sweep of objects, Events and logs.
 
 It prints each fault as it goes, then the counts of each fault next to the violations found,
-and exits 1 if there is any.
+and exits 1 if there is any. ``--fault-minutes`` (or SIGUSR1) stops the faults early; the run
+then settles and checks as usual, and reports the faults it did inject.
 """
 
 from __future__ import annotations
@@ -34,9 +35,11 @@ import json
 import os
 import random
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -85,6 +88,8 @@ class ChaosOptions:
     audit_seconds: float = 90.0
     max_delay: float = 2.0
     runner_down_max: float = 12.0
+    fault_minutes: float = 0.0
+    """Stop injecting faults after this long (0: never), then settle and check as usual."""
     workdir: Path | None = None
 
 
@@ -219,6 +224,9 @@ class Chaos:
         self.seen: set[str] = set()
         self.routing_kills = 0
         self.fault_log: list[tuple[float, str, str]] = []
+        self.stop_faults = threading.Event()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGUSR1, lambda *_: self.stop_faults.set())
 
     # -- set-up --------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -423,7 +431,11 @@ class Chaos:
         faults = self.schedule()
         self.setup()
         per_burst = max(1, self.opts.jobs // (len(faults) + 1))
+        stop_at = self.started + 60 * self.opts.fault_minutes if self.opts.fault_minutes else float("inf")
         for index, fault in enumerate(faults, 1):
+            if time.monotonic() > stop_at or self.stop_faults.is_set():
+                self.out(f"stopping the faults after {index - 1} of {len(faults)} (time limit or SIGUSR1)")
+                break
             self.burst(min(per_burst, self.opts.jobs - self.created))
             time.sleep(self.rng.uniform(0, self.opts.max_delay))
             what = self.inject(fault)
@@ -529,7 +541,7 @@ def main() -> None:
         "watch_drops",
     ):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name))
-    for name in ("job_seconds", "settle_seconds", "audit_seconds", "max_delay", "runner_down_max"):
+    for name in ("job_seconds", "settle_seconds", "audit_seconds", "max_delay", "runner_down_max", "fault_minutes"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=getattr(defaults, name))
     parser.add_argument("--json", type=Path, help="also write the result here")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")

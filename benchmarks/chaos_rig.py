@@ -25,7 +25,6 @@ import contextlib
 import heapq
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -44,7 +43,17 @@ from helmhive.devcluster import cluster as devcluster
 from helmhive.devcluster.build import ensure_binaries
 from helmhive.devcluster.flags import StateLayout
 from helmhive.devcluster.localpod import LocalPod, run_pod
-from helmhive.devcluster.procs import client_tls, free_ports, log_tail, probe, read_record, spawn, terminate
+from helmhive.devcluster.procs import (
+    ProcessRecord,
+    client_tls,
+    free_ports,
+    is_alive,
+    log_tail,
+    probe,
+    read_record,
+    spawn,
+    terminate,
+)
 
 __all__ = ["ControlPlane", "CutProxy", "Operator", "Recorder", "RunnerPods", "wait_until"]
 
@@ -185,18 +194,25 @@ class CutProxy:
 
 @dataclass
 class Operator:
-    """The real operator process, talking to the API server through ``server`` (the cut proxy)."""
+    """The real operator process, talking to the API server through ``server`` (the cut proxy).
+
+    Started like a control-plane component (``spawn``: its own session, ended if this process
+    dies), from the main thread only: the parent-death signal follows the thread that started it.
+    """
 
     plane: ControlPlane
     workdir: Path
     server: str
-    proc: subprocess.Popen[bytes] | None = None
+    record: ProcessRecord | None = None
     ports: list[int] = field(default_factory=lambda: free_ports(3))
     kubeconfig: Path | None = None
 
     @property
     def log_path(self) -> Path:
         return self.workdir / "operator.log"
+
+    def alive(self) -> bool:
+        return self.record is not None and is_alive(self.record.pid, self.record.start_ticks)
 
     def start(self, *, timeout: float = 120.0) -> float:
         """Start it and wait for its liveness; return the seconds that took."""
@@ -206,56 +222,51 @@ class Operator:
             self.kubeconfig = operator_kubeconfig(self.plane.api(), proxied, self.workdir / "operator.kubeconfig")
         health, webhook, metrics = self.ports
         started = time.monotonic()
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "helmhive",
-                    "operator",
-                    "run",
-                    "--kubeconfig",
-                    str(self.kubeconfig),
-                    f"--liveness=http://127.0.0.1:{health}/healthz",
-                    "--webhook-addr=127.0.0.1",
-                    "--webhook-host=127.0.0.1",
-                    f"--webhook-port={webhook}",
-                    "--metrics-addr=127.0.0.1",
-                    f"--metrics-port={metrics}",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={k: v for k, v in os.environ.items() if k != "KUBECONFIG"},
-            )
-
-        def live() -> bool:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the operator exited with {self.proc.returncode}:\n{log_tail(self.log_path)}")
-            return httpx.get(f"http://127.0.0.1:{health}/healthz", timeout=2).status_code == 200
-
+        argv = [
+            sys.executable,
+            "-m",
+            "helmhive",
+            "operator",
+            "run",
+            "--kubeconfig",
+            str(self.kubeconfig),
+            f"--liveness=http://127.0.0.1:{health}/healthz",
+            "--webhook-addr=127.0.0.1",
+            "--webhook-host=127.0.0.1",
+            f"--webhook-port={webhook}",
+            "--metrics-addr=127.0.0.1",
+            f"--metrics-port={metrics}",
+        ]
+        self.record = spawn(
+            "helmhive-operator", argv, log_path=self.log_path, pid_dir=self.workdir / "pids", tie_to_parent=True
+        )
         deadline = time.monotonic() + timeout
-        while not _quietly(live):
+        url = f"http://127.0.0.1:{health}/healthz"
+        while not _quietly(lambda: httpx.get(url, timeout=2).status_code == 200):
+            if not self.alive():
+                raise RuntimeError(f"the operator exited:\n{log_tail(self.log_path)}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the operator was not live in {timeout:g} s:\n{log_tail(self.log_path)}")
-            if self.proc.poll() is not None:
-                live()  # raises with the log
             time.sleep(0.2)
         return time.monotonic() - started
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=30)
+        if self.record is not None and self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.record.pid, signal.SIGKILL)
+            wait_until(lambda: not self.alive() or _reap(self.record), timeout=30, what="the operator to die")
+            _reap(self.record)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        if self.record is not None:
+            terminate(self.record, grace=30)
+
+
+def _reap(record: ProcessRecord | None) -> bool:
+    if record is not None:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(record.pid, os.WNOHANG)
+    return False
 
 
 def _quietly(check: Callable[[], bool]) -> bool:
