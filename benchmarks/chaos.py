@@ -19,8 +19,9 @@ that can cut its connections) and a RunnerPool of reference-agent runners whose 
    (:mod:`chaos_invariants`: no double assignment, no over-commit in the watch history and in a
    listed sample);
 3. once the faults stop, every job must end (routed and finished, or failed closed with a
-   reason) within ``--settle-seconds``; then the audit (every assignment's ``JobRouted`` record,
-   every runner transition's record) and a canary sweep of objects, Events and logs.
+   reason) within the documented bound (:meth:`ChaosOptions.bound`); then the audit (every
+   assignment's ``JobRouted`` record, every runner transition's record) and a canary sweep of
+   objects, Events and logs.
 
 It prints each fault as it goes, then the counts of each fault next to the violations found,
 and exits 1 if there is any. ``--fault-minutes`` (or SIGUSR1) stops the faults early; the run
@@ -84,13 +85,24 @@ class ChaosOptions:
     etcd_restarts: int = 1
     watch_drops: int = 1
     job_seconds: float = 1.0
-    settle_seconds: float = 180.0
+    capacity_deadline: float = 300.0
+    """The operator's ``HELMHIVE_ROUTING_CAPACITY_DEADLINE_SECONDS``: how long a job may wait for a free slot."""
+    job_timeout: int = 120
+    """Each job's ``spec.timeoutSeconds``."""
+    settle_seconds: float = 0.0
+    """How long after the faults stop every job must have ended; 0: the documented bound (:meth:`bound`)."""
     audit_seconds: float = 90.0
     max_delay: float = 2.0
     runner_down_max: float = 12.0
     fault_minutes: float = 0.0
     """Stop injecting faults after this long (0: never), then settle and check as usual."""
     workdir: Path | None = None
+
+    def bound(self) -> float:
+        """The latest a job may end once the faults stop: a waiting job fails ``CapacityDeadlineExceeded`` at
+        its capacity deadline, a running one ends by its timeout or, its runner lost, one Lease (5 s) plus the
+        2 s grace later; a minute more for a loaded machine."""
+        return self.settle_seconds or self.capacity_deadline + self.job_timeout + 5 + 2 + 60
 
 
 @dataclass
@@ -174,7 +186,7 @@ def namespace_docs(opts: ChaosOptions, canary: str) -> list[dict[str, Any]]:
     ]
 
 
-def job_doc(index: int) -> dict[str, Any]:
+def job_doc(index: int, timeout: int = 120) -> dict[str, Any]:
     """Every third job an implementation probe (never re-run once started), the rest read-only connection tests."""
     kind = "implementation-probe" if index % 3 == 2 else "connection-test"
     return {
@@ -184,7 +196,7 @@ def job_doc(index: int) -> dict[str, Any]:
         "spec": {
             "workspace": "payments",
             "jobKind": kind,
-            "timeoutSeconds": 300,
+            "timeoutSeconds": timeout,
             "request": {"title": f"chaos {index}", "prompt": f"Job {index}.\nREFERENCE-AGENT: slow"},
         },
     }
@@ -235,7 +247,12 @@ class Chaos:
         api = self.plane.api()
         self.core, self.custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
         self.proxy = CutProxy(info.ports.apiserver)
-        self.operator = Operator(self.plane, self.workdir, self.proxy.url)
+        self.operator = Operator(
+            self.plane,
+            self.workdir,
+            self.proxy.url,
+            env={"HELMHIVE_ROUTING_CAPACITY_DEADLINE_SECONDS": f"{self.opts.capacity_deadline:g}"},
+        )
         self.operator.start()
         wait_until(
             lambda: len(self.custom.list_cluster_custom_object(GROUP, VERSION, "envelopes")["items"]) >= 7,
@@ -289,8 +306,12 @@ class Chaos:
 
     # -- faults --------------------------------------------------------------------------------
     def burst(self, count: int) -> None:
+        """Create ``count`` jobs, once some runner is schedulable again (up to a minute): jobs created while
+        every runner is down only fail closed ``NoEligibleRunner``, which tests nothing more."""
+        with contextlib.suppress(TimeoutError):
+            wait_until(lambda: self._schedulable() > 0, timeout=60, what="a schedulable runner", interval=0.5)
         for _ in range(count):
-            self._create(job_doc(self.created))
+            self._create(job_doc(self.created, self.opts.job_timeout))
             self.created += 1
 
     def inject(self, fault: str) -> str:
@@ -370,7 +391,7 @@ class Chaos:
 
     def settle(self) -> list[dict[str, Any]]:
         started = time.monotonic()
-        deadline = started + self.opts.settle_seconds
+        deadline = started + self.opts.bound()
         while True:
             jobs = _retrying(self._jobs)
             left = [j for j in jobs if not is_settled(j)]
@@ -378,7 +399,7 @@ class Chaos:
                 self.result.figures["settle_seconds"] = round(time.monotonic() - started, 1)
                 return jobs
             if time.monotonic() > deadline:
-                self._add(check_settled(jobs, bound=self.opts.settle_seconds))
+                self._add(check_settled(jobs, bound=self.opts.bound()))
                 return jobs
             time.sleep(0.5)
 
@@ -448,7 +469,7 @@ class Chaos:
         self.pods.settled()
         for failure in self.pods.failures:
             self.out(f"  {failure}")
-        self.out(f"faults done; waiting up to {self.opts.settle_seconds:g} s for all {self.created} jobs to end")
+        self.out(f"faults done; waiting up to {self.opts.bound():g} s for all {self.created} jobs to end")
         jobs = self.settle()
         self.check_now("at the end")
         self.audits()
@@ -541,7 +562,15 @@ def main() -> None:
         "watch_drops",
     ):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name))
-    for name in ("job_seconds", "settle_seconds", "audit_seconds", "max_delay", "runner_down_max", "fault_minutes"):
+    for name in (
+        "job_seconds",
+        "capacity_deadline",
+        "settle_seconds",
+        "audit_seconds",
+        "max_delay",
+        "runner_down_max",
+        "fault_minutes",
+    ):
         parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=getattr(defaults, name))
     parser.add_argument("--json", type=Path, help="also write the result here")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")

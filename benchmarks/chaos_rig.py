@@ -206,6 +206,8 @@ class Operator:
     record: ProcessRecord | None = None
     ports: list[int] = field(default_factory=lambda: free_ports(3))
     kubeconfig: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    """Operator settings (``HELMHIVE_...``) on top of this process's environment."""
 
     @property
     def log_path(self) -> Path:
@@ -223,6 +225,8 @@ class Operator:
         health, webhook, metrics = self.ports
         started = time.monotonic()
         argv = [
+            "env",
+            *(f"{k}={v}" for k, v in sorted(self.env.items())),
             sys.executable,
             "-m",
             "helmhive",
