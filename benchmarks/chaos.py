@@ -581,7 +581,13 @@ def main() -> None:
     print()
     print(render(result))
     if args.json:
-        doc = {**asdict(result), "violations": [str(v) for v in result.violations]}
+        doc = {
+            "seed": result.seed,
+            "faults": dict(result.faults),
+            "violations": [str(v) for v in result.violations],
+            "outcomes": dict(result.outcomes),
+            "figures": result.figures,
+        }  # asdict would garble the Counters
         args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n")
     sys.exit(1 if result.violations else 0)
 
