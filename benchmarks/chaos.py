@@ -44,12 +44,27 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from chaos_config import (
+    FAULTS,
+    GROUP,
+    NS,
+    POOL,
+    SWEPT,
+    VERSION,
+    ChaosOptions,
+    ChaosResult,
+    canary_for,
+    job_doc,
+    namespace_docs,
+    render,
+    retrying,
+)
 from chaos_invariants import (
     Violation,
     check_job_audit,
@@ -61,162 +76,8 @@ from chaos_invariants import (
     outcome,
     sweep_canary,
 )
-from chaos_rig import GROUP, VERSION, ControlPlane, CutProxy, Operator, Recorder, RunnerPods, wait_until
+from chaos_rig import ControlPlane, CutProxy, Operator, Recorder, RunnerPods, wait_until
 from kubernetes import client
-from kubernetes.client.rest import ApiException
-
-NS = "chaos"
-POOL = "chaos"
-FAULTS = ("operator-kill", "runner-kill", "apiserver-restart", "etcd-restart", "watch-drop")
-SWEPT = ("agentjobs", "runners", "runnerpools", "auditrecords", "profiles", "workspaces", "sessionbindings")
-
-
-@dataclass(kw_only=True)
-class ChaosOptions:
-    """What one run does; every field is a command-line option of the same name."""
-
-    seed: int
-    jobs: int = 40
-    runners: int = 2
-    concurrency: int = 2
-    operator_kills: int = 3
-    runner_kills: int = 2
-    apiserver_restarts: int = 1
-    etcd_restarts: int = 1
-    watch_drops: int = 1
-    job_seconds: float = 1.0
-    capacity_deadline: float = 300.0
-    """The operator's ``HELMHIVE_ROUTING_CAPACITY_DEADLINE_SECONDS``: how long a job may wait for a free slot."""
-    job_timeout: int = 120
-    """Each job's ``spec.timeoutSeconds``."""
-    settle_seconds: float = 0.0
-    """How long after the faults stop every job must have ended; 0: the documented bound (:meth:`bound`)."""
-    audit_seconds: float = 90.0
-    max_delay: float = 2.0
-    runner_down_max: float = 12.0
-    fault_minutes: float = 0.0
-    """Stop injecting faults after this long (0: never), then settle and check as usual."""
-    workdir: Path | None = None
-
-    def bound(self) -> float:
-        """The latest a job may end once the faults stop: a waiting job fails ``CapacityDeadlineExceeded`` at
-        its capacity deadline, a running one ends by its timeout or, its runner lost, one Lease (5 s) plus the
-        2 s grace later; a minute more for a loaded machine."""
-        return self.settle_seconds or self.capacity_deadline + self.job_timeout + 5 + 2 + 60
-
-
-@dataclass
-class ChaosResult:
-    seed: int
-    faults: Counter[str] = field(default_factory=Counter)
-    violations: list[Violation] = field(default_factory=list)
-    outcomes: Counter[str] = field(default_factory=Counter)
-    figures: dict[str, Any] = field(default_factory=dict)
-
-    def by_invariant(self) -> Counter[str]:
-        return Counter(v.invariant for v in self.violations)
-
-
-def canary_for(seed: int) -> str:
-    return f"hh-chaos-canary-{seed:x}-sk-do-not-leak"
-
-
-def namespace_docs(opts: ChaosOptions, canary: str) -> list[dict[str, Any]]:
-    """The canary Secret, the reference RunnerPool, a Workspace and its two Profiles."""
-    api = f"{GROUP}/{VERSION}"
-    steps = max(1, round(opts.job_seconds / 0.25))
-    profile = {
-        "purpose": "Chaos run.",
-        "instructions": "Answer briefly.",
-        "providerMappings": [{"provider": "reference"}],
-    }
-    env = [
-        {"name": "HELMHIVE_REFERENCE_AGENT_SLOW_STEPS", "value": str(steps)},
-        {"name": "HELMHIVE_REFERENCE_AGENT_SLOW_INTERVAL", "value": "0.25"},
-    ]
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "reference-token"},
-            "stringData": {"token": canary},
-        },
-        {
-            "apiVersion": api,
-            "kind": "RunnerPool",
-            "metadata": {"name": POOL},
-            "spec": {
-                "provider": "reference",
-                "adapter": {"type": "acp", "acp": {"command": "helmhive-reference-agent", "env": env}},
-                "image": "ghcr.io/helmhive/helmhive:test",
-                "credential": {
-                    "secretRef": {"name": "reference-token", "key": "token"},
-                    "envName": "HELMHIVE_REFERENCE_AGENT_TOKEN",
-                },
-                "capabilities": ["structured-output", "diff-review", "workspace-write"],
-                "concurrency": opts.concurrency,
-                "replicas": opts.runners,
-                "heartbeat": {"leaseDurationSeconds": 5, "renewIntervalSeconds": 1, "reportRefreshSeconds": 60},
-            },
-        },
-        {
-            "apiVersion": api,
-            "kind": "Workspace",
-            "metadata": {"name": "payments"},
-            "spec": {
-                "repository": {"url": "https://git.example.com/payments.git"},
-                "profiles": [
-                    {"jobKind": "connection-test", "profile": "ref-check"},
-                    {"jobKind": "implementation-probe", "profile": "ref-impl"},
-                ],
-            },
-        },
-        {
-            "apiVersion": api,
-            "kind": "Profile",
-            "metadata": {"name": "ref-check"},
-            "spec": {"envelope": "connection-test", **profile},
-        },
-        {
-            "apiVersion": api,
-            "kind": "Profile",
-            "metadata": {"name": "ref-impl"},
-            "spec": {"envelope": "implementation-probe", **profile},
-        },
-    ]
-
-
-def job_doc(index: int, timeout: int = 120) -> dict[str, Any]:
-    """Every third job an implementation probe (never re-run once started), the rest read-only connection tests."""
-    kind = "implementation-probe" if index % 3 == 2 else "connection-test"
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "AgentJob",
-        "metadata": {"name": f"job-{index:05d}"},
-        "spec": {
-            "workspace": "payments",
-            "jobKind": kind,
-            "timeoutSeconds": timeout,
-            "request": {"title": f"chaos {index}", "prompt": f"Job {index}.\nREFERENCE-AGENT: slow"},
-        },
-    }
-
-
-def _retrying(call: Callable[[], Any], *, timeout: float = 120.0) -> Any:
-    """One write, retried while the API server restarts (an AlreadyExists after a lost answer counts as done)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return call()
-        except ApiException as err:
-            if err.status == 409:
-                return None
-            if time.monotonic() > deadline:
-                raise
-        except Exception:  # connection refused or reset while a component restarts
-            if time.monotonic() > deadline:
-                raise
-        time.sleep(0.5)
 
 
 class Chaos:
@@ -283,10 +144,10 @@ class Chaos:
 
     def _create(self, doc: dict[str, Any]) -> None:
         if doc["kind"] == "Secret":
-            _retrying(lambda: self.core.create_namespaced_secret(NS, doc))
+            retrying(lambda: self.core.create_namespaced_secret(NS, doc))
             return
         plural = doc["kind"].lower() + "s"
-        _retrying(lambda: self.custom.create_namespaced_custom_object(GROUP, VERSION, NS, plural, doc))
+        retrying(lambda: self.custom.create_namespaced_custom_object(GROUP, VERSION, NS, plural, doc))
 
     def _schedulable(self) -> int:
         runners = self.custom.list_namespaced_custom_object(GROUP, VERSION, NS, "runners")["items"]
@@ -349,7 +210,7 @@ class Chaos:
 
     def _routing(self) -> int:
         """Jobs bound to a profile and not yet assigned: the router's work in hand."""
-        jobs = _retrying(self._jobs)
+        jobs = retrying(self._jobs)
         return sum(
             1
             for j in jobs
@@ -386,14 +247,14 @@ class Chaos:
 
     def check_now(self, when: str) -> int:
         found, _, _ = check_job_history(list(self.recorder.jobs), concurrency=self.opts.concurrency)
-        sample = _retrying(self._jobs)
+        sample = retrying(self._jobs)
         return self._add(found + check_over_commit(sample, concurrency=self.opts.concurrency, when=when))
 
     def settle(self) -> list[dict[str, Any]]:
         started = time.monotonic()
         deadline = started + self.opts.bound()
         while True:
-            jobs = _retrying(self._jobs)
+            jobs = retrying(self._jobs)
             left = [j for j in jobs if not is_settled(j)]
             if len(jobs) >= self.created and not left:
                 self.result.figures["settle_seconds"] = round(time.monotonic() - started, 1)
@@ -407,7 +268,7 @@ class Chaos:
         """The AuditRecords once every expected one is there (or ``audit_seconds`` have passed)."""
         deadline = time.monotonic() + self.opts.audit_seconds
         while True:
-            records: list[dict[str, Any]] = _retrying(
+            records: list[dict[str, Any]] = retrying(
                 lambda: self.custom.list_namespaced_custom_object(GROUP, VERSION, NS, "auditrecords")["items"]
             )
             missing = check_job_audit(self.recorder.jobs, records) + check_runner_audit(self.recorder.runners, records)
@@ -486,6 +347,7 @@ class Chaos:
         self.result.figures |= {
             "jobs": len(jobs),
             "requeues": requeues,
+            "requeued_jobs": sorted({e.name for e in self.recorder.jobs if e.attempts > 0}),
             "peak_jobs_on_one_runner": peak,
             "job_events": len(self.recorder.jobs),
             "runner_events": len(self.recorder.runners),
@@ -509,28 +371,6 @@ class Chaos:
                 with contextlib.suppress(Exception):
                     getattr(getattr(self, part), stop)()
         self.plane.stop()
-
-
-def render(result: ChaosResult) -> str:
-    by = result.by_invariant()
-    invariants = (
-        "double-assignment",
-        "over-commit",
-        "lost-job",
-        "audit-job-routed",
-        "audit-runner-status",
-        "audit-runner-registered",
-        "secret-leaked",
-    )
-    lines = [
-        f"seed {result.seed}: faults " + ", ".join(f"{k} {result.faults[k]}" for k in FAULTS),
-        "violations "
-        + ", ".join(f"{k} {by[k]}" for k in invariants)
-        + "".join(f", {k} {n}" for k, n in sorted(by.items()) if k not in invariants),
-        "outcomes " + ", ".join(f"{k} {n}" for k, n in sorted(result.outcomes.items())),
-        "figures " + json.dumps(result.figures),
-    ]
-    return "\n".join(lines)
 
 
 def run_chaos(opts: ChaosOptions, out: Callable[[str], None] = print, *, keep: bool = False) -> ChaosResult:
