@@ -98,6 +98,22 @@ def _wait_event(kube: Kube, namespace: str, name: str, says: Callable[[str], boo
     return wait_for(posted, timeout=60, describe=f"a RunnerLost Event about job {name}: {describe}")
 
 
+def _routed_records(kube: Kube, namespace: str, job: str, *, count: int) -> dict[str, str]:
+    """Name -> runner of the JobRouted AuditRecords about ``job``, once there are ``count`` of them."""
+
+    def listed() -> dict[str, str]:
+        items = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "auditrecords")["items"]
+        found = {
+            r["metadata"]["name"]: r["spec"]["details"]["runner"]
+            for r in items
+            if r["spec"]["action"] == "JobRouted" and r["spec"]["object"]["name"] == job
+        }
+        assert len(found) == count, found
+        return found
+
+    return wait_for(listed, timeout=60, describe=f"{count} JobRouted records about job {job}")
+
+
 def test_a_deleted_runner_ends_its_jobs_and_a_requeued_job_is_not_rerun_twice(
     fleet: Fleet, kube: Kube, namespace: str
 ) -> None:
@@ -120,6 +136,12 @@ def test_a_deleted_runner_ends_its_jobs_and_a_requeued_job_is_not_rerun_twice(
     )
     write = get_job(kube, namespace, "write")
     assert running(write) and not write["status"].get("attempts"), "a job on another runner is untouched"
+    # Each run has its own JobRouted record: the re-run's is not a 409 against the first run's.
+    routed = _routed_records(kube, namespace, "read", count=2)
+    assert routed == {
+        "agentjob-read-" + again["metadata"]["uid"][:8] + "-routed": read_on,
+        "agentjob-read-" + again["metadata"]["uid"][:8] + "-routed-1": second,
+    }, routed
 
     # Its second runner goes Offline (it releases its Lease): lost again, it is not re-run a second time.
     _start(fleet, kube, namespace, "read")

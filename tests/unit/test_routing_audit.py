@@ -75,6 +75,29 @@ def test_an_assignment_gives_a_routed_and_a_memory_record_with_fixed_names() -> 
     assert memory["details"] == {"memoryIds": "cents,retries", "workspace": "shop"}
 
 
+def test_a_run_after_a_lost_runner_gets_records_of_its_own() -> None:
+    """A re-queued job (``status.attempts`` 1) routed again: new names, so the first run's stay."""
+    first = build_routing_audits(job=job({"assignment": ASSIGNMENT, "conditions": routed("True", "Assigned")}), now=NOW)
+    again = build_routing_audits(
+        job=job(
+            {
+                "attempts": 1,
+                "assignment": {**ASSIGNMENT, "runner": "claude-1"},
+                "conditions": routed("True", "Assigned"),
+            }
+        ),
+        now=NOW,
+    )
+    assert [r["metadata"]["name"] for r in again] == [
+        "agentjob-review-1-01234567-routed-1",
+        "agentjob-review-1-01234567-memory-1",
+    ]
+    assert {r["metadata"]["name"] for r in first}.isdisjoint(r["metadata"]["name"] for r in again)
+    assert again[0]["spec"]["details"]["runner"] == "claude-1"
+    assert "agentjob-review-1-01234567-memory-run-1" in again[1]["spec"]["message"]
+    assert audit_name("review-1", "0123456789abcdef", "routed", 0) == "agentjob-review-1-01234567-routed"
+
+
 def test_no_memory_record_without_injected_memory() -> None:
     records = build_routing_audits(
         job=job(

@@ -14,7 +14,8 @@ runners, not to jobs, and reads nothing from the API server while no runner is l
   operator was down, or just before the assignment was seen) is ended too.
 
 Kopf runs no handler before every index is filled from its initial list, so "absent from the
-index" means absent from the cluster. Ending a job reads it once (a GET), builds the lost step's
+index" means absent from the cluster. Ending a job reads it once (a GET), makes sure the run being
+ended has its routing audit records (a re-queue clears the assignment they are built from), builds the lost step's
 status patch with :func:`helmhive.policy.lost_runners.build_lost_job_status` (from
 :func:`helmhive.policy.agentjob.decide_lost`: ended, or re-queued when
 :func:`helmhive.policy.retry.decide_job_retry` allows it) and merge-patches only the fields that
@@ -27,6 +28,7 @@ long as the job is still held on a runner that is still lost.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -35,6 +37,7 @@ import kopf
 
 from helmhive.api.kinds import GROUP, VERSION, kind_by_name
 from helmhive.api.reasons import Reason
+from helmhive.controller.audit import ensure_audit_unless_terminating
 from helmhive.controller.kube import Conflict, NotFound
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.agentjob import decide_held_runner
@@ -47,6 +50,7 @@ from helmhive.policy.lost_runners import (
     build_runner_liveness,
     decide_runner_lost,
 )
+from helmhive.policy.routing_audit import build_routing_audits
 
 __all__ = ["LostJobs", "register"]
 
@@ -140,6 +144,7 @@ class LostJobs:
             return True  # finished meanwhile, or re-queued and placed elsewhere
         now = self.runtime.clock()
         update = build_lost_job_status(job=fresh, message=message, now=now)
+        await self._record_outgoing_run(fresh, now)
         try:
             await kube.patch_status(AGENT_JOB, job[1], update.patch, namespace=job[0])
         except NotFound:
@@ -155,6 +160,27 @@ class LostJobs:
             now=now,
         )
         return True
+
+    async def _record_outgoing_run(self, job: dict[str, Any], now: dt.datetime) -> None:
+        """Make sure the run being ended has its routing records before a re-queue clears its assignment.
+
+        Routing writes its records off the assignment path, and recovery after a restart writes the
+        missing ones from a job's *current* status; once re-queued, the status no longer names this
+        run's runner. So the lost step writes them first (an existing record is a 409: done).
+        """
+        meta = job.get("metadata") or {}
+        involved = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "AgentJob",
+            "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid")},
+        }
+        for record in build_routing_audits(job=job, now=now):
+            try:
+                await ensure_audit_unless_terminating(
+                    self.runtime.kube, record, involved=involved, event_reason=record["spec"]["action"], now=now
+                )
+            except Conflict:
+                continue
 
     @staticmethod
     def _report(job: dict[str, Any], update: LostJobUpdate, message: str) -> None:

@@ -1,8 +1,8 @@
 """The audit records of a routing decision, built from what the job's status says was written. Pure.
 
-One decision about one job gives at most two records, each with a *deterministic name*
-(``agentjob-<job>-<uid8>-<suffix>``), so writing them again after a crash is a harmless
-409 and a job never has two:
+One decision about one run of a job gives at most two records, each with a *deterministic name*
+(``agentjob-<job>-<uid8>-<suffix>``, with ``-<attempt>`` appended for a re-run after a lost
+runner), so writing them again after a crash is a harmless 409 and a run never has two:
 
 - ``JobRouted`` (suffix ``routed``): runner, pool, provider, model and its source, effort,
   mapping, credential generation, profile revision, memory count, avoided provider;
@@ -30,9 +30,15 @@ from helmhive.policy.conditions import find_condition
 __all__ = ["audit_name", "build_routing_audits"]
 
 
-def audit_name(job_name: str, uid: str, suffix: str) -> str:
-    """The AuditRecord name for one kind of routing record about one job."""
-    return f"agentjob-{job_name[:200]}-{uid[:8]}-{suffix}"
+def audit_name(job_name: str, uid: str, suffix: str, attempt: int = 0) -> str:
+    """The AuditRecord name for one kind of routing record about one run of one job.
+
+    A job re-queued after its runner was lost (``status.attempts`` > 0) is routed again, and that
+    decision is a record of its own: the attempt is part of the name from the first re-run on (the
+    first run keeps the plain name), so the second assignment is not a 409 against the first.
+    """
+    base = f"agentjob-{job_name[:200]}-{uid[:8]}-{suffix}"
+    return base if attempt <= 0 else f"{base}-{attempt}"
 
 
 def _named(record: dict[str, Any], name: str) -> dict[str, Any]:
@@ -55,6 +61,7 @@ def build_routing_audits(*, job: Mapping[str, Any], now: dt.datetime) -> list[di
     message = str(routed.get("message") or "")
     routing = status.get("routing") or {}
     assignment = status.get("assignment")
+    attempt = int(status.get("attempts") or 0)
     if assignment:
         memory_ids = [str(m) for m in assignment.get("memoryIds") or []]
         details = {
@@ -83,7 +90,7 @@ def build_routing_audits(*, job: Mapping[str, Any], now: dt.datetime) -> list[di
                     details=details,
                     now=now,
                 ),
-                audit_name(name, uid, "routed"),
+                audit_name(name, uid, "routed", attempt),
             )
         ]
         if memory_ids:
@@ -96,7 +103,7 @@ def build_routing_audits(*, job: Mapping[str, Any], now: dt.datetime) -> list[di
                         message=(
                             f"memory records selected at queue time: {', '.join(memory_ids)} "
                             "(the runner re-checks each when the job starts; its report is the "
-                            f"{audit_name(name, uid, 'memory-run')} record)"
+                            f"{audit_name(name, uid, 'memory-run', attempt)} record)"
                         )[:1024],
                         details={
                             "memoryIds": ",".join(memory_ids)[:512],
@@ -104,7 +111,7 @@ def build_routing_audits(*, job: Mapping[str, Any], now: dt.datetime) -> list[di
                         },
                         now=now,
                     ),
-                    audit_name(name, uid, "memory"),
+                    audit_name(name, uid, "memory", attempt),
                 )
             )
         return records
@@ -120,7 +127,7 @@ def build_routing_audits(*, job: Mapping[str, Any], now: dt.datetime) -> list[di
                     details={"reason": reason[:512], "consideredRunners": str(routing.get("consideredRunners", 0))},
                     now=now,
                 ),
-                audit_name(name, uid, "routing-failed"),
+                audit_name(name, uid, "routing-failed", attempt),
             )
         ]
     return []
