@@ -159,6 +159,27 @@ def check_job_history(events: Iterable[JobEvent], *, concurrency: int) -> tuple[
     state: dict[str, JobEvent] = {}
     load = _Load()
     requeues = peak = 0
+    relist: list[JobEvent] = []  # a re-list is one snapshot: judged once all of it is applied
+
+    def judge(event: JobEvent, held: int, *, after_relist: bool = False) -> None:
+        nonlocal peak
+        peak = max(peak, held)
+        if held > concurrency:
+            at = "after a re-list, " if after_relist else ""
+            violations.append(
+                Violation(
+                    invariant="over-commit",
+                    detail=f"{at}job {event.name} rv {event.resource_version} makes {held} on {event.runner} "
+                    f"> {concurrency}",
+                )
+            )
+
+    def end_relist() -> None:
+        last: dict[str, JobEvent] = {e.runner: e for e in relist if e.runner}
+        for runner, event in last.items():
+            judge(event, len(load.by_runner.get(runner, ())), after_relist=True)
+        relist.clear()
+
     for event in events:
         before = state.get(event.uid)
         if before is not None and not event.deleted:
@@ -166,15 +187,14 @@ def check_job_history(events: Iterable[JobEvent], *, concurrency: int) -> tuple[
             requeues += max(0, event.attempts - before.attempts)
         state[event.uid] = event
         held = load.update(event)
-        peak = max(peak, held)
-        if held > concurrency:
-            violations.append(
-                Violation(
-                    invariant="over-commit",
-                    detail=f"job {event.name} rv "
-                    f"{event.resource_version} makes {held} on {event.runner} > {concurrency}",
-                )
-            )
+        if event.relisted:
+            # Items of a re-list come one by one: before the last one is applied, jobs finished during
+            # the watch gap still count as held. Judging mid-list reports loads that never existed.
+            relist.append(event)
+            continue
+        end_relist()
+        judge(event, held)
+    end_relist()
     return violations, requeues, peak
 
 

@@ -401,8 +401,13 @@ class Recorder:
 
     def _list(self, plural: str, *, relisted: bool) -> str:
         listed = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, plural)
-        for item in listed["items"]:
-            self._record(plural, item, relisted=relisted)
+        at = round(time.monotonic() - self.origin, 3)
+        # One extend (atomic under the GIL): a check reading the history mid-way never sees half a
+        # re-list, which the invariants judge as one snapshot.
+        if plural == "agentjobs":
+            self.jobs.extend([job_event(i, relisted=relisted, at=at) for i in listed["items"]])
+        else:
+            self.runners.extend([runner_event(i, relisted=relisted, at=at) for i in listed["items"]])
         return str(listed["metadata"]["resourceVersion"])
 
     def _watch(self, plural: str) -> None:

@@ -49,15 +49,7 @@ def test_a_short_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
     result = run_chaos(opts, out=lambda line: print(line, flush=True))
     print(render(result))
     assert dict(result.faults) == dict(zip(FAULTS, (3, 2, 1, 1, 1), strict=True)), "every fault was injected"
-    # Open problems 3 and 4 of docs/reliability.md: the JobRouted record of a re-queued job's second
-    # assignment (or of its first, when the operator died before writing it) is missing. Only that gap,
-    # on a job that was re-queued, is let through (and printed); remove this when the operator is fixed.
-    requeued = set(result.figures["requeued_jobs"])
-    known = [v for v in result.violations if v.invariant == "audit-job-routed" and v.detail.split()[1] in requeued]
-    for violation in known:
-        print(f"known open problem (docs/reliability.md, problems 3 and 4): {violation}")
-    unexpected = [v for v in result.violations if v not in known]
-    assert not unexpected, "\n".join(map(str, unexpected)) + f"\n(seed {SEED}; logs in {tmp_path})"
+    assert not result.violations, "\n".join(map(str, result.violations)) + f"\n(seed {SEED}; logs in {tmp_path})"
     assert result.figures["jobs"] == 40
     assert result.outcomes["Succeeded=True/Completed"] > 0, result.outcomes
     assert result.figures["job_events"] > 40 * 2, "the watch recorded each job's changes"

@@ -97,6 +97,24 @@ def test_a_runner_over_its_concurrency_is_an_over_commit_and_a_finished_job_free
     assert [v.invariant for v in check_over_commit(listed, concurrency=2, when="now")] == ["over-commit"]
 
 
+def test_a_relist_is_judged_as_one_snapshot() -> None:
+    """A watch gap hid two jobs finishing; the re-list brings a new job's assignment before them."""
+    full = [ev("a", 1, "r0"), ev("b", 2, "r0")]
+    relist = [
+        ev("c", 9, "r0", relisted=True),  # listed first: for a moment a, b and c all look held
+        ev("a", 7, "r0", finished=True, reason="RunnerLost", relisted=True),
+        ev("b", 8, "r0", finished=True, reason="RunnerLost", relisted=True),
+    ]
+    assert invariants([*full, *relist]) == []
+    _, _, peak = check_job_history([*full, *relist], concurrency=2)
+    assert peak == 2
+    # A re-list that really holds three is still an over-commit, reported once, after the list.
+    still = [ev("c", 9, "r0", relisted=True), ev("d", 10, "r0", relisted=True)]
+    violations = check_job_history([ev("a", 1, "r0"), *still, ev("e", 11, None)], concurrency=2)[0]
+    assert [v.invariant for v in violations] == ["over-commit"]
+    assert "after a re-list" in violations[0].detail
+
+
 def job(name: str, runner: str | None, conditions: list[dict[str, str]] | None = None) -> dict[str, Any]:
     status: dict[str, Any] = {"conditions": conditions or []}
     if runner:
