@@ -57,29 +57,17 @@ class CliKube:
 
     def patch(self, plural: str, name: str, namespace: str, patch: dict[str, Any]) -> dict[str, Any]:
         """Merge-patch the object; ``metadata.resourceVersion`` in ``patch`` makes it conditional."""
-        result = self._call(
-            self._custom.patch_namespaced_custom_object,
-            GROUP,
-            VERSION,
-            namespace,
-            plural,
-            name,
-            patch,
-            _content_type="application/merge-patch+json",
-        )
-        return cast(dict[str, Any], result)
+        return self._merge_patch(self._custom.patch_namespaced_custom_object, plural, name, namespace, patch)
 
     def patch_status(self, plural: str, name: str, namespace: str, patch: dict[str, Any]) -> dict[str, Any]:
         """Merge-patch the status subresource; ``metadata.resourceVersion`` makes it conditional."""
+        return self._merge_patch(self._custom.patch_namespaced_custom_object_status, plural, name, namespace, patch)
+
+    def _merge_patch(
+        self, method: Any, plural: str, name: str, namespace: str, patch: dict[str, Any]
+    ) -> dict[str, Any]:
         result = self._call(
-            self._custom.patch_namespaced_custom_object_status,
-            GROUP,
-            VERSION,
-            namespace,
-            plural,
-            name,
-            patch,
-            _content_type="application/merge-patch+json",
+            method, GROUP, VERSION, namespace, plural, name, patch, _content_type="application/merge-patch+json"
         )
         return cast(dict[str, Any], result)
 
