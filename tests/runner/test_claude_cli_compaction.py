@@ -41,7 +41,6 @@ SETTINGS = CompactionSettings(watermark_percent=10, command_timeout_seconds=5)
 
 
 def _adapter(api: FakeMessagesApi, home: Path, **env: str) -> ClaudeCliAdapter:
-    home.mkdir(parents=True, exist_ok=True)
     base = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
@@ -80,11 +79,9 @@ def _no_secret(done: Compaction, turns: list[TurnResult]) -> None:
     assert KEY not in shown
 
 
-async def test_the_cli_compacts_its_own_session_with_slash_compact(tmp_path: Path) -> None:
-    workdir = str(tmp_path / "work")
-    Path(workdir).mkdir()
+async def test_the_cli_compacts_its_own_session_with_slash_compact(tmp_path: Path, workdir: str) -> None:
     with fake_messages_api(api_key=KEY) as api:
-        adapter = _adapter(api, tmp_path / "home")
+        adapter = _adapter(api, tmp_path)
         second = await _padded_session(adapter, workdir)
         before = second.context_used
         assert before is not None
@@ -118,13 +115,11 @@ async def test_the_cli_compacts_its_own_session_with_slash_compact(tmp_path: Pat
     ],
 )
 async def test_otherwise_the_session_is_archived_for_a_fresh_one(
-    tmp_path: Path, mode: str, env: dict[str, str], why: str, summaries: bool
+    tmp_path: Path, workdir: str, mode: str, env: dict[str, str], why: str, summaries: bool
 ) -> None:
-    workdir = str(tmp_path / "work")
-    Path(workdir).mkdir()
     with fake_messages_api(api_key=KEY) as api:
         api.compact, api.watch = mode, (INSTRUCTIONS,)
-        adapter = _adapter(api, tmp_path / "home", **env)
+        adapter = _adapter(api, tmp_path, **env)
         second = await _padded_session(adapter, workdir)
         assert ("compact" in second.commands) is summaries  # DISABLE_COMPACT: not offered to the policy
         done = await run_compaction(
