@@ -1,10 +1,11 @@
 """A deterministic Anthropic Messages API on loopback, for driving the real Claude CLI through turns.
 
-The real ``claude`` binary is pointed at it with ``ANTHROPIC_BASE_URL`` (plain HTTP on 127.0.0.1)
-and a dummy ``ANTHROPIC_API_KEY``, so a CLI turn -- and the CLI's own ``/compact`` -- runs end to end
-without a login or the network. Its usage figures follow from what the CLI sends, as a real
-provider's do: every text block of the request counts ``len(text) // 4`` tokens, except that a text
-holding ``PAD <n>`` counts ``n``. A history that is resumed grows; one the CLI has summarised shrinks.
+The real ``claude`` binary is pointed at it with ``ANTHROPIC_BASE_URL`` (plain HTTP on 127.0.0.1,
+or HTTPS behind the runner's egress proxy) and a dummy ``ANTHROPIC_API_KEY``, so a CLI turn --
+and the CLI's own ``/compact`` -- runs end to end without a login or the network. Its usage
+figures follow from what the CLI sends, as a real provider's do: every text block of the request
+counts ``len(text) // 4`` tokens, except that a text holding ``PAD <n>`` counts ``n``. A history
+that is resumed grows; one the CLI has summarised shrinks.
 
 A request whose system prompt or messages ask for a conversation summary (the CLI's compaction
 prompt) is answered according to :attr:`FakeMessagesApi.compact`: ``ok`` (a short summary),
@@ -23,7 +24,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+
+from .fake_provider import write_ca_pair
 
 ANSWER = "fake-messages-api answer"
 SUMMARY = "<summary>The user asked for short answers; nothing is pending.</summary>"
@@ -60,6 +64,8 @@ class Seen:
 class FakeMessagesApi:
     url: str
     api_key: str
+    ca_file: Path | None = None
+    """With TLS: the certificate authority that signed the server's certificate."""
     compact: str = "ok"
     watch: tuple[str, ...] = ()
     requests: list[Seen] = field(default_factory=list)
@@ -102,7 +108,8 @@ def _message_events(*, text: str, input_tokens: int, model: str) -> list[dict[st
 
 
 @contextmanager
-def fake_messages_api(*, api_key: str) -> Iterator[FakeMessagesApi]:
+def fake_messages_api(*, api_key: str, tls_dir: Path | None = None) -> Iterator[FakeMessagesApi]:
+    """Serve on 127.0.0.1: plain HTTP, or with ``tls_dir`` HTTPS with a CA of its own (for the egress proxy)."""
     holder: dict[str, FakeMessagesApi] = {}
 
     class Handler(BaseHTTPRequestHandler):
@@ -165,7 +172,13 @@ def fake_messages_api(*, api_key: str) -> Iterator[FakeMessagesApi]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    holder["api"] = FakeMessagesApi(url=f"http://127.0.0.1:{server.server_address[1]}", api_key=api_key)
+    ca_file = None
+    if tls_dir is not None:
+        ca_file, context = write_ca_pair(tls_dir, name="fake-messages-api")
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+    scheme = "https" if ca_file else "http"
+    port = server.server_address[1]
+    holder["api"] = FakeMessagesApi(url=f"{scheme}://127.0.0.1:{port}", api_key=api_key, ca_file=ca_file)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
