@@ -103,7 +103,9 @@ def _system(event: dict[str, Any], subtype: Any, stream: ClaudeStream) -> None:
         stream.model = model[:128] if isinstance(model, str) else None
         commands = event.get("slash_commands")
         if isinstance(commands, list):
-            stream.commands = tuple(str(c)[:64] for c in commands[:MAX_LIST] if isinstance(c, str))
+            names = [c[:64] for c in commands if isinstance(c, str)]
+            # Bounded, but never at the cost of ``compact``, which the compaction policy looks for.
+            stream.commands = tuple(sorted(names, key=lambda name: name != COMPACT_COMMAND)[:MAX_LIST])
     elif subtype == "compact_boundary":
         meta = event.get("compact_metadata") or {}
         pre = meta.get("pre_tokens") if isinstance(meta, dict) else None
