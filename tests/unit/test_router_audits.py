@@ -196,3 +196,21 @@ def test_a_failed_decision_gets_a_warning_event_on_its_job(reason: str) -> None:
         ("Warning", "JobRoutingFailed", "bad")
     ]
     assert [d["action"] for d in decisions(kube)] == ["JobRoutingFailed"]
+
+
+def test_a_decision_both_recorded_and_recovered_by_one_process_is_written_once() -> None:
+    """Whichever comes second adds nothing: the router's record after a recovery check, or the reverse."""
+    kube, clock = FakeKube(), Clock()
+    a = audits(kube, clock)
+
+    async def run() -> None:
+        a.record(assigned(1), runner=None)  # routed here; its watch event comes back after a forget
+        a.forget(("team", "job-1"))
+        a.recover(("team", "job-1"), assigned(1))
+        a.recover(("team", "job-2"), assigned(2))  # recovered first, then recorded by the router
+        await asyncio.gather(*a.background)
+        a.record(assigned(2), runner=None)
+        await a.flush()
+
+    asyncio.run(run())
+    assert sorted(d["object"]["name"] for d in decisions(kube)) == ["job-1", "job-2"]

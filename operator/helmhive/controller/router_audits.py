@@ -36,6 +36,7 @@ from helmhive.controller.router_events import RunnerEventSeries
 from helmhive.controller.router_settings import TokenBucket
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.routing_audit import (
+    DecisionKey,
     build_routing_batch,
     build_routing_decisions,
     decide_batches,
@@ -78,6 +79,9 @@ class RouterAudits:
         self.auditing = asyncio.Semaphore(workers)
         self.background: set[asyncio.Task[None]] = set()
         self.pending: list[dict[str, Any]] = []  # entries waiting for a batch
+        # Entries this process queued, and when: whichever of the router and recovery comes second
+        # adds nothing (pruned past the recovery window, like ``audited``).
+        self.queued: dict[DecisionKey, float] = {}
         self.failed: list[dict[str, Any]] = []  # built batches whose create is to be retried as they are
         self.wake = asyncio.Event()
         self.flusher: asyncio.Task[None] | None = None
@@ -127,8 +131,15 @@ class RouterAudits:
                 self.spawn(self._warn(meta, entry))
 
     def _queue(self, entries: list[dict[str, Any]]) -> None:
-        if entries:
-            self.pending.extend(entries)
+        now = self.monotonic()
+        fresh = [e for e in entries if decision_key(e) not in self.queued]
+        for entry in fresh:
+            self.queued[decision_key(entry)] = now
+        if len(self.queued) > 8192:
+            horizon = now - self.recovery_seconds
+            self.queued = {k: t for k, t in self.queued.items() if t >= horizon}
+        if fresh:
+            self.pending.extend(fresh)
             self.wake.set()
 
     async def _warn(self, meta: Mapping[str, Any], entry: Mapping[str, Any]) -> None:
@@ -193,6 +204,8 @@ class RouterAudits:
         try:
             await ensure_audit_unless_terminating(self.runtime.kube, record, now=self.runtime.clock())
             self.batches_written += 1
+            log.info("routing audit batch %s/%s: %d decisions", meta["namespace"], meta["name"],
+                     len(record["spec"]["decisions"]))  # fmt: skip
         except Conflict:
             pass  # written before (a retry whose first try reached the API server)
         except Invalid as err:
@@ -226,6 +239,9 @@ class RouterAudits:
             log.warning("routing audit of %s/%s not checked (%s); checked again on its next event", *key, err)
             self.forget(key)
             return
+        missing = [e for e in missing if decision_key(e) not in self.queued]  # this process has it already
+        if missing:
+            log.info("routing audit of %s/%s recovered: %s", *key, ", ".join(str(e["action"]) for e in missing))
         self._queue(missing)
 
     def mark(self, key: JobKey) -> None:
