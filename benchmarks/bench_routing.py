@@ -57,6 +57,7 @@ from helmhive.policy.routing import RoutingJob, RunnerView, decide_route
 from helmhive.policy.routing_audit import iter_routing_decisions
 
 NS = "routing-bench"
+EVENT_INTERVAL_SECONDS = 30.0  # the operator's HELMHIVE_ROUTING_EVENT_INTERVAL_SECONDS default
 RAW_NS = "raw-bench"
 POOL_SIZE = 100
 MODEL = "sonnet-4-5"
@@ -503,9 +504,11 @@ async def run(  # noqa: PLR0915
             while await routed_decisions() < result["burst"]["assigned"]:  # noqa: ASYNC110
                 await asyncio.sleep(1)
             result["burst"]["audits_done_seconds"] = time.monotonic() - result["burst"].pop("started")
-            await asyncio.sleep(2)  # the runners' first aggregated Events
-            writes = await write_counts(admin) - writes_before
             result["operator_cpu_seconds"] = cpu_seconds(operator.pid) - cpu_before
+            # Each runner's aggregated JobsRouted Event has its count patched at most every 30 s:
+            # wait one interval so those writes are counted too (the CPU figure stops before it).
+            await asyncio.sleep(EVENT_INTERVAL_SECONDS + 3)
+            writes = await write_counts(admin) - writes_before
             result["operator_rss_kib"] = {"before": rss_before[0], "after": rss_kib(operator.pid)[0],
                                           "peak": rss_kib(operator.pid)[1]}  # fmt: skip
             result["writes"] = dict(writes)
