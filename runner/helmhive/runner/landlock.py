@@ -183,8 +183,12 @@ def restrict_self(
     write: Sequence[str],
     devices: Sequence[str] = (),
     tcp_connect: Sequence[int] | None = None,
+    scoped: bool = True,
 ) -> int:
     """Put this process (and its future children) under the ruleset; return the ABI used.
+
+    ``scoped`` (ABI 6+): no signals to, and no abstract UNIX sockets of, processes outside the
+    domain. The relay (:mod:`helmhive.runner.netns`) goes without: it must signal the agent.
 
     Raises :class:`LandlockError` if Landlock is unavailable or TCP rules are asked for on an
     ABI without them (failing closed: the caller must not run the job unrestricted).
@@ -199,7 +203,7 @@ def restrict_self(
     attr = _RulesetAttr(
         handled_access_fs=handled,
         handled_access_net=(NET_BIND_TCP | NET_CONNECT_TCP) if tcp_connect is not None else 0,
-        scoped=(SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if abi >= 6 else 0,
+        scoped=(SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if abi >= 6 and scoped else 0,
     )
     size = 24 if abi >= 6 else (16 if abi >= 4 else 8)
     ruleset = _check(
@@ -315,7 +319,7 @@ def join_cgroups(procs_files: Sequence[str]) -> None:
 
 def _confine_relay() -> None:
     """The relay's own sandbox: no file system, no TCP ``connect``, no datagrams (UNIX streams only)."""
-    restrict_self(read=[], write=[], devices=[], tcp_connect=[])
+    restrict_self(read=[], write=[], devices=[], tcp_connect=[], scoped=False)
     install_filter(deny_datagrams=True)
 
 

@@ -7,12 +7,14 @@ at all. The launcher (:mod:`helmhive.runner.landlock`), when its policy has a ``
 
 1. enters a new user namespace (its uid and gid mapped to themselves) **and** a new network
    namespace (:func:`enter_network_namespace`), and brings its loopback up;
-2. binds ``127.0.0.1:<port>`` in it and forks the **relay** (:func:`start_relay`): a process that
-   accepts connections there and pipes each one, byte for byte, to the job's UNIX socket of the
-   runner's egress proxy (a file, which crosses namespaces). The relay gives up its file system
-   (Landlock with no path granted), TCP ``connect`` and datagram sockets first, keeps no stdio,
-   and dies with the agent (``PR_SET_PDEATHSIG``);
-3. goes on to apply the agent's limits and ruleset and ``exec``\\s the agent.
+2. binds ``127.0.0.1:<port>`` in it and forks (:func:`start_relay`). The parent becomes the
+   **relay**: it accepts connections there and pipes each one, byte for byte, to the job's UNIX
+   socket on the runner's egress proxy (a file, which crosses namespaces). It gives up its file
+   system (Landlock with no path granted), TCP ``connect`` and datagram sockets first, keeps no
+   stdio, forwards the runner's signals to the agent, and ends as the agent ends (its exit code,
+   or killed by its signal), so the runner sees the agent's end as before and no orphan is left;
+3. the child applies the agent's limits and ruleset and ``exec``\\s the agent (which is killed if
+   the relay dies first: ``PR_SET_PDEATHSIG``).
 
 The user namespace is what makes this possible without privileges, and what keeps a root agent
 from leaving: its capabilities hold in its own namespaces only, never over the pod's network.
@@ -23,6 +25,7 @@ relay to a UNIX socket. Only the standard library is imported (the launcher star
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures.thread  # noqa: F401 - the relay's loop needs it after its file system is gone
 import contextlib
 import ctypes
 import ctypes.util
@@ -45,6 +48,7 @@ _PR_SET_PDEATHSIG = 1
 UNIX_PATH_MAX = 100
 """Longer socket paths (the kernel allows 107 bytes) are reached through ``/proc/self/fd``."""
 _CHUNK = 64 * 1024
+_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def _libc() -> Any:
@@ -136,38 +140,63 @@ async def _serve_relay(listener: socket.socket, target: str) -> None:
         await server.serve_forever()
 
 
-def _relay_main(listener: socket.socket, target_path: str, parent: int, confine: Callable[[], None]) -> None:
-    """The relay process: never returns."""
-    code = 0
+def _finish(status: int) -> None:
+    """End this process as the agent ended: its exit code, or killed by its signal."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)  # a signal that does not end a process by default (none the kernel sends here)
+    os._exit(os.waitstatus_to_exitcode(status))
+
+
+async def _relay_until(listener: socket.socket, target: str, agent: int) -> int:
+    loop = asyncio.get_running_loop()
+    for sig in _FORWARDED:
+        loop.add_signal_handler(sig, os.kill, agent, sig)
+    server = asyncio.create_task(_serve_relay(listener, target))
+    _, status = await loop.run_in_executor(None, os.waitpid, agent, 0)
+    server.cancel()
+    return int(status)
+
+
+def _relay_main(listener: socket.socket, target_path: str, agent: int, confine: Callable[[], None]) -> None:
+    """The relay process (the agent's parent): never returns; ends as the agent ends."""
+    status = 0
     try:
-        _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the agent is already gone
-            os._exit(0)
         devnull = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
+        for fd in (0, 1, 2):  # the agent's stdio is the agent's: its EOF must not wait for the relay
             os.dup2(devnull, fd)
         os.close(devnull)
         with short_unix_path(target_path) as target:
             asyncio.new_event_loop().close()  # loads what the loop needs while files are readable
             confine()
-            asyncio.run(_serve_relay(listener, target))
-    except BaseException:  # a relay that cannot serve just ends; the agent's requests are refused
-        code = 1
-    os._exit(code)
+            status = asyncio.run(_relay_until(listener, target, agent))
+    except BaseException:  # the relay failed: the agent must not outlive it unnoticed
+        with contextlib.suppress(OSError):
+            os.kill(agent, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            status = os.waitpid(agent, 0)[1]
+    _finish(status)
 
 
-def start_relay(*, port: int, target: str, confine: Callable[[], None]) -> int:
-    """Listen on ``127.0.0.1:port`` (in this process's network namespace) and fork the relay that
-    pipes each connection to the UNIX socket ``target``; return its pid. The listener is bound before
-    this returns, so the agent never finds the port closed. The relay calls ``confine`` (the
+def start_relay(*, port: int, target: str, confine: Callable[[], None]) -> None:
+    """Listen on ``127.0.0.1:port`` (in this process's network namespace) and fork: the parent becomes
+    the relay, which pipes each connection to the UNIX socket ``target``, forwards the runner's
+    signals to the agent and ends as the agent ends (its exit code, or its signal); the child returns,
+    to become the agent (and dies if the relay does: ``PR_SET_PDEATHSIG``). The listener is bound
+    before the agent runs, so it never finds the port closed. The relay calls ``confine`` (the
     launcher's: Landlock with no path, no TCP ``connect``, no datagrams) before it serves."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
     listener.listen(64)
-    parent = os.getpid()
+    relay = os.getpid()
     pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        _relay_main(listener, target, parent, confine)
+    if pid != 0:  # pragma: no cover - the relay
+        _relay_main(listener, target, pid, confine)
     listener.close()
-    return pid
+    _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != relay:  # the relay is already gone
+        os._exit(1)
