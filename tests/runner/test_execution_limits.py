@@ -78,6 +78,7 @@ def test_the_processes_limit_needs_a_runner_that_is_not_root_and_a_user_namespac
         "cpu_seconds": 3600,
         "processes": 512,
         "open_files": 4096,
+        "cpu_millicores": 2000,
     }
 
 

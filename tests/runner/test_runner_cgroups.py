@@ -19,6 +19,8 @@ import pytest
 from helmhive.api.runner import CgroupMode, JobLimits
 from helmhive.runner.cgroups import (
     CgroupEvents,
+    CgroupSupport,
+    JobCgroup,
     decide_cgroup_hit,
     ensure_job_cgroup,
     probe_cgroups,
@@ -60,9 +62,7 @@ def test_the_probe_prefers_a_delegated_v2_cgroup_then_v1_and_says_why_not(tmp_pa
 
 
 def test_what_each_counter_means() -> None:
-    limits = JobLimits(memoryBytes=64 * MIB, processes=16)
-    from helmhive.runner.cgroups import JobCgroup
-
+    limits = JobLimits(memory_bytes=64 * MIB, processes=16)
     cgroup = JobCgroup(mode=CgroupMode.V1, dirs=(), limits=limits)
     assert decide_cgroup_hit(events=CgroupEvents(), cgroup=cgroup) is None
     memory = decide_cgroup_hit(events=CgroupEvents(oom_kills=2, pids_refused=1), cgroup=cgroup)
@@ -116,7 +116,7 @@ print(made, failed, flush=True)
 
 
 @pytest.fixture(scope="module")
-def support():  # type: ignore[no-untyped-def]
+def support() -> CgroupSupport:
     found = probe_cgroups()
     if found.mode is CgroupMode.NONE:
         pytest.fail(
@@ -146,8 +146,8 @@ def _launch(
     )
 
 
-def test_the_jobs_processes_together_hit_its_memory_total(support) -> None:  # type: ignore[no-untyped-def]
-    limits = JobLimits(memoryBytes=96 * MIB, processes=64)
+def test_the_jobs_processes_together_hit_its_memory_total(support: CgroupSupport) -> None:
+    limits = JobLimits(memory_bytes=96 * MIB, processes=64)
     cgroup = ensure_job_cgroup(support=support, uid="0000aaaa-memory-test", limits=limits)
     assert cgroup is not None and all(d.is_dir() for d in cgroup.dirs)
     try:
@@ -164,7 +164,7 @@ def test_the_jobs_processes_together_hit_its_memory_total(support) -> None:  # t
     assert not any(d.exists() for d in cgroup.dirs)
 
 
-def test_the_jobs_processes_hit_its_pids_total_whatever_their_uid(support) -> None:  # type: ignore[no-untyped-def]
+def test_the_jobs_processes_hit_its_pids_total_whatever_their_uid(support: CgroupSupport) -> None:
     limits = JobLimits(processes=8)
     cgroup = ensure_job_cgroup(support=support, uid="0000bbbb-pids-test", limits=limits)
     assert cgroup is not None
