@@ -4,7 +4,8 @@ The real launcher runs a small agent twice under the same Landlock policy (TCP `
 port P). Without the namespace the agent reaches a listener on P at *another* address (the gap:
 Landlock names ports, not hosts); in it, that listener, the host's own address and any datagram
 are out of reach, P on its loopback is the relay to the proxy's UNIX socket, and the relay ends
-with the agent.
+as the agent ends. Then the pure decisions: which jobs get a namespace, what the launcher is told,
+what a pool that requires one refuses, and what the Runner reports.
 """
 
 from __future__ import annotations
@@ -22,8 +23,22 @@ from typing import Any
 
 import pytest
 
+from helmhive.api.common import FilesystemAccess, NetworkAccess, ToolKind
+from helmhive.api.egress import CredentialIsolation
+from helmhive.api.runner import AdapterType, CgroupMode, NetworkIsolation
+from helmhive.runner.cgroups import CgroupSupport
+from helmhive.runner.config import SandboxSettings
+from helmhive.runner.limits import LimitSupport, build_sandbox_report
 from helmhive.runner.netns import short_unix_path
-from helmhive.runner.sandbox import SYSTEM_READ_PATHS, runtime_read_paths
+from helmhive.runner.sandbox import (
+    SYSTEM_READ_PATHS,
+    SandboxPlan,
+    build_check_policy,
+    build_landlock_policy,
+    build_sandbox_plan,
+    runtime_read_paths,
+    sandbox_refusal,
+)
 
 AGENT = r"""
 import json, os, socket, sys
@@ -184,3 +199,66 @@ def test_the_launcher_probe_says_whether_namespaces_are_possible() -> None:
     assert probe["networkNamespace"] is True or isinstance(probe["networkNamespace"], str)
     if os.getuid() == 0:
         assert probe["networkNamespace"] is True  # this CI machine allows them, and the tests above need them
+
+
+# -- the decisions ---------------------------------------------------------------------------------
+
+
+def _plan(tmp_path: Path, *, network: NetworkAccess, relay: Path | None, port: int | None = 4000) -> SandboxPlan:
+    return build_sandbox_plan(
+        state_dir=tmp_path,
+        job_dir="team-a.job.0001",
+        filesystem=FilesystemAccess.READ,
+        network=network,
+        tools=[ToolKind.READ],
+        adapter_type=AdapterType.ACP,
+        settings=SandboxSettings(),
+        runtime_paths=(),
+        credential_dir=None,
+        landlock_abi=6,
+        egress_port=port,
+        relay_socket=relay,
+        cgroup_procs=("/sys/fs/cgroup/pids/helmhive-x/cgroup.procs",),
+    )
+
+
+def test_which_jobs_get_a_namespace_and_what_the_launcher_is_told(tmp_path: Path) -> None:
+    sock = tmp_path / "egress" / "job.sock"
+    namespaced = _plan(tmp_path, network=NetworkAccess.DISABLED, relay=sock)
+    assert namespaced.network_isolation is NetworkIsolation.NAMESPACE
+    policy = build_landlock_policy(namespaced)
+    assert policy["relay"] == {"port": 4000, "socket": str(sock)} and policy["tcpConnect"] == [4000]
+    assert policy["cgroup"] == ["/sys/fs/cgroup/pids/helmhive-x/cgroup.procs"]
+    check = build_check_policy(namespaced)  # checks need no network at all: no relay, no port
+    assert "relay" not in check and check["tcpConnect"] == [] and check["cgroup"] == policy["cgroup"]
+    # Without a socket (no namespaces here), Landlock's port rule only; with the network on, nothing.
+    landlocked = _plan(tmp_path, network=NetworkAccess.DISABLED, relay=None)
+    assert landlocked.network_isolation is NetworkIsolation.LANDLOCK and "relay" not in build_landlock_policy(
+        landlocked
+    )
+    enabled = _plan(tmp_path, network=NetworkAccess.ENABLED, relay=sock)
+    assert enabled.network_isolation is NetworkIsolation.NONE and enabled.relay_socket is None
+    in_sandbox = _plan(tmp_path, network=NetworkAccess.DISABLED, relay=sock, port=None)  # no proxy
+    assert in_sandbox.relay_socket is None and in_sandbox.tcp_connect == (443,)
+    # A pool that requires the namespace refuses a job that would run without one, saying why.
+    settings = SandboxSettings()
+    assert sandbox_refusal(plan=namespaced, settings=settings, landlock_abi=6, require_namespace=True) is None
+    refused = sandbox_refusal(
+        plan=landlocked, settings=settings, landlock_abi=6, require_namespace=True, namespace_note="EPERM"
+    )
+    assert refused == "egress.networkNamespace is Required, but no network namespace is possible here: EPERM"
+    assert sandbox_refusal(plan=enabled, settings=settings, landlock_abi=6, require_namespace=True) is None
+
+
+def test_what_the_runner_reports_about_its_sandbox() -> None:
+    cgroups = CgroupSupport(mode=CgroupMode.V1, reason="job cgroups under /sys/fs/cgroup/pids")
+    yes = LimitSupport(uid=0, user_namespaces=True, network_namespace=True, network_namespace_note="", cgroups=cgroups)
+    no = LimitSupport(uid=65532, user_namespaces=False, network_namespace_note="unshare refused: EPERM")
+    proxy, in_sandbox = CredentialIsolation.PROXY, CredentialIsolation.IN_SANDBOX
+    report = build_sandbox_report(support=yes, landlock_abi=6, isolation=proxy)
+    assert (report.network, report.network_reason, report.cgroups) == (NetworkIsolation.NAMESPACE, "", CgroupMode.V1)
+    report = build_sandbox_report(support=no, landlock_abi=6, isolation=proxy)
+    assert (report.network, report.network_reason) == (NetworkIsolation.LANDLOCK, "unshare refused: EPERM")
+    assert report.cgroups is CgroupMode.NONE and report.cgroups_reason == "not probed"
+    assert "InSandbox" in build_sandbox_report(support=yes, landlock_abi=6, isolation=in_sandbox).network_reason
+    assert build_sandbox_report(support=yes, landlock_abi=3, isolation=proxy).network is NetworkIsolation.NONE
