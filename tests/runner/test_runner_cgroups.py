@@ -10,26 +10,31 @@ cgroup is emptied and removed.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from harness import wait_for
 from helmhive.api.runner import CgroupMode, JobLimits
 from helmhive.runner.cgroups import (
     CgroupEvents,
     CgroupSupport,
     JobCgroup,
+    build_cgroup_prefix,
     decide_cgroup_hit,
     ensure_job_cgroup,
     probe_cgroups,
     read_events,
     remove_job_cgroup,
+    remove_stale_job_cgroups,
 )
 from helmhive.runner.sandbox import SYSTEM_READ_PATHS, runtime_read_paths
 
 MIB = 1024 * 1024
+PREFIX = build_cgroup_prefix(namespace="cgroup-tests", runner=f"pid-{os.getpid()}")
 
 
 def _tree(root: Path, files: dict[str, str]) -> None:
@@ -125,9 +130,7 @@ def support() -> CgroupSupport:
     return found
 
 
-def _launch(
-    cgroup_procs: tuple[str, ...], rlimit_data: int, script: str, *args: str
-) -> subprocess.CompletedProcess[str]:
+def _launcher(cgroup_procs: tuple[str, ...], rlimit_data: int = 1024 * MIB) -> list[str]:
     policy = {
         "read": [*SYSTEM_READ_PATHS, *runtime_read_paths()],
         "write": [],
@@ -135,9 +138,14 @@ def _launch(
         "rlimits": {"DATA": [rlimit_data, rlimit_data]},
         "cgroup": list(cgroup_procs),
     }
-    launcher = [sys.executable, "-P", "-m", "helmhive.runner.landlock", "--policy", json.dumps(policy), "--"]
+    return [sys.executable, "-P", "-m", "helmhive.runner.landlock", "--policy", json.dumps(policy), "--"]
+
+
+def _launch(
+    cgroup_procs: tuple[str, ...], rlimit_data: int, script: str, *args: str
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*launcher, sys.executable, "-c", script, *args],
+        [*_launcher(cgroup_procs, rlimit_data), sys.executable, "-c", script, *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -148,7 +156,7 @@ def _launch(
 
 def test_the_jobs_processes_together_hit_its_memory_total(support: CgroupSupport) -> None:
     limits = JobLimits(memory_bytes=96 * MIB, processes=64)
-    cgroup = ensure_job_cgroup(support=support, uid="0000aaaa-memory-test", limits=limits)
+    cgroup = ensure_job_cgroup(support=support, prefix=PREFIX, uid="0000aaaa-memory-test", limits=limits)
     assert cgroup is not None and all(d.is_dir() for d in cgroup.dirs)
     try:
         # Four children of 40 MiB each: every one is far below its 96 MiB rlimit, the job is not.
@@ -166,7 +174,7 @@ def test_the_jobs_processes_together_hit_its_memory_total(support: CgroupSupport
 
 def test_the_jobs_processes_hit_its_pids_total_whatever_their_uid(support: CgroupSupport) -> None:
     limits = JobLimits(processes=8)
-    cgroup = ensure_job_cgroup(support=support, uid="0000bbbb-pids-test", limits=limits)
+    cgroup = ensure_job_cgroup(support=support, prefix=PREFIX, uid="0000bbbb-pids-test", limits=limits)
     assert cgroup is not None
     try:
         done = _launch(cgroup.procs_files, 1024 * MIB, FORK, "20")  # as root: RLIMIT_NPROC would not apply
@@ -180,3 +188,29 @@ def test_the_jobs_processes_hit_its_pids_total_whatever_their_uid(support: Cgrou
         # The sleeping children outlived the agent: removing the cgroup kills them first.
         assert remove_job_cgroup(cgroup)
     assert not any(d.exists() for d in cgroup.dirs)
+
+
+def test_a_restarted_runner_removes_its_own_stale_job_cgroups_and_no_one_elses(support: CgroupSupport) -> None:
+    """A runner that was killed left a job cgroup with a process in it; when it starts again it kills
+    that process and removes the cgroup. Another runner's job cgroup is not touched."""
+    other_prefix = build_cgroup_prefix(namespace="cgroup-tests", runner=f"other-{os.getpid()}")
+    assert other_prefix != PREFIX and PREFIX.startswith("helmhive-") and len(PREFIX) == len("helmhive-") + 13
+    limits = JobLimits(processes=8)
+    mine = ensure_job_cgroup(support=support, prefix=PREFIX, uid="0000cccc-stale", limits=limits)
+    theirs = ensure_job_cgroup(support=support, prefix=other_prefix, uid="0000dddd-running", limits=limits)
+    assert mine is not None and theirs is not None
+    sleep = [sys.executable, "-c", "import time; time.sleep(120)"]
+    left = subprocess.Popen([*_launcher(mine.procs_files), *sleep])
+    running = subprocess.Popen([*_launcher(theirs.procs_files), *sleep])
+    try:
+        procs = Path(mine.procs_files[0])
+        wait_for(lambda: procs.read_text().split() == [str(left.pid)], timeout=30, describe="the process in it")
+        assert remove_stale_job_cgroups(support=support, prefix=PREFIX) == len(mine.dirs)
+        assert left.wait(timeout=30) == -9  # killed with the cgroup
+        assert not any(d.exists() for d in mine.dirs)
+        assert running.poll() is None and all(d.is_dir() for d in theirs.dirs)
+    finally:
+        running.kill()
+        left.kill()
+        running.wait()
+        assert remove_job_cgroup(theirs)

@@ -201,7 +201,10 @@ def test_in_sandbox_the_same_agent_finds_the_key_so_the_search_above_is_real(
     _run_job(execution, runner, "exposed", f"Review this repository.\nLOOT: {LOOT}")
     loot = (runner.agent_state / LOOT).read_bytes()
     assert CANARY.encode() in loot  # InSandbox: the key is in the agent's environment
-    assert PLACEHOLDER.encode() not in loot
+    # Its own environment (the loot's first part) holds no placeholder. The rest may: as root without
+    # a PID namespace it reads every process's environment on the machine, other runners' agents too.
+    own_environment = loot.split(b"\n\n", 1)[0]
+    assert CANARY.encode() in own_environment and PLACEHOLDER.encode() not in own_environment
     assert runner.rig.report()["credentialIsolation"] == "InSandbox"
     # The runner still keeps it out of everything it writes (redaction), as before.
     assert CANARY not in _everything_written(execution, runner, "exposed")

@@ -13,13 +13,16 @@ whole, whatever its uid, and the kernel says when a bound was hit. At start the 
 - **None**: neither; the limits are the per-process rlimits only, and the Runner's
   ``report.sandbox`` says why.
 
-Each job gets ``helmhive-<uid32>`` there (:func:`ensure_job_cgroup`) with the pool's
+Each job gets ``helmhive-<runner>-<uid32>`` there (:func:`ensure_job_cgroup`; ``<runner>`` is
+:func:`build_cgroup_prefix` of the runner's namespace and name) with the pool's
 ``jobLimits``: ``memoryBytes`` as the job's total memory (no swap), ``processes`` as its pids
 (threads included), ``cpuMillicores`` as its CPU rate. The launcher writes itself into the
 cgroup before anything else (its ``cgroup`` policy), so the agent and all it starts are counted.
 After the agent ends the runner reads the cgroup's events (:func:`read_events`: an OOM kill, a
 refused fork) to name the limit a job hit, kills what is left in it and removes it
-(:func:`remove_job_cgroup`).
+(:func:`remove_job_cgroup`). A runner that was killed could not; when it starts again (the same
+runner: no two hold its Lease) it removes every cgroup of its own it finds
+(:func:`remove_stale_job_cgroups`), never another runner's.
 
 ``decide_*`` are pure; ``probe_*``, ``ensure_*``, ``read_*`` and ``remove_*`` touch ``/sys/fs/cgroup``.
 """
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import hashlib
 import os
 import signal
 import time
@@ -41,11 +45,13 @@ __all__ = [
     "CgroupEvents",
     "CgroupSupport",
     "JobCgroup",
+    "build_cgroup_prefix",
     "decide_cgroup_hit",
     "ensure_job_cgroup",
     "probe_cgroups",
     "read_events",
     "remove_job_cgroup",
+    "remove_stale_job_cgroups",
 ]
 
 _ROOT = Path("/sys/fs/cgroup")
@@ -210,12 +216,18 @@ def _settings(mode: CgroupMode, controller: str, limits: JobLimits) -> list[tupl
     }[controller]
 
 
-def ensure_job_cgroup(*, support: CgroupSupport, uid: str, limits: JobLimits) -> JobCgroup | None:
+def build_cgroup_prefix(*, namespace: str, runner: str) -> str:
+    """``helmhive-<12 hex>-``: the start of every job cgroup of one runner (pure; a digest, as
+    namespace and name together may be longer than a cgroup name should be)."""
+    return "helmhive-" + hashlib.sha256(f"{namespace}/{runner}".encode()).hexdigest()[:12] + "-"
+
+
+def ensure_job_cgroup(*, support: CgroupSupport, prefix: str, uid: str, limits: JobLimits) -> JobCgroup | None:
     """Make the job's cgroup(s) with its limits (a stale one of the same job is replaced); None
     without cgroups. Raises :class:`OSError` if a required limit cannot be set (the job fails closed)."""
     if support.mode is CgroupMode.NONE:
         return None
-    name = "helmhive-" + uid.replace("-", "")[:32]
+    name = prefix + uid.replace("-", "")[:32]
     dirs: list[Path] = []
     cpu = False
     try:
@@ -304,3 +316,15 @@ def _remove(directory: Path, *, attempts: int = 50) -> bool:
 def remove_job_cgroup(cgroup: JobCgroup) -> bool:
     """Kill what is left in the job's cgroup(s) and remove them; False if one would not go."""
     return all([_remove(directory) for directory in cgroup.dirs])
+
+
+def remove_stale_job_cgroups(*, support: CgroupSupport, prefix: str) -> int:
+    """Empty and remove every job cgroup of this runner (``prefix``) left by an earlier run of it;
+    return how many directories went. Call it before the runner runs a job."""
+    removed = 0
+    for parent in support.parents.values():
+        with contextlib.suppress(OSError):
+            for directory in parent.glob(prefix + "*"):
+                if directory.is_dir() and _remove(directory):
+                    removed += 1
+    return removed

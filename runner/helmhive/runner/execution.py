@@ -44,7 +44,7 @@ from helmhive.policy.results import build_bounded_result
 from helmhive.policy.sessions import SessionIntent
 from helmhive.runner.adapters.base import AgentAdapter, CancelOrigin, TurnOutcome, TurnRequest, TurnResult
 from helmhive.runner.agents import JobAdapterFactory
-from helmhive.runner.cgroups import decide_cgroup_hit, read_events
+from helmhive.runner.cgroups import build_cgroup_prefix, decide_cgroup_hit, read_events
 from helmhive.runner.compaction import ensure_compacted
 from helmhive.runner.config import RunnerConfig
 from helmhive.runner.egress import EgressProxy
@@ -224,6 +224,7 @@ class JobExecution:
             support=self.ctx.limit_support,
             limits=self.ctx.config.file.job_limits,
             state_dir=self.ctx.config.env.state_dir,
+            cgroup_prefix=build_cgroup_prefix(namespace=self.ctx.config.env.namespace, runner=self.ctx.runner),
             uid=self.uid,
         )
         try:

@@ -52,7 +52,13 @@ class JobResources:
 
 
 async def ensure_job_resources(
-    *, egress: EgressProxy | None, support: LimitSupport, limits: JobLimits, state_dir: Path, uid: str
+    *,
+    egress: EgressProxy | None,
+    support: LimitSupport,
+    limits: JobLimits,
+    state_dir: Path,
+    cgroup_prefix: str,
+    uid: str,
 ) -> JobResources:
     """Open the job's listener and make its cgroup. Raises :class:`OSError` if either fails (the
     job then fails in the runner, having started nothing)."""
@@ -65,7 +71,9 @@ async def ensure_job_resources(
                 await asyncio.to_thread(directory.mkdir, mode=0o700, parents=True, exist_ok=True)
                 socket_path = directory / (uid.replace("-", "")[:32] + ".sock")
             resources.egress = await egress.open_job(socket_path=socket_path)
-        resources.cgroup = await asyncio.to_thread(ensure_job_cgroup, support=support.cgroups, uid=uid, limits=limits)
+        resources.cgroup = await asyncio.to_thread(
+            ensure_job_cgroup, support=support.cgroups, prefix=cgroup_prefix, uid=uid, limits=limits
+        )
     except BaseException:
         await resources.close()
         raise

@@ -29,6 +29,7 @@ from typing import Any
 
 from helmhive.api.reasons import Reason
 from helmhive.runner.agents import build_job_adapter
+from helmhive.runner.cgroups import build_cgroup_prefix, remove_stale_job_cgroups
 from helmhive.runner.execution import AGENT_JOBS, ExecutionContext, JobExecution
 from helmhive.runner.jobstatus import JobAction, JobEnding, decide_job_action, view_job
 from helmhive.runner.kube import KubeError
@@ -208,6 +209,8 @@ def cluster_jobs(process: RunnerProcess) -> ClusterJobSource:
             extra=fields(runner=process.name),
         )
     support = probe_limit_support()
+    prefix = build_cgroup_prefix(namespace=process.config.env.namespace, runner=process.name)
+    stale = remove_stale_job_cgroups(support=support.cgroups, prefix=prefix)  # a killed run's jobs
     log.info(
         "job limits",
         extra=fields(
@@ -218,6 +221,7 @@ def cluster_jobs(process: RunnerProcess) -> ClusterJobSource:
             networkNamespace=support.network_namespace or support.network_namespace_note,
             cgroups=support.cgroups.mode.value,
             cgroupsReason=support.cgroups.reason,
+            staleCgroupsRemoved=stale,
         ),
     )
     process.sandbox_report = build_sandbox_report(support=support, landlock_abi=abi, isolation=process.config.isolation)
