@@ -44,10 +44,13 @@ from helmhive.policy.results import build_bounded_result
 from helmhive.policy.sessions import SessionIntent
 from helmhive.runner.adapters.base import AgentAdapter, CancelOrigin, TurnOutcome, TurnRequest, TurnResult
 from helmhive.runner.agents import JobAdapterFactory
+from helmhive.runner.cgroups import build_cgroup_prefix, decide_cgroup_hit, read_events
 from helmhive.runner.compaction import ensure_compacted
 from helmhive.runner.config import RunnerConfig
+from helmhive.runner.egress import EgressProxy
 from helmhive.runner.governed import ImplementationSteps, ensure_job_workspace, run_implementation_steps
 from helmhive.runner.jobcontext import JobSession, PreparedJob, prepare_job
+from helmhive.runner.jobresources import JobResources, ensure_job_resources
 from helmhive.runner.jobresult import ensure_job_result
 from helmhive.runner.jobstatus import (
     CancelCause,
@@ -85,6 +88,8 @@ class ExecutionContext:
     """What the launcher can enforce here (probed once at start): see :mod:`helmhive.runner.limits`."""
     egress_port: int | None = None
     """The runner's egress proxy (``credentialIsolation: Proxy``): with the network disabled, the only port."""
+    egress: EgressProxy | None = None
+    """The proxy itself: each job gets a listener of its own on it (:mod:`helmhive.runner.jobresources`)."""
 
     @property
     def runner(self) -> str:
@@ -115,6 +120,7 @@ class JobExecution:
         self._obj: dict[str, Any] | None = None
         self._kept = False
         """The last turn's session id was stored for the job's binding."""
+        self._resources = JobResources()
 
     def request_cancel(self, cause: CancelCause) -> None:
         if self.cause is None:
@@ -213,7 +219,22 @@ class JobExecution:
             return TurnResult(outcome=TurnOutcome.PROTOCOL_ERROR, message=type(exc).__name__)
 
     async def _run(self, cancel: asyncio.Event) -> TurnResult:
+        self._resources = await ensure_job_resources(
+            egress=self.ctx.egress,
+            support=self.ctx.limit_support,
+            limits=self.ctx.config.file.job_limits,
+            state_dir=self.ctx.config.env.state_dir,
+            cgroup_prefix=build_cgroup_prefix(namespace=self.ctx.config.env.namespace, runner=self.ctx.runner),
+            uid=self.uid,
+        )
+        try:
+            return await self._run_job(cancel)
+        finally:
+            await self._resources.close()
+
+    async def _run_job(self, cancel: asyncio.Event) -> TurnResult:
         skipped = TurnResult(outcome=TurnOutcome.CANCELLED, message="not run")
+        egress = self._resources.egress
         job = await self._patch(lambda obj: None)
         view = view_job(job) if job is not None else None
         if job is None or view is None or view.finished or view.runner != self.ctx.runner:
@@ -232,7 +253,9 @@ class JobExecution:
             landlock_abi=self.ctx.landlock_abi,
             limit_support=self.ctx.limit_support,
             now=self.ctx.now(),
-            egress_port=self.ctx.egress_port,
+            egress_port=egress.port if egress is not None else self.ctx.egress_port,
+            relay_socket=egress.socket if egress is not None else None,
+            cgroup=self._resources.cgroup,
         )
         if isinstance(prepared, JobEnding):
             await self._finish(prepared)
@@ -445,7 +468,15 @@ class JobExecution:
         return Accepted(turn=turn, document=check.document, turns=turns)
 
     def _failed(self, turn: TurnResult, prepared: PreparedJob) -> tuple[JobEnding, dict[str, Any], TurnResult]:
-        verdict = decide_turn_failure(
-            result=turn, cause=self.cause, timeout_s=prepared.spec.timeout_seconds, limits=prepared.plan.limits
+        cgroup = self._resources.cgroup
+        hit = None  # a job total the kernel enforced names the failure, unless the runner stopped the turn
+        if cgroup is not None and self.cause is None and turn.cancel_origin is None:
+            hit = decide_cgroup_hit(events=read_events(cgroup), cgroup=cgroup)
+        verdict = (
+            JobEnding(succeeded=False, reason=detailed(Reason.RESOURCE_LIMIT_EXCEEDED, hit[0]), message=hit[1])
+            if hit is not None
+            else decide_turn_failure(
+                result=turn, cause=self.cause, timeout_s=prepared.spec.timeout_seconds, limits=prepared.plan.limits
+            )
         )
         return verdict, {"summary": verdict.message[:4096]}, turn

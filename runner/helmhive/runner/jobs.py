@@ -29,11 +29,12 @@ from typing import Any
 
 from helmhive.api.reasons import Reason
 from helmhive.runner.agents import build_job_adapter
+from helmhive.runner.cgroups import build_cgroup_prefix, remove_stale_job_cgroups
 from helmhive.runner.execution import AGENT_JOBS, ExecutionContext, JobExecution
 from helmhive.runner.jobstatus import JobAction, JobEnding, decide_job_action, view_job
 from helmhive.runner.kube import KubeError
 from helmhive.runner.landlock import landlock_abi
-from helmhive.runner.limits import probe_limit_support
+from helmhive.runner.limits import build_sandbox_report, probe_limit_support
 from helmhive.runner.logs import fields
 from helmhive.runner.main import Job, RunnerProcess
 from helmhive.runner.sessions import SessionStore, sweep_session_homes
@@ -208,16 +209,22 @@ def cluster_jobs(process: RunnerProcess) -> ClusterJobSource:
             extra=fields(runner=process.name),
         )
     support = probe_limit_support()
+    prefix = build_cgroup_prefix(namespace=process.config.env.namespace, runner=process.name)
+    stale = remove_stale_job_cgroups(support=support.cgroups, prefix=prefix)  # a killed run's jobs
     log.info(
         "job limits",
         extra=fields(
             runner=process.name,
             uid=support.uid,
             userNamespaces=support.user_namespaces,
-            processesLimited=support.uid != 0 and support.user_namespaces,
-            cgroupV2=support.cgroup_v2,
+            processesLimited=(support.uid != 0 and support.user_namespaces) or support.cgroups.mode.value != "None",
+            networkNamespace=support.network_namespace or support.network_namespace_note,
+            cgroups=support.cgroups.mode.value,
+            cgroupsReason=support.cgroups.reason,
+            staleCgroupsRemoved=stale,
         ),
     )
+    process.sandbox_report = build_sandbox_report(support=support, landlock_abi=abi, isolation=process.config.isolation)
     ctx = ExecutionContext(
         kube=process.kube,
         config=process.config,
@@ -227,5 +234,6 @@ def cluster_jobs(process: RunnerProcess) -> ClusterJobSource:
         landlock_abi=abi,
         limit_support=support,
         egress_port=process.credential.proxy_port,
+        egress=process.egress,
     )
     return ClusterJobSource(ctx=ctx)

@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from helmhive.api.common import ControlState
-from helmhive.api.egress import CredentialIsolation, provider_egress
-from helmhive.api.runner import AuthReport, RunnerReport, build_report_digest
+from helmhive.api.egress import CredentialIsolation, decide_allowed_paths, provider_egress
+from helmhive.api.runner import AuthReport, RunnerReport, SandboxReport, build_report_digest
 from helmhive.runner.adapters.base import (
     AdapterReport,
     AgentAdapter,
@@ -64,7 +64,7 @@ from helmhive.runner.control import (
     read_control_fields,
 )
 from helmhive.runner.credentials import CredentialHolder, read_revoked_generation, write_revoked_generation
-from helmhive.runner.egress import EgressProxy
+from helmhive.runner.egress import EgressProxy, build_request_limits
 from helmhive.runner.heartbeat import LeaseKeeper
 from helmhive.runner.kube import KubeError, RunnerKube
 from helmhive.runner.logs import fields
@@ -200,6 +200,8 @@ class RunnerProcess:
         self._deregistered = asyncio.Event()
         self._watch_stop = threading.Event()
         self.egress: EgressProxy | None = None
+        self.sandbox_report: SandboxReport | None = None
+        """What its jobs' sandbox enforces (set by the job source when it probes: :mod:`helmhive.runner.jobs`)."""
 
     # -- helpers -------------------------------------------------------------------------
     def _log(self, level: int, message: str, **extra: Any) -> None:
@@ -300,6 +302,8 @@ class RunnerProcess:
             credential=lambda: self.credential.value,
             ca_bundle=Path(egress.ca_bundle) if egress.ca_bundle else None,
             runner=self.name,
+            allowed_paths=decide_allowed_paths(provider=self.config.file.provider, egress=egress),
+            limits=build_request_limits(egress),
         )
         endpoint = await self.egress.start()
         self.credential.proxy_port = endpoint.port
@@ -496,6 +500,7 @@ class RunnerProcess:
             registered_at=self._registered_at,
             now=self.clock.now(),
             credential_isolation=self.config.isolation,
+            sandbox=self.sandbox_report,
         )
 
     async def _write_report_if_due(self) -> dt.datetime:
