@@ -115,9 +115,9 @@ def test_routing_waits_for_held_runners_instead_of_failing_closed() -> None:
     assert mixed.outcome is RouteOutcome.ASSIGNED and mixed.choice is not None and mixed.choice.runner == "c"
 
 
-def test_contact_is_lost_after_failures_outlast_the_threshold_and_returns_at_the_first_success() -> None:
+def test_contact_is_lost_after_failures_outlast_the_threshold_and_returns_with_the_lease_watch() -> None:
     clock = [100.0]
-    contact = ApiContact(monotonic=lambda: clock[0], lost_after_s=2.0)
+    contact = ApiContact(monotonic=lambda: clock[0], lost_after_s=2.0, watch_wait_s=30.0)
     returned: list[float] = []
     contact.on_return(lambda: returned.append(clock[0]))
     assert contact.hold_left(lease_duration_s=5, grace_s=2) == 7, "the operator's start counts as a return"
@@ -130,8 +130,29 @@ def test_contact_is_lost_after_failures_outlast_the_threshold_and_returns_at_the
     clock[0] = 111.0
     contact.failed()
     assert not contact.contact and contact.hold_left(lease_duration_s=5, grace_s=2) == math.inf
+    contact.watched()  # a stale event while reads fail proves nothing
+    assert not contact.contact
     clock[0] = 130.0
-    contact.succeeded()
-    assert returned == [130.0] and contact.losses == 1
-    clock[0] = 133.0
+    contact.succeeded()  # reads work again, but the Lease watch has not spoken yet
+    assert not contact.contact and returned == []
+    clock[0] = 131.0
+    contact.watched()
+    assert contact.contact and returned == [131.0] and contact.losses == 1
+    clock[0] = 134.0
     assert contact.hold_left(lease_duration_s=5, grace_s=2) == 4.0
+
+
+def test_without_any_lease_event_contact_returns_at_the_bound_so_dead_runners_are_not_held_forever() -> None:
+    clock = [0.0]
+    contact = ApiContact(monotonic=lambda: clock[0], lost_after_s=2.0, watch_wait_s=30.0)
+    clock[0] = 5.0
+    contact.failed()
+    clock[0] = 50.0
+    contact.succeeded()
+    clock[0] = 79.0
+    contact.succeeded()
+    assert not contact.contact
+    clock[0] = 81.0
+    contact.succeeded()
+    assert contact.contact and contact.returned_at == 80.0
+    assert contact.hold_left(lease_duration_s=5, grace_s=2) == 6.0

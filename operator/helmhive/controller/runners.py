@@ -376,6 +376,7 @@ def register(runtime: Runtime, wakes: RunnerWakes) -> None:
         **_: Any,
     ) -> None:
         deleted = event.get("type") == "DELETED"
+        runtime.contact.watched()  # the Lease watch is live: the heartbeat hold may start counting
         if deleted:
             digest_seen.pop((namespace or "", name), None)
         wakes.lease_changed(
