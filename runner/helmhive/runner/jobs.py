@@ -207,11 +207,12 @@ class ClusterJobSource:
                 self.ctx.journal.remove(uid)
 
     async def _replay_journal(self) -> None:
-        """At start: every journal entry of a job no longer Running here is dropped; the rest wait for the list.
+        """At start: end every job the journal names from its entry (:meth:`_end_unstarted`).
 
-        The jobs still Running on this runner come back in the watch's first list as
-        ``MARK_LOST`` and are ended from their entry (:meth:`_end_unstarted`); an entry whose job
-        is gone, finished, re-queued or assigned elsewhere has nothing left to write.
+        The write is conditional (still Running here, same attempt, not finished); an entry whose
+        job is gone, finished, re-queued or assigned elsewhere is dropped. A job of the journal
+        that the watch's first list also reports (``MARK_LOST``) is ended once: both go through
+        ``_lost``.
         """
         if self.ctx.journal is None:
             return
