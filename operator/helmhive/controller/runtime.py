@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from helmhive.controller.contact import ApiContact
 from helmhive.controller.deadlines import DeadlineScheduler
 from helmhive.controller.kube import Kube
 from helmhive.policy.waiting import DEFAULT_REFERENCE_WAIT
@@ -103,6 +104,8 @@ class Runtime:
     config: OperatorConfig = field(default_factory=OperatorConfig)
     deadlines: DeadlineScheduler = field(init=False)
     job_events: JobEvents = field(default_factory=JobEvents)
+    contact: ApiContact = field(default_factory=ApiContact)
+    """Contact with the API server since the process started (the heartbeat hold's clock)."""
 
     def __post_init__(self) -> None:
         self.deadlines = DeadlineScheduler(clock=self.now)
