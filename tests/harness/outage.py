@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from harness.cluster import ClusterHandle
 from harness.wait import wait_for
@@ -81,7 +83,31 @@ class ApiServerOutage:
             raise
         down = time.monotonic() - (self.down_since or time.monotonic())
         self.down_since = None
+        self._wait_controllers(timeout=timeout)
         return down
+
+    def _wait_controllers(self, *, timeout: float) -> None:
+        """Wait until kube-controller-manager acts on new objects again.
+
+        Its informers re-list after the restart with their own backoff; until they do, a new
+        namespace gets no ``default`` ServiceAccount, and the tests that run next in this session
+        (the cluster is shared) would wait for one. A probe namespace shows when it is back.
+        """
+        with self.cluster.new_api_client() as api:
+            core = client.CoreV1Api(api)
+            body = client.V1Namespace(metadata=client.V1ObjectMeta(generate_name="outage-probe-"))
+            name = wait_for(
+                lambda: core.create_namespace(body).metadata.name, timeout=timeout, describe="a probe namespace"
+            )
+            try:
+                wait_for(
+                    lambda: core.read_namespaced_service_account("default", name),
+                    timeout=timeout,
+                    describe="kube-controller-manager back after the API server's restart (a default ServiceAccount)",
+                )
+            finally:
+                with contextlib.suppress(ApiException):
+                    core.delete_namespace(name)
 
     def ensure_up(self) -> None:
         """Bring it back if a failed test left it down (teardown)."""
