@@ -9,7 +9,8 @@ after :attr:`FakeProvider.release` is set, which shows whether a proxy streams o
 
 Just enough of two more APIs to answer the first request of the real Gemini and Codex CLIs with
 :data:`ANSWER`: Gemini's ``POST /v1beta/models/<model>:generateContent`` (JSON) and
-``:streamGenerateContent?alt=sse`` (server-sent events), and OpenAI's Responses API,
+``:streamGenerateContent?alt=sse`` (server-sent events; the unstreamed call is the CLI's model
+router asking for a complexity score, answered with one), and OpenAI's Responses API,
 ``POST /v1/responses`` (server-sent events). Codex first asks for a WebSocket on
 ``GET /v1/responses``; that, like every other ``GET``, gets a plain JSON 200, not a ``101``.
 """
@@ -99,8 +100,15 @@ def _answer(path: str) -> tuple[str, bytes]:
     """The content type and body that answer a model request to ``path`` (query string included)."""
     if ":streamGenerateContent" in path:
         return "text/event-stream", f"data: {json.dumps(_GEMINI_RESPONSE)}\n\n".encode()
-    if ":generateContent" in path:
-        return "application/json", json.dumps(_GEMINI_RESPONSE).encode()
+    if ":generateContent" in path:  # Gemini CLI's model router, which wants a JSON verdict
+        verdict = json.dumps({"complexity_reasoning": "a greeting", "complexity_score": 1})
+        routed = {
+            **_GEMINI_RESPONSE,
+            "candidates": [
+                {**_GEMINI_RESPONSE["candidates"][0], "content": {"role": "model", "parts": [{"text": verdict}]}}
+            ],
+        }
+        return "application/json", json.dumps(routed).encode()
     return "text/event-stream", b"".join(_sse(event) for event in _RESPONSES_EVENTS)
 
 

@@ -1,4 +1,4 @@
-"""The real npm CLIs (Claude Code, Gemini CLI, Codex) in a job's sandbox, behind the egress proxy.
+"""The real npm CLIs (Claude Code, Gemini CLI, Codex, codex-acp) in a job's sandbox, behind the egress proxy.
 
 Each CLI gets what a ``credentialIsolation: Proxy`` runner gives an agent -- its provider's
 base-URL variables pointing at the proxy and the placeholder in its key variable
@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import SecretStr
@@ -33,13 +35,16 @@ from pydantic import SecretStr
 from helmhive.api.common import FilesystemAccess, NetworkAccess, ToolKind
 from helmhive.api.egress import provider_egress
 from helmhive.api.runner import AdapterType, NetworkIsolation
+from helmhive.runner.adapters import AuthReason, AuthState, TurnOutcome, TurnRequest
+from helmhive.runner.adapters.acp import AcpAdapter
+from helmhive.runner.adapters.acp_process import AcpAdapterConfig
 from helmhive.runner.config import SandboxSettings
 from helmhive.runner.egress import EgressEndpoint, EgressProxy, build_proxy_env
 from helmhive.runner.landlock import landlock_abi
 from helmhive.runner.sandbox import SandboxPlan, build_sandbox_plan, build_wrapper, prepare_sandbox, runtime_read_paths
 
 from .fake_provider import ANSWER, FakeProvider, fake_provider
-from .npm_agents import CLAUDE_CODE, CODEX, GEMINI_CLI, npm_bin, npm_root
+from .npm_agents import CLAUDE_CODE, CODEX, CODEX_ACP, GEMINI_CLI, npm_bin, npm_root
 
 CANARY = "sk-canary-91d04e7b3c52a8f6"
 
@@ -47,9 +52,19 @@ Argv = Callable[[SandboxPlan, dict[str, str]], Sequence[str]]
 """The CLI's command line, given the job's sandbox and its environment."""
 
 
-async def _run_behind_proxy(
-    tmp_path: Path, *, provider: str, key_env: str, extra_env: dict[str, str], argv: Argv, adapter: AdapterType
-) -> tuple[FakeProvider, SandboxPlan, int, bytes, bytes]:
+@dataclass
+class Job:
+    """A job's sandbox behind a running proxy, and the environment a Proxy runner gives its agent."""
+
+    upstream: FakeProvider
+    plan: SandboxPlan
+    env: dict[str, str]
+
+
+@asynccontextmanager
+async def _job_behind_proxy(
+    tmp_path: Path, *, provider: str, key_env: str, extra_env: dict[str, str], adapter: AdapterType
+) -> AsyncIterator[Job]:
     with fake_provider(tmp_path / "pki", canary=CANARY) as upstream:
         upstream.release.set()
         defaults = provider_egress(provider)
@@ -58,52 +73,61 @@ async def _run_behind_proxy(
             upstream=upstream.url,
             credential=lambda: SecretStr(CANARY),
             ca_bundle=upstream.ca_file,
-            allowed_paths=defaults.allowed_paths,
+            allowed_paths=defaults.allowed_paths,  # the provider's defaults: the real CLI must fit them
         )
         await proxy.start()
         # The job's own listener: a UNIX socket its relay reaches from the agent's network namespace.
         (tmp_path / "egress").mkdir()
         job = await proxy.open_job(socket_path=tmp_path / "egress" / "job.sock")
-        plan = build_sandbox_plan(
-            state_dir=tmp_path / "state",
-            job_dir=f"team-a.{provider}.0001",
-            filesystem=FilesystemAccess.READ,
-            network=NetworkAccess.DISABLED,
-            tools=[ToolKind.READ],
-            adapter_type=adapter,
-            settings=SandboxSettings(readPaths=[str(npm_root())]),
-            runtime_paths=runtime_read_paths(),
-            credential_dir=None,
-            landlock_abi=landlock_abi(),
-            egress_port=job.port,
-            relay_socket=job.socket,
-        )
-        assert plan.landlock and plan.tcp_connect == (job.port,) and not plan.datagrams
-        assert plan.network_isolation is NetworkIsolation.NAMESPACE
-        prepare_sandbox(plan)
-        env = {
-            "PATH": "/usr/local/bin:/usr/bin:/bin",
-            "HOME": str(plan.home),
-            "TMPDIR": str(plan.tmpdir),
-            **extra_env,
-            **build_proxy_env(provider=provider, credential_env_name=key_env, endpoint=EgressEndpoint(job.port)),
-        }
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *build_wrapper(plan),
-                *argv(plan, env),
-                env=env,
-                cwd=plan.workdir,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
+            plan = build_sandbox_plan(
+                state_dir=tmp_path / "state",
+                job_dir=f"team-a.{provider}.0001",
+                filesystem=FilesystemAccess.READ,
+                network=NetworkAccess.DISABLED,
+                tools=[ToolKind.READ],
+                adapter_type=adapter,
+                settings=SandboxSettings(readPaths=[str(npm_root())]),
+                runtime_paths=runtime_read_paths(),
+                credential_dir=None,
+                landlock_abi=landlock_abi(),
+                egress_port=job.port,
+                relay_socket=job.socket,
             )
-            out, err = await asyncio.wait_for(proc.communicate(), 240)
+            assert plan.landlock and plan.tcp_connect == (job.port,) and not plan.datagrams
+            assert plan.network_isolation is NetworkIsolation.NAMESPACE
+            prepare_sandbox(plan)
+            env = {
+                "PATH": "/usr/local/bin:/usr/bin:/bin",
+                "HOME": str(plan.home),
+                "TMPDIR": str(plan.tmpdir),
+                **extra_env,
+                **build_proxy_env(provider=provider, credential_env_name=key_env, endpoint=EgressEndpoint(job.port)),
+            }
+            yield Job(upstream, plan, env)
         finally:
             await job.close()
             await proxy.close()
+
+
+async def _run_behind_proxy(
+    tmp_path: Path, *, provider: str, key_env: str, extra_env: dict[str, str], argv: Argv, adapter: AdapterType
+) -> tuple[FakeProvider, SandboxPlan, int, bytes, bytes]:
+    async with _job_behind_proxy(
+        tmp_path, provider=provider, key_env=key_env, extra_env=extra_env, adapter=adapter
+    ) as job:
+        proc = await asyncio.create_subprocess_exec(
+            *build_wrapper(job.plan),
+            *argv(job.plan, job.env),
+            env=job.env,
+            cwd=job.plan.workdir,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 240)
     assert proc.returncode is not None
-    return upstream, plan, proc.returncode, out, err
+    return job.upstream, job.plan, proc.returncode, out, err
 
 
 def _assert_key_only_upstream(upstream: FakeProvider, plan: SandboxPlan, out: bytes, err: bytes) -> None:
@@ -129,16 +153,18 @@ async def test_the_claude_cli_answers_through_the_proxy_without_ever_holding_the
     _assert_key_only_upstream(upstream, plan, out, err)
 
 
+_GEMINI_SETTINGS = {
+    "security": {"auth": {"selectedType": "gemini-api-key"}},
+    "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+    "privacy": {"usageStatisticsEnabled": False},
+    "telemetry": {"enabled": False},
+}
+
+
 def _gemini_argv(gemini: Path) -> Argv:
     def argv(plan: SandboxPlan, env: dict[str, str]) -> Sequence[str]:
-        settings = {
-            "security": {"auth": {"selectedType": "gemini-api-key"}},
-            "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
-            "privacy": {"usageStatisticsEnabled": False},
-            "telemetry": {"enabled": False},
-        }
         (plan.home / ".gemini").mkdir(parents=True, exist_ok=True)
-        (plan.home / ".gemini" / "settings.json").write_text(json.dumps(settings), encoding="utf-8")
+        (plan.home / ".gemini" / "settings.json").write_text(json.dumps(_GEMINI_SETTINGS), encoding="utf-8")
         return (str(gemini), "--skip-trust", "-m", "gemini-2.5-flash", "-p", "Say hello.")
 
     return argv
@@ -201,3 +227,73 @@ async def test_codex_answers_through_the_proxy_without_ever_holding_the_key(tmp_
     assert paths <= {("POST", "/v1/responses"), ("GET", "/v1/responses")}, paths
     assert all(r.auth == {"authorization": "canary"} for r in upstream.requests), [r.auth for r in upstream.requests]
     _assert_key_only_upstream(upstream, plan, out, err)
+
+
+async def test_the_gemini_cli_over_acp_answers_a_turn_of_the_runners_adapter_through_the_proxy(
+    tmp_path: Path,
+) -> None:
+    """``gemini --acp`` as a pool would run it: the runner's ACP adapter drives it in the job's sandbox;
+    its settings come from ``GEMINI_CLI_SYSTEM_SETTINGS_PATH`` (a per-job HOME holds none)."""
+    gemini = npm_bin(*GEMINI_CLI)
+    settings = tmp_path / "gemini-system-settings.json"
+    settings.write_text(json.dumps(_GEMINI_SETTINGS), encoding="utf-8")
+    extra = {"GEMINI_CLI_SYSTEM_SETTINGS_PATH": str(settings), "GEMINI_CLI_TRUST_WORKSPACE": "true"}
+    async with _job_behind_proxy(
+        tmp_path, provider="google", key_env="GEMINI_API_KEY", extra_env=extra, adapter=AdapterType.ACP
+    ) as job:
+        wrapper = build_wrapper(job.plan)
+        config = AcpAdapterConfig(
+            command=wrapper[0],
+            args=(*wrapper[1:], str(gemini), "--acp"),
+            env=job.env,
+            cwd=str(job.plan.workdir),
+            probe_cwd=str(job.plan.workdir),
+            idle_timeout_s=60,
+            request_timeout_s=60,
+        )
+        async with AcpAdapter(config) as adapter:
+            report = await adapter.probe()
+            result = await adapter.run_turn(TurnRequest(prompt="Say hello.", cwd=str(job.plan.workdir)))
+    assert (report.agent_name, report.agent_version) == ("gemini-cli", GEMINI_CLI[1])
+    assert "gemini-api-key" in report.auth_methods
+    assert result.outcome is TurnOutcome.COMPLETED, result.message
+    assert result.text == ANSWER
+    paths = [r.path for r in job.upstream.requests]
+    assert any(p.endswith(":streamGenerateContent") for p in paths), paths
+    assert all(p.startswith("/v1beta/models/") for p in paths), paths
+    assert all(r.auth == {"x-goog-api-key": "canary"} for r in job.upstream.requests), [
+        r.auth for r in job.upstream.requests
+    ]
+    _assert_key_only_upstream(job.upstream, job.plan, result.text.encode(), result.diagnostics.encode())
+
+
+async def test_codex_acp_is_refused_by_the_runners_adapter_which_never_authenticates(tmp_path: Path) -> None:
+    """``codex-acp`` (Codex over ACP) answers ``session/new`` with "Authentication required" until the
+    client calls ACP ``authenticate`` (methods ``chatgpt``, ``codex-api-key``, ``openai-api-key``);
+    the runner's ACP adapter does not yet, so it reports the runner Unauthenticated/AuthRequired and
+    no request reaches the provider. When it does, this test must change."""
+    codex_acp = npm_bin(*CODEX_ACP)
+    async with _job_behind_proxy(
+        tmp_path, provider="openai", key_env="CODEX_API_KEY", extra_env={}, adapter=AdapterType.ACP
+    ) as job:
+        (job.plan.home / ".codex").mkdir(parents=True, exist_ok=True)
+        job.env["CODEX_HOME"] = str(job.plan.home / ".codex")
+        wrapper = build_wrapper(job.plan)
+        base_url = f'openai_base_url="{job.env["OPENAI_BASE_URL"]}"'
+        config = AcpAdapterConfig(
+            command=wrapper[0],
+            args=(*wrapper[1:], str(codex_acp), "-c", base_url),
+            env=job.env,
+            cwd=str(job.plan.workdir),
+            probe_cwd=str(job.plan.workdir),
+            idle_timeout_s=60,
+            request_timeout_s=60,
+        )
+        async with AcpAdapter(config) as adapter:
+            report = await adapter.probe()
+            result = await adapter.run_turn(TurnRequest(prompt="Say hello.", cwd=str(job.plan.workdir)))
+    assert (report.agent_name, report.agent_version) == ("codex-acp", CODEX_ACP[1])
+    assert (report.auth, report.auth_reason) == (AuthState.UNAUTHENTICATED, AuthReason.AUTH_REQUIRED)
+    assert {"codex-api-key", "openai-api-key"} <= set(report.auth_methods)
+    assert result.outcome is TurnOutcome.AUTH_REQUIRED, result.message
+    assert job.upstream.requests == []
