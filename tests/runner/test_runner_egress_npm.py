@@ -232,14 +232,12 @@ async def test_codex_answers_through_the_proxy_without_ever_holding_the_key(tmp_
 async def test_the_gemini_cli_over_acp_answers_a_turn_of_the_runners_adapter_through_the_proxy(
     tmp_path: Path,
 ) -> None:
-    """``gemini --acp`` as a pool would run it: the runner's ACP adapter drives it in the job's sandbox;
-    its settings come from ``GEMINI_CLI_SYSTEM_SETTINGS_PATH`` (a per-job HOME holds none)."""
+    """``gemini --acp`` as a pool would run it: the runner's ACP adapter drives it in the job's sandbox
+    with nothing but what the runner gives it. Unlike headless mode, ACP mode accepts the auth type
+    ``gateway`` that ``GOOGLE_GEMINI_BASE_URL`` selects, and asks for no trusted folder."""
     gemini = npm_bin(*GEMINI_CLI)
-    settings = tmp_path / "gemini-system-settings.json"
-    settings.write_text(json.dumps(_GEMINI_SETTINGS), encoding="utf-8")
-    extra = {"GEMINI_CLI_SYSTEM_SETTINGS_PATH": str(settings), "GEMINI_CLI_TRUST_WORKSPACE": "true"}
     async with _job_behind_proxy(
-        tmp_path, provider="google", key_env="GEMINI_API_KEY", extra_env=extra, adapter=AdapterType.ACP
+        tmp_path, provider="google", key_env="GEMINI_API_KEY", extra_env={}, adapter=AdapterType.ACP
     ) as job:
         wrapper = build_wrapper(job.plan)
         config = AcpAdapterConfig(
