@@ -11,14 +11,18 @@ the key is in nothing the CLI printed or wrote.
 
 What each CLI needs besides the runner's variables (found from the CLIs themselves):
 
-- Gemini CLI 0.61.0: ``GOOGLE_GEMINI_BASE_URL`` alone makes it pick the auth type ``gateway``,
-  which its headless mode then refuses ("Invalid auth method selected.", exit 41); a settings file
-  choosing ``gemini-api-key`` fixes that. ``--skip-trust`` (else exit 55: untrusted directory).
-  Auto-update, usage statistics and telemetry are switched off in the same settings file.
-- Codex 0.171.0 does not read ``OPENAI_BASE_URL``: it resolves ``api.openai.com`` itself (no DNS
-  in the sandbox: "failed to lookup address information"). Its config key ``openai_base_url``
-  (here ``-c openai_base_url=...`` from the variable the runner set) points it at the proxy. It
-  first tries a WebSocket on ``GET /v1/responses``, then falls back to ``POST /v1/responses``.
+- Gemini CLI 0.61.0 over ACP (``gemini --acp``, driven by the runner's ACP adapter): nothing.
+  Headless (``gemini -p``): ``GOOGLE_GEMINI_BASE_URL`` alone makes it pick the auth type
+  ``gateway``, which headless mode refuses ("Invalid auth method selected.", exit 41); a settings
+  file choosing ``gemini-api-key`` fixes that, and ``--skip-trust`` (else exit 55: untrusted
+  directory). Auto-update, usage statistics and telemetry are switched off in the same file.
+- Codex 0.171.0 reads neither ``OPENAI_BASE_URL`` (it resolves ``api.openai.com`` itself, which
+  fails in the sandbox: "failed to lookup address information") nor ``OPENAI_API_KEY`` (it sends
+  no key). Its config key ``openai_base_url`` (here ``-c openai_base_url=...`` from the variable
+  the runner set) and ``CODEX_API_KEY`` (the pool's ``credential.envName``) make it use the proxy.
+  It first tries a WebSocket on ``GET /v1/responses``, then falls back to ``POST /v1/responses``.
+- codex-acp 0.16.0 cannot: it waits for ACP ``authenticate``, which the runner's adapter does not
+  send (its test pins that refusal).
 """
 
 from __future__ import annotations
