@@ -14,7 +14,9 @@ added the variable, google-gemini/gemini-cli#21561):
 - Claude Code: ``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY`` (sent as ``x-api-key``),
   ``ANTHROPIC_AUTH_TOKEN`` (sent as ``Authorization: Bearer``) and ``CLAUDE_CODE_OAUTH_TOKEN``
   (a subscription's long-lived token from ``claude setup-token``).
-- OpenAI's SDKs and Codex CLI: ``OPENAI_BASE_URL`` (which includes ``/v1``), ``OPENAI_API_KEY``.
+- OpenAI's SDKs: ``OPENAI_BASE_URL`` (which includes ``/v1``), ``OPENAI_API_KEY``. Codex CLI 0.171
+  reads neither: it takes the config key ``openai_base_url`` and ``CODEX_API_KEY`` (found by running
+  it, ``tests/runner/test_runner_egress_npm.py``).
 - Gemini CLI: ``GOOGLE_GEMINI_BASE_URL`` (plain ``http`` is accepted only for loopback hosts) and
   ``GEMINI_API_KEY`` (the proxy replaces it in ``x-goog-api-key`` or a ``key`` query parameter).
 """
