@@ -117,7 +117,8 @@ async def test_crash_mode_from_the_environment(make_adapter: AdapterFactory, wor
 async def test_unauthenticated_agent(make_adapter: AdapterFactory, method_log: MethodLog, workdir: str) -> None:
     adapter = make_adapter("unauthenticated")
     report = await adapter.probe()
-    assert (report.auth, report.auth_reason) == (AuthState.UNAUTHENTICATED, AuthReason.AUTH_REQUIRED)
+    # The adapter holds no API-key variable (no credential_env), so it has no method to authenticate with.
+    assert (report.auth, report.auth_reason) == (AuthState.UNAUTHENTICATED, AuthReason.NO_AUTH_METHOD)
     assert report.auth_methods == ["reference-token"]
     assert report.agent_name == "helmhive-reference-agent"
     assert report.models == []  # no session, so no catalogue

@@ -155,8 +155,10 @@ def test_unauthenticated_agent_is_reported_with_a_reason(rig: RunnerRig) -> None
     report = rig.wait_registered(proc)
     auth = report["authentication"]
     assert auth["state"] == "Unauthenticated"
-    assert auth["reason"] == "AuthRequired"
-    assert "auth" in auth["message"].lower()
+    # The runner's key is in HELMHIVE_REFERENCE_AGENT_TOKEN, which the agent's env_var method names:
+    # the adapter called authenticate with it, and the agent (mode unauthenticated) refused.
+    assert auth["reason"] == "AuthenticateFailed"
+    assert "reference-token" in auth["message"]
     assert report["adapter"]["name"] == "helmhive-reference-agent"
     assert report["catalogue"] == {"models": []}
     assert proc.popen.poll() is None, "the runner must keep running and heartbeating"

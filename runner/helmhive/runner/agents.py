@@ -9,6 +9,11 @@ The agent's environment is explicit (nothing is inherited from the runner): ``PA
 binding's, or its own: :mod:`helmhive.runner.sandbox`), adds ``TMPDIR``, points the base URLs at
 the job's own listener on the proxy, and runs the agent under the job's sandbox, with the job's
 working directory as its cwd.
+
+An ``openai`` runner with Proxy also gets Codex's configuration in the agent's home
+(:mod:`helmhive.runner.codex_config`: ``CODEX_HOME`` and ``openai_base_url``, since Codex reads no
+base-URL variable). An ACP agent is told which variable holds the API key, so that an agent that
+requires ACP ``authenticate`` gets the method naming it (:mod:`helmhive.runner.adapters.acp_auth`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from helmhive.runner.adapters.acp import AcpAdapter, AcpAdapterConfig
 from helmhive.runner.adapters.acp_process import FsAccess
 from helmhive.runner.adapters.base import AgentAdapter
 from helmhive.runner.adapters.claude_cli import ClaudeCliAdapter, ClaudeCliConfig
+from helmhive.runner.codex_config import ensure_codex_config
 from helmhive.runner.config import RunnerConfig
 from helmhive.runner.credentials import CredentialHolder
 from helmhive.runner.egress import EgressEndpoint, build_proxy_env
@@ -69,6 +75,15 @@ def agent_env(config: RunnerConfig, credential: CredentialHolder) -> tuple[dict[
     return env, secret
 
 
+def _prepare_codex(config: RunnerConfig, env: dict[str, str]) -> None:
+    """Codex's base URL in the agent's own ``CODEX_HOME`` (an ``openai`` runner with Proxy only)."""
+    if config.file.provider != "openai" or config.isolation is not CredentialIsolation.PROXY:
+        return
+    codex_home = Path(env["HOME"]) / ".codex"
+    env["CODEX_HOME"] = str(codex_home)  # the runner's choice, never the pool's: one per home
+    ensure_codex_config(codex_home, env["OPENAI_BASE_URL"])
+
+
 def _make_adapter(
     config: RunnerConfig,
     env: dict[str, str],
@@ -104,6 +119,7 @@ def _make_adapter(
             cwd=cwd,
             probe_cwd=cwd,
             request_timeout_s=config.env.probe_timeout_seconds,
+            credential_env=config.file.credential_env_name,
             **acp_extra,
         )
     )
@@ -114,6 +130,7 @@ def build_adapter(config: RunnerConfig, credential: CredentialHolder) -> AgentAd
     env, secret_env = agent_env(config, credential)
     home = Path(env["HOME"])
     home.mkdir(parents=True, exist_ok=True)
+    _prepare_codex(config, env)
     return _make_adapter(config, env, secret_env, cwd=str(home), cli_extra={}, acp_extra={})
 
 
@@ -130,6 +147,7 @@ def build_job_adapter(config: RunnerConfig, credential: CredentialHolder, plan: 
                 endpoint=EgressEndpoint(port=plan.egress_port),
             )
         )
+    _prepare_codex(config, env)
     wrapper = build_wrapper(plan)
     workdir = str(plan.workdir)
     return _make_adapter(

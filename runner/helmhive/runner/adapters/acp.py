@@ -4,7 +4,9 @@ One adapter keeps one agent process and drives one turn at a time:
 
 1. spawn the configured command with an explicit environment, then ``initialize``;
 2. ``session/new``, or ``session/load`` for a session ID the caller kept (skipped when this
-   process already has the session open);
+   process already has the session open); an agent that answers it with the auth-required error
+   gets one ``authenticate`` with the method that takes the runner's API key
+   (:mod:`~helmhive.runner.adapters.acp_auth`), then the request again;
 3. model, then effort, with ``session/set_config_option`` -- only when the session offers the
    value and does not hold it already; an unoffered value fails the turn with a named reason;
 4. ``session/prompt`` under an idle watchdog: no session update for ``idle_timeout_s`` sends
@@ -21,7 +23,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, TypeVar
 
 import acp
@@ -29,6 +32,7 @@ import pydantic
 from acp import schema
 from pydantic import SecretStr
 
+from helmhive.runner.adapters.acp_auth import AuthRefused, decide_auth_method
 from helmhive.runner.adapters.acp_process import (
     AcpAdapterConfig,
     AgentProcess,
@@ -140,6 +144,45 @@ class AcpAdapter:
         diagnostics = proc.stderr.text()
         raise AdapterFailure(outcome, message, stage=stage, diagnostics=diagnostics, exit_code=code) from None
 
+    async def _open(self, proc: AgentProcess, request: Callable[[], Awaitable[T]], what: str) -> T:
+        """A session request; on the auth-required error, ``authenticate`` once and ask again."""
+        try:
+            return await self._call(proc, request(), what)
+        except acp.RequestError as exc:
+            if exc.code != AUTH_REQUIRED_CODE:
+                raise
+            if proc.auth_refusal is not None:  # this process's one attempt already failed: say why again
+                raise AuthRefused(proc.auth_refusal.reason, proc.auth_refusal.message) from None
+            if proc.auth_method is not None:  # authenticated, and still refused
+                raise
+        await self._authenticate(proc)
+        return await self._call(proc, request(), what)
+
+    async def _authenticate(self, proc: AgentProcess) -> None:
+        try:
+            await self._authenticate_once(proc)
+        except AuthRefused as refused:
+            proc.auth_refusal = refused
+            raise
+
+    async def _authenticate_once(self, proc: AgentProcess) -> None:
+        choice = decide_auth_method(
+            proc.init.auth_methods if proc.init is not None else None,
+            credential_env=self._config.credential_env,
+            env_names={*self._config.env, *self._config.secret_env},
+        )
+        if choice.method_id is None:
+            log.warning("the agent requires authentication: %s", choice.message)
+            raise AuthRefused(AuthReason.NO_AUTH_METHOD, choice.message)
+        try:
+            await self._call(proc, proc.conn.authenticate(method_id=choice.method_id), "authenticate")
+        except acp.RequestError as exc:
+            message = f"the agent refused authenticate with {choice.message}: {self._error_text(exc)}"
+            log.warning("%s", message)
+            raise AuthRefused(AuthReason.AUTHENTICATE_FAILED, message) from None
+        proc.auth_method = choice.method_id
+        log.info("authenticated: method=%s", choice.method_id)
+
     async def _ensure(self) -> AgentProcess:
         if self._proc is not None and self._proc.alive:
             return self._proc
@@ -186,9 +229,11 @@ class AcpAdapter:
                     update={"auth": AuthState.FAILING, "auth_reason": reason, "auth_message": failure.message}
                 )
             report = describe_agent(report, proc.init)
-            new = proc.conn.new_session(cwd=self._config.probe_cwd, mcp_servers=[])
+            cwd = self._config.probe_cwd
             try:
-                response = await self._call(proc, new, "session/new")
+                response = await self._open(
+                    proc, partial(proc.conn.new_session, cwd=cwd, mcp_servers=[]), "session/new"
+                )
             except AdapterFailure as failure:
                 killed = failure.outcome is TurnOutcome.KILLED
                 reason = AuthReason.AGENT_UNRESPONSIVE if killed else AuthReason.AGENT_CRASHED
@@ -201,12 +246,22 @@ class AcpAdapter:
                 else:
                     update = {"auth": AuthState.FAILING, "auth_reason": AuthReason.SESSION_FAILED}
                 return report.model_copy(update={**update, "auth_message": self._error_text(exc)})
+            except AuthRefused as refused:
+                return report.model_copy(
+                    update={
+                        "auth": AuthState.UNAUTHENTICATED,
+                        "auth_reason": refused.reason,
+                        "auth_message": refused.message,
+                    }
+                )
             proc.sessions[response.session_id] = self._config.probe_cwd
+            via = f" after authenticate (method {proc.auth_method})" if proc.auth_method else ""
             return with_catalogue(report, response.config_options).model_copy(
                 update={
                     "auth": AuthState.AUTHENTICATED,
                     "auth_reason": AuthReason.SESSION_CREATED,
-                    "auth_message": "the agent opened a session",
+                    "auth_message": f"the agent opened a session{via}",
+                    "auth_method": proc.auth_method,
                 }
             )
 
@@ -227,6 +282,8 @@ class AcpAdapter:
             except acp.RequestError as exc:
                 message = self._error_text(exc, state.session_id, base)
                 result = TurnResult(outcome=error_outcome(exc.code), message=message)
+            except AuthRefused as refused:
+                result = TurnResult(outcome=TurnOutcome.AUTH_REQUIRED, message=f"{refused.reason}: {refused.message}")
             log.info(
                 "turn finished: outcome=%s resumed=%s forked=%s updates=%d",
                 result.outcome.value,
@@ -263,8 +320,8 @@ class AcpAdapter:
 
     async def _attach(self, proc: AgentProcess, request: TurnRequest, state: TurnState) -> str:
         if request.session_id is None:
-            new = proc.conn.new_session(cwd=request.cwd, mcp_servers=[])
-            response = await self._call(proc, new, "session/new")
+            new = partial(proc.conn.new_session, cwd=request.cwd, mcp_servers=[])
+            response = await self._open(proc, new, "session/new")
             state.session_id = response.session_id
             proc.client.options[response.session_id] = options_from_acp(response.config_options)
             proc.sessions[response.session_id] = request.cwd
@@ -277,9 +334,9 @@ class AcpAdapter:
             return session_id  # already open in this process
         if not proc.load_session_supported():
             raise AdapterFailure(TurnOutcome.RESUME_UNSUPPORTED, "the agent does not advertise loadSession")
-        load = proc.conn.load_session(cwd=request.cwd, session_id=session_id, mcp_servers=[])
+        load = partial(proc.conn.load_session, cwd=request.cwd, session_id=session_id, mcp_servers=[])
         try:
-            loaded = await self._call(proc, load, "session/load")
+            loaded = await self._open(proc, load, "session/load")
         except acp.RequestError as exc:
             if exc.code == RESOURCE_NOT_FOUND_CODE:
                 raise AdapterFailure(TurnOutcome.SESSION_NOT_FOUND, self._error_text(exc, session_id)) from None
@@ -293,9 +350,9 @@ class AcpAdapter:
         """A new session seeded from ``base_id`` (ACP ``session/fork``); never a silent fresh start."""
         if not proc.fork_session_supported():
             raise AdapterFailure(TurnOutcome.FORK_UNSUPPORTED, "the agent does not advertise session forking")
-        fork = proc.conn.fork_session(session_id=base_id, cwd=request.cwd, mcp_servers=[])
+        fork = partial(proc.conn.fork_session, session_id=base_id, cwd=request.cwd, mcp_servers=[])
         try:
-            forked = await self._call(proc, fork, "session/fork")
+            forked = await self._open(proc, fork, "session/fork")
         except acp.RequestError as exc:
             if exc.code == RESOURCE_NOT_FOUND_CODE:
                 raise AdapterFailure(TurnOutcome.SESSION_NOT_FOUND, self._error_text(exc, base_id)) from None

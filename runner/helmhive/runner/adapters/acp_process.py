@@ -20,6 +20,7 @@ import acp
 from acp import schema
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from helmhive.runner.adapters.acp_auth import AuthRefused
 from helmhive.runner.adapters.base import MAX_LIST, MAX_NAME, ToolPermissionRecord
 from helmhive.runner.adapters.decisions import (
     ConfigOptionView,
@@ -97,6 +98,9 @@ class AcpAdapterConfig(BaseModel):
     """The directory the ACP ``fs/*`` client methods may touch; None offers no file system."""
     fs_access: FsAccess = "none"
     """``read`` offers ``fs/read_text_file`` below ``fs_root``; ``write`` also ``fs/write_text_file``."""
+    credential_env: str | None = None
+    """The variable holding the runner's API key (or the proxy's placeholder): an agent that requires
+    ACP ``authenticate`` gets the ``env_var`` method naming it (:mod:`~helmhive.runner.adapters.acp_auth`)."""
 
     def spawn_env(self) -> dict[str, str]:
         merged = dict(self.env)
@@ -293,6 +297,10 @@ class AgentProcess:
         self.init: schema.InitializeResponse | None = None
         self.sessions: dict[str, str] = {}
         """Sessions opened in this process (by session/new or session/load), with their cwd."""
+        self.auth_refusal: AuthRefused | None = None
+        """Why this process's one ``authenticate`` attempt failed (never retried: a refusal is final)."""
+        self.auth_method: str | None = None
+        """The method ``authenticate`` succeeded with."""
 
     @classmethod
     async def spawn(cls, config: AcpAdapterConfig) -> AgentProcess:

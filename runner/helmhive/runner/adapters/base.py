@@ -43,6 +43,10 @@ class AuthReason(StrEnum):
     """The CLI says it has a login (``claude auth status``); no model call verified it."""
     NOT_LOGGED_IN = "NotLoggedIn"
     """The CLI says it has no login."""
+    NO_AUTH_METHOD = "NoAuthMethod"
+    """The agent requires ACP ``authenticate`` and no advertised method takes the runner's API key."""
+    AUTHENTICATE_FAILED = "AuthenticateFailed"
+    """The agent refused ACP ``authenticate`` with the method that takes the runner's API key."""
 
 
 class TurnOutcome(StrEnum):
@@ -115,6 +119,8 @@ class AdapterReport(BaseModel):
     auth_reason: AuthReason = AuthReason.NOT_PROBED
     auth_message: str = Field(default="", max_length=MAX_MESSAGE)
     auth_methods: list[str] = Field(default_factory=list, max_length=MAX_LIST)
+    auth_method: str | None = Field(default=None, max_length=MAX_NAME)
+    """The ACP ``authenticate`` method the adapter called (an id, never a value); None if it called none."""
     capabilities: AgentCapabilities = Field(default_factory=AgentCapabilities)
     models: list[str] = Field(default_factory=list, max_length=MAX_LIST)
     default_model: str | None = Field(default=None, max_length=MAX_NAME)
