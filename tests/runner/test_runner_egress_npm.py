@@ -21,29 +21,38 @@ What each CLI needs besides the runner's variables (found from the CLIs themselv
   no key). Its config key ``openai_base_url`` (here ``-c openai_base_url=...`` from the variable
   the runner set) and ``CODEX_API_KEY`` (the pool's ``credential.envName``) make it use the proxy.
   It first tries a WebSocket on ``GET /v1/responses``, then falls back to ``POST /v1/responses``.
-- codex-acp 0.16.0 cannot: it waits for ACP ``authenticate``, which the runner's adapter does not
-  send (its test pins that refusal).
+- codex-acp 0.16.0 over ACP (driven by the runner's own job adapter): the same configuration key,
+  which the runner writes into ``$CODEX_HOME/config.toml`` in the job's home, and ACP
+  ``authenticate`` with the ``env_var`` method naming the pool's key variable (``codex-api-key``
+  for ``CODEX_API_KEY``), which the adapter sends when ``session/new`` answers "Authentication
+  required". codex-acp then stores that variable's value (the placeholder) in
+  ``$CODEX_HOME/auth.json``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import tomllib
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from pydantic import SecretStr
 
 from helmhive.api.common import FilesystemAccess, NetworkAccess, ToolKind
 from helmhive.api.egress import provider_egress
 from helmhive.api.runner import AdapterType, NetworkIsolation
-from helmhive.runner.adapters import AuthReason, AuthState, TurnOutcome, TurnRequest
+from helmhive.runner.adapters import AdapterReport, AuthReason, AuthState, TurnOutcome, TurnRequest, TurnResult
 from helmhive.runner.adapters.acp import AcpAdapter
 from helmhive.runner.adapters.acp_process import AcpAdapterConfig
-from helmhive.runner.config import SandboxSettings
-from helmhive.runner.egress import EgressEndpoint, EgressProxy, build_proxy_env
+from helmhive.runner.agents import build_job_adapter
+from helmhive.runner.config import RunnerConfig, SandboxSettings, load_config
+from helmhive.runner.credentials import CredentialHolder
+from helmhive.runner.egress import PLACEHOLDER, EgressEndpoint, EgressProxy, build_proxy_env
 from helmhive.runner.landlock import landlock_abi
 from helmhive.runner.sandbox import SandboxPlan, build_sandbox_plan, build_wrapper, prepare_sandbox, runtime_read_paths
 
@@ -269,33 +278,87 @@ async def test_the_gemini_cli_over_acp_answers_a_turn_of_the_runners_adapter_thr
     _assert_key_only_upstream(job.upstream, job.plan, result.text.encode(), result.diagnostics.encode())
 
 
-async def test_codex_acp_is_refused_by_the_runners_adapter_which_never_authenticates(tmp_path: Path) -> None:
-    """``codex-acp`` (Codex over ACP) answers ``session/new`` with "Authentication required" until the
-    client calls ACP ``authenticate`` (methods ``chatgpt``, ``codex-api-key``, ``openai-api-key``);
-    the runner's ACP adapter does not yet, so it reports the runner Unauthenticated/AuthRequired and
-    no request reaches the provider. When it does, this test must change."""
+def _openai_runner(tmp_path: Path, *, codex_acp: Path, key_env: str) -> tuple[RunnerConfig, CredentialHolder]:
+    """What an ``openai`` pool with ``credentialIsolation: Proxy`` running codex-acp tells its runner."""
+    runner_json = {
+        "provider": "openai",
+        "adapter": {"type": "acp", "acp": {"command": str(codex_acp)}},
+        "credentialEnvName": key_env,
+        "credentialIsolation": "Proxy",
+    }
+    environ = {
+        "HELMHIVE_RUNNER_NAME": "codex-0",
+        "HELMHIVE_NAMESPACE": "team-a",
+        "HELMHIVE_POOL": "codex",
+        "HELMHIVE_RUNNER_CONFIG": str(tmp_path / "runner.json"),
+        "HELMHIVE_CREDENTIAL_FILE": str(tmp_path / "credential"),
+        "HELMHIVE_STATE_DIR": str(tmp_path / "state"),
+    }
+    config = load_config(environ=environ, read_text=lambda path: json.dumps(runner_json))
+    credential = CredentialHolder(file=tmp_path / "credential", directory=None, state_dir=tmp_path / "state")
+    return config, credential
+
+
+async def _codex_acp_job(
+    tmp_path: Path, *, key_env: str, caplog: pytest.LogCaptureFixture
+) -> tuple[Job, AdapterReport, TurnResult]:
+    """One probe and one turn of codex-acp through the runner's own job adapter (:func:`build_job_adapter`)."""
+    caplog.set_level(logging.DEBUG)
     codex_acp = npm_bin(*CODEX_ACP)
     async with _job_behind_proxy(
-        tmp_path, provider="openai", key_env="CODEX_API_KEY", extra_env={}, adapter=AdapterType.ACP
+        tmp_path, provider="openai", key_env=key_env, extra_env={}, adapter=AdapterType.ACP
     ) as job:
-        (job.plan.home / ".codex").mkdir(parents=True, exist_ok=True)
-        job.env["CODEX_HOME"] = str(job.plan.home / ".codex")
-        wrapper = build_wrapper(job.plan)
-        base_url = f'openai_base_url="{job.env["OPENAI_BASE_URL"]}"'
-        config = AcpAdapterConfig(
-            command=wrapper[0],
-            args=(*wrapper[1:], str(codex_acp), "-c", base_url),
-            env=job.env,
-            cwd=str(job.plan.workdir),
-            probe_cwd=str(job.plan.workdir),
-            idle_timeout_s=60,
-            request_timeout_s=60,
-        )
-        async with AcpAdapter(config) as adapter:
+        config, credential = _openai_runner(tmp_path, codex_acp=codex_acp, key_env=key_env)
+        assert job.plan.egress_port is not None
+        credential.proxy_port = job.plan.egress_port  # the runner's own listener: the job's replaces it
+        async with build_job_adapter(config, credential, job.plan) as adapter:
             report = await adapter.probe()
             result = await adapter.run_turn(TurnRequest(prompt="Say hello.", cwd=str(job.plan.workdir)))
+    return job, report, result
+
+
+async def test_codex_acp_answers_a_turn_of_the_runners_job_adapter_through_the_proxy(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``codex-acp`` as an ``openai`` Proxy pool with ``credential.envName: CODEX_API_KEY`` runs it:
+    the runner writes the job's listener into ``$CODEX_HOME/config.toml`` in the job's own home,
+    puts the placeholder in ``CODEX_API_KEY``, and when codex-acp answers ``session/new`` with
+    "Authentication required" the adapter calls ``authenticate`` with ``codex-api-key`` (never
+    ``chatgpt``). Codex then answers the turn through the proxy, which alone holds the key."""
+    job, report, result = await _codex_acp_job(tmp_path, key_env="CODEX_API_KEY", caplog=caplog)
     assert (report.agent_name, report.agent_version) == ("codex-acp", CODEX_ACP[1])
-    assert (report.auth, report.auth_reason) == (AuthState.UNAUTHENTICATED, AuthReason.AUTH_REQUIRED)
-    assert {"codex-api-key", "openai-api-key"} <= set(report.auth_methods)
-    assert result.outcome is TurnOutcome.AUTH_REQUIRED, result.message
+    assert (report.auth, report.auth_reason) == (AuthState.AUTHENTICATED, AuthReason.SESSION_CREATED)
+    assert report.auth_method == "codex-api-key" and "codex-api-key" in report.auth_message
+    assert "authenticated: method=codex-api-key" in caplog.text
+    assert result.outcome is TurnOutcome.COMPLETED, (result.message, result.diagnostics[-2000:])
+    # codex-acp first tells the client it falls back from the WebSocket to HTTPS (the fake provider
+    # answers no upgrade), then streams the provider's answer.
+    assert result.text.endswith(ANSWER), result.text[-2000:]
+    paths = {(r.method, r.path) for r in job.upstream.requests}
+    assert ("POST", "/v1/responses") in paths, paths
+    assert paths <= {("POST", "/v1/responses"), ("GET", "/v1/responses")}, paths
+    assert all(r.auth == {"authorization": "canary"} for r in job.upstream.requests), [
+        r.auth for r in job.upstream.requests
+    ]
+    # Codex's configuration and the key it stored are in the job's own home: the proxy's URL, the placeholder.
+    codex_home = job.plan.home / ".codex"
+    config = tomllib.loads((codex_home / "config.toml").read_text(encoding="utf-8"))
+    assert config["openai_base_url"] == f"http://127.0.0.1:{job.plan.egress_port}/v1"
+    assert json.loads((codex_home / "auth.json").read_text(encoding="utf-8"))["OPENAI_API_KEY"] == PLACEHOLDER
+    seen = result.text + result.message + result.diagnostics + report.model_dump_json() + caplog.text
+    _assert_key_only_upstream(job.upstream, job.plan, seen.encode(), b"")
+
+
+async def test_codex_acp_with_its_key_in_a_variable_no_method_names_is_refused_by_name(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pool's default ``credential.envName`` (``PROVIDER_API_KEY``) is no variable codex-acp's
+    ``env_var`` methods name; the adapter never falls back to ``chatgpt`` (a browser login), reports
+    ``Unauthenticated``/``NoAuthMethod``, and no request reaches the provider."""
+    job, report, result = await _codex_acp_job(tmp_path, key_env="PROVIDER_API_KEY", caplog=caplog)
+    assert (report.auth, report.auth_reason) == (AuthState.UNAUTHENTICATED, AuthReason.NO_AUTH_METHOD)
+    assert {"chatgpt", "codex-api-key", "openai-api-key"} <= set(report.auth_methods)
+    assert "PROVIDER_API_KEY" in report.auth_message and report.auth_method is None
+    assert result.outcome is TurnOutcome.AUTH_REQUIRED and "NoAuthMethod" in result.message
     assert job.upstream.requests == []
+    _assert_key_only_upstream(job.upstream, job.plan, (report.model_dump_json() + caplog.text).encode(), b"")
