@@ -7,6 +7,7 @@ The success path with a real agent that requires ``authenticate`` (codex-acp) is
 
 from __future__ import annotations
 
+import json
 import logging
 import tomllib
 from pathlib import Path
@@ -14,9 +15,13 @@ from pathlib import Path
 import pytest
 from acp import schema
 
-from helmhive.runner.adapters import AuthReason, AuthState, TurnOutcome, TurnRequest
+from helmhive.runner.adapters import AcpAdapter, AuthReason, AuthState, TurnOutcome, TurnRequest
 from helmhive.runner.adapters.acp_auth import decide_auth_method
+from helmhive.runner.agents import build_adapter
 from helmhive.runner.codex_config import build_codex_config, ensure_codex_config
+from helmhive.runner.config import RunnerConfig, load_config
+from helmhive.runner.credentials import CredentialHolder
+from helmhive.runner.egress import PLACEHOLDER
 from helmhive.runner.reference_agent import AUTH_METHOD_ID, ENV_TOKEN
 
 from .agent_harness import AdapterFactory, MethodLog
@@ -120,3 +125,48 @@ async def test_an_agent_requiring_auth_without_a_fitting_method_is_refused_by_na
     result = await adapter.run_turn(TurnRequest(prompt="hi", cwd=workdir))
     assert result.outcome is TurnOutcome.AUTH_REQUIRED and "NoAuthMethod" in result.message
     assert "authenticate" not in method_log.methods()
+
+
+def _runner(tmp_path: Path, provider: str, isolation: str) -> tuple[RunnerConfig, CredentialHolder]:
+    runner_json = {
+        "provider": provider,
+        "adapter": {"type": "acp", "acp": {"command": "codex-acp", "env": [{"name": "CODEX_HOME", "value": "/x"}]}},
+        "credentialEnvName": "CODEX_API_KEY",
+        "credentialIsolation": isolation,
+    }
+    environ = {
+        "HELMHIVE_RUNNER_NAME": "r-0",
+        "HELMHIVE_NAMESPACE": "team-a",
+        "HELMHIVE_POOL": "r",
+        "HELMHIVE_RUNNER_CONFIG": str(tmp_path / "runner.json"),
+        "HELMHIVE_CREDENTIAL_FILE": str(tmp_path / "credential"),
+        "HELMHIVE_STATE_DIR": str(tmp_path / "state"),
+    }
+    config = load_config(environ=environ, read_text=lambda path: json.dumps(runner_json))
+    credential = CredentialHolder(file=tmp_path / "credential", directory=None, state_dir=tmp_path / "state")
+    credential.proxy_port = 4321
+    return config, credential
+
+
+@pytest.mark.parametrize(("provider", "isolation"), [("openai", "Proxy"), ("google", "Proxy"), ("openai", "InSandbox")])
+async def test_only_an_openai_proxy_runner_writes_codex_config_into_the_agents_home(
+    tmp_path: Path, provider: str, isolation: str
+) -> None:
+    (tmp_path / "credential").write_text(CANARY, encoding="utf-8")
+    config, credential = _runner(tmp_path, provider, isolation)
+    credential.prepare()
+    adapter = build_adapter(config, credential)
+    assert isinstance(adapter, AcpAdapter)
+    settings = adapter._config  # what the agent will be spawned with
+    assert settings.credential_env == "CODEX_API_KEY"
+    codex_home = tmp_path / "state" / "home" / ".codex"
+    if (provider, isolation) == ("openai", "Proxy"):
+        # The runner's CODEX_HOME replaces the pool's: one per agent home, never shared between jobs.
+        assert settings.env["CODEX_HOME"] == str(codex_home)
+        parsed = tomllib.loads((codex_home / "config.toml").read_text(encoding="utf-8"))
+        assert parsed == {"openai_base_url": "http://127.0.0.1:4321/v1"}
+        assert settings.env["CODEX_API_KEY"] == PLACEHOLDER
+    else:
+        assert settings.env["CODEX_HOME"] == "/x" and not codex_home.exists()
+    written = b"".join(p.read_bytes() for p in (tmp_path / "state" / "home").rglob("*") if p.is_file())
+    assert CANARY.encode() not in written
