@@ -317,19 +317,23 @@ async def _codex_acp_job(
     return job, report, result
 
 
+@pytest.mark.parametrize(
+    ("key_env", "method"), [("CODEX_API_KEY", "codex-api-key"), ("OPENAI_API_KEY", "openai-api-key")]
+)
 async def test_codex_acp_answers_a_turn_of_the_runners_job_adapter_through_the_proxy(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, key_env: str, method: str
 ) -> None:
     """``codex-acp`` as an ``openai`` Proxy pool with ``credential.envName: CODEX_API_KEY`` runs it:
     the runner writes the job's listener into ``$CODEX_HOME/config.toml`` in the job's own home,
     puts the placeholder in ``CODEX_API_KEY``, and when codex-acp answers ``session/new`` with
     "Authentication required" the adapter calls ``authenticate`` with ``codex-api-key`` (never
-    ``chatgpt``). Codex then answers the turn through the proxy, which alone holds the key."""
-    job, report, result = await _codex_acp_job(tmp_path, key_env="CODEX_API_KEY", caplog=caplog)
+    ``chatgpt``; ``openai-api-key`` for ``OPENAI_API_KEY``). Codex then answers the turn through the
+    proxy, which alone holds the key."""
+    job, report, result = await _codex_acp_job(tmp_path, key_env=key_env, caplog=caplog)
     assert (report.agent_name, report.agent_version) == ("codex-acp", CODEX_ACP[1])
     assert (report.auth, report.auth_reason) == (AuthState.AUTHENTICATED, AuthReason.SESSION_CREATED)
-    assert report.auth_method == "codex-api-key" and "codex-api-key" in report.auth_message
-    assert "authenticated: method=codex-api-key" in caplog.text
+    assert report.auth_method == method and method in report.auth_message
+    assert f"authenticated: method={method}" in caplog.text
     assert result.outcome is TurnOutcome.COMPLETED, (result.message, result.diagnostics[-2000:])
     # codex-acp first tells the client it falls back from the WebSocket to HTTPS (the fake provider
     # answers no upgrade), then streams the provider's answer.
