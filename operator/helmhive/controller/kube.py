@@ -138,6 +138,13 @@ class Kube:
         items: list[dict[str, Any]] = body.get("items", [])
         return items
 
+    async def list_page(self, kind: KindDef, *, limit: int, continue_token: str | None = None) -> dict[str, Any]:
+        """One page of a cluster-wide list: the API server's answer (``items``, ``metadata.continue``)."""
+        extra = {"_continue": continue_token} if continue_token else {}
+        return await self._call(
+            self.custom.list_cluster_custom_object, GROUP, VERSION, kind.plural, limit=limit, **extra
+        )
+
     async def create(self, kind: KindDef, body: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
         if kind.namespaced:
             return await self._write(

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from helmhive.controller.deadlines import DeadlineScheduler
+from helmhive.controller.job_store_sync import JobStoreSync
 from helmhive.controller.kube import Kube
 from helmhive.policy.waiting import DEFAULT_REFERENCE_WAIT
 
@@ -103,6 +104,8 @@ class Runtime:
     config: OperatorConfig = field(default_factory=OperatorConfig)
     deadlines: DeadlineScheduler = field(init=False)
     job_events: JobEvents = field(default_factory=JobEvents)
+    job_store: JobStoreSync = field(default_factory=JobStoreSync)
+    """The operator's AgentJob store (jobs by runner, implementations by change), filled by the AgentJob handler."""
 
     def __post_init__(self) -> None:
         self.deadlines = DeadlineScheduler(clock=self.now)
