@@ -411,6 +411,15 @@ async def restart_and_route_one(
     return fresh
 
 
+async def note_while(what: str, pid: int, every: float = 15.0) -> None:
+    """Print a line every ``every`` seconds until cancelled, so a long phase shows it is alive."""
+    started = time.monotonic()
+    while True:
+        await asyncio.sleep(every)
+        rss = rss_kib(pid)[0] / 1024
+        print(f"  {what}: {time.monotonic() - started:.0f} s (operator RSS {rss:.0f} MiB)", flush=True)
+
+
 def _store_synced(health: str) -> bool:
     """The routing probe says the operator's job store is synced (it routes nothing before)."""
     try:
@@ -521,6 +530,7 @@ async def run(  # noqa: PLR0915
             pace = f"at {args.rate:g} a second" if args.rate else "as fast as the client can"
             print(f"creating {args.jobs} jobs {pace} ...", flush=True)
             result["burst"] = await burst(admin, jobs=args.jobs, limit=args.timeout, rate=args.rate)
+            waiting_note = asyncio.create_task(note_while("waiting for every routing audit record", operator.pid))
             # Audits are written off the assignment path: count the writes once every one is there.
             audits_url = f"{GROUP_PATH}/namespaces/{NS}/auditrecords"
             selector = {"labelSelector": "helmhive.dev/audit-action=JobRouted"}
@@ -529,6 +539,7 @@ async def run(  # noqa: PLR0915
             result["burst"]["audits_done_seconds"] = time.monotonic() - result["burst"].pop("started")
             await asyncio.sleep(2)  # the last records' Events
             writes = await write_counts(admin) - writes_before
+            waiting_note.cancel()
             result["operator_cpu_seconds"] = cpu_seconds(operator.pid) - cpu_before
             result["operator_rss_kib"] = {"before": rss_before[0], "after": rss_kib(operator.pid)[0],
                                           "peak": rss_kib(operator.pid)[1]}  # fmt: skip
