@@ -8,9 +8,7 @@ from helmhive.controller.app import EventOnlyDiffBase, configure_settings
 
 
 def body(kind: str) -> kopf.Body:
-    return kopf.Body(
-        {"apiVersion": "helmhive.dev/v1alpha1", "kind": kind, "metadata": {"name": "x"}, "spec": {"a": 1}}
-    )
+    return kopf.Body({"apiVersion": "helmhive.dev/v1alpha1", "kind": kind, "metadata": {"name": "x"}, "spec": {"a": 1}})
 
 
 def test_event_only_kinds_get_no_essence_and_the_others_keep_theirs() -> None:

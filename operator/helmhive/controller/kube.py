@@ -35,7 +35,7 @@ import json
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any, cast
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import urllib3
 from kubernetes import client
@@ -92,6 +92,7 @@ class Kube:
         self.api_client = api_client
         self.executor = executor
         self.request_timeout = request_timeout
+        self._pool: Any = None  # the API server's urllib3 connection pool, taken from the client's manager
         self.coordination = client.CoordinationV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
@@ -149,9 +150,19 @@ class Kube:
         timeout = None
         if self.request_timeout is not None:
             timeout = urllib3.Timeout(connect=self.request_timeout[0], read=self.request_timeout[1])
-        response = api.rest_client.pool_manager.request(
-            method, configuration.host + path, body=data, headers=headers, timeout=timeout, preload_content=True
-        )
+        manager = api.rest_client.pool_manager
+        if configuration.proxy:
+            response = manager.request(
+                method, configuration.host + path, body=data, headers=headers, timeout=timeout, preload_content=True
+            )
+        else:
+            # The host's pool directly: the manager would rebuild its pool key (every TLS setting) per request.
+            if self._pool is None:
+                self._pool = manager.connection_from_url(configuration.host)
+            prefix = urlsplit(configuration.host).path.rstrip("/")  # a server behind a path (a proxy's)
+            response = self._pool.urlopen(
+                method, prefix + path, body=data, headers=headers, timeout=timeout, redirect=False, preload_content=True
+            )
         if not 200 <= response.status <= 299:
             raise ApiException(
                 status=response.status, reason=response.reason, body=response.data.decode("utf-8", "replace")
