@@ -12,7 +12,7 @@ AuditRecords and logs at the end; these functions say what is wrong with that re
 * :func:`check_over_commit`: the same over-commit rule on one sampled list of jobs;
 * :func:`check_settled`: every job ended routed and finished, or failed closed with a reason;
 * :func:`check_job_audit` and :func:`check_runner_audit`: every assignment (job, attempt,
-  runner) is named by a ``JobRouted`` record of that job, every ``reportedStatus`` transition
+  runner) is named by a ``JobRouted`` decision of that job (in a batch), every ``reportedStatus`` transition
   and every registration of a runner has its record;
 * :func:`sweep_canary`: the planted credential appears in no text swept.
 """
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from helmhive.policy.retry import MAX_AUTOMATIC_RETRIES, RETRYABLE_REASONS
+from helmhive.policy.routing_audit import iter_routing_decisions
 
 __all__ = [
     "JobEvent",
@@ -279,9 +280,13 @@ def check_settled(jobs: Iterable[Mapping[str, Any]], *, bound: float) -> list[Vi
 
 
 def check_job_audit(events: Iterable[JobEvent], audits: Iterable[Mapping[str, Any]]) -> list[Violation]:
-    """Every (job, attempt, runner) assignment seen has a ``JobRouted`` record of that job naming the runner."""
+    """Every (job, attempt, runner) assignment seen has a ``JobRouted`` decision of that job naming the runner.
+
+    Decisions are read from the ``RoutingDecisions`` batches (and from per-decision records of
+    older versions, passed through as they are).
+    """
     named: dict[str, set[str]] = {}
-    for record in audits:
+    for record in iter_routing_decisions(audits):
         spec = record.get("spec") or {}
         if spec.get("action") == "JobRouted":
             uid = str((spec.get("object") or {}).get("uid") or "")

@@ -127,6 +127,7 @@ def test_install_upgrade_rollback_uninstall(helm: Path, fresh_cluster: devcluste
         "helmhive-runner-execution",
         "helmhive-change-approval",
         "helmhive-audit-trail",
+        "helmhive-session-compactions",
     } <= cluster.names("validatingadmissionpolicies")
     assert {"helmhive-operator", "helmhive-change-approver"} <= cluster.names("clusterroles")
     assert {"helmhive-webhook", "helmhive-metrics"} <= cluster.names("services", "-n", NS)

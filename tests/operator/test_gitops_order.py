@@ -29,6 +29,7 @@ from harness.kube import Kube
 from harness.kubectl import Kubectl
 from harness.operator import OperatorProcess
 from harness.wait import wait_for
+from helmhive.policy.routing_audit import iter_routing_decisions
 
 GROUP, VERSION = "helmhive.dev", "v1alpha1"
 WAIT_SECONDS = 60
@@ -238,7 +239,8 @@ def summarize(kube: Kube, ns: str) -> Summary:
 
 def audits(kube: Kube, ns: str) -> Counter[tuple[str, str]]:
     items = kube.custom.list_namespaced_custom_object(GROUP, VERSION, ns, "auditrecords")["items"]
-    return Counter((a["spec"]["action"], a["spec"]["object"]["name"]) for a in items)
+    # Routing decisions are entries of RoutingDecisions batches: one item per decision.
+    return Counter((a["spec"]["action"], a["spec"]["object"]["name"]) for a in iter_routing_decisions(items))
 
 
 def reason_is(kube: Kube, ns: str, kind: str, name: str, ctype: str, reason: str) -> Callable[[], Any]:

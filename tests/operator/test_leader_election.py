@@ -31,6 +31,7 @@ from harness.kube import IdentityFactory, Kube
 from harness.operator import OperatorFactory, OperatorProcess, WebhookService, host_ip
 from harness.wait import wait_for
 from helmhive.controller.leader import LeaderConfig
+from helmhive.policy.routing_audit import iter_routing_decisions
 
 LEASE = "helmhive-operator"
 SLOTS = 2
@@ -221,7 +222,13 @@ def test_the_standby_takes_over_when_the_leader_is_killed_mid_burst(
     # One routing audit per job across the takeover: nothing was routed twice.
     audits = wait_for(
         lambda: (
-            (found := kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "auditrecords")["items"])
+            (
+                found := list(
+                    iter_routing_decisions(
+                        kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "auditrecords")["items"]
+                    )
+                )
+            )
             and len([a for a in found if a["spec"]["action"] == "JobRouted"]) >= JOBS
             and found
         ),

@@ -21,6 +21,7 @@ from simulated_runner import GROUP, VERSION
 from harness.kube import IdentityFactory, Kube
 from harness.operator import OperatorProcess
 from harness.wait import wait_for
+from helmhive.policy.routing_audit import iter_routing_decisions, job_audit_label
 
 
 @pytest.fixture
@@ -98,20 +99,23 @@ def _wait_event(kube: Kube, namespace: str, name: str, says: Callable[[str], boo
     return wait_for(posted, timeout=60, describe=f"a RunnerLost Event about job {name}: {describe}")
 
 
-def _routed_records(kube: Kube, namespace: str, job: str, *, count: int) -> dict[str, str]:
-    """Name -> runner of the JobRouted AuditRecords about ``job``, once there are ``count`` of them."""
+def _routed_records(kube: Kube, namespace: str, job: str, uid: str, *, count: int) -> dict[int, str]:
+    """Attempt -> runner of the JobRouted decisions about ``job``, found by its label, once there are ``count``."""
 
-    def listed() -> dict[str, str]:
-        items = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "auditrecords")["items"]
-        found = {
-            r["metadata"]["name"]: r["spec"]["details"]["runner"]
-            for r in items
-            if r["spec"]["action"] == "JobRouted" and r["spec"]["object"]["name"] == job
-        }
-        assert len(found) == count, found
+    def listed() -> dict[int, str]:
+        items = kube.custom.list_namespaced_custom_object(
+            GROUP, VERSION, namespace, "auditrecords", label_selector=job_audit_label(uid)
+        )["items"]
+        decisions = [
+            d["spec"]
+            for d in iter_routing_decisions(items)
+            if d["spec"]["action"] == "JobRouted" and d["spec"]["object"]["name"] == job
+        ]
+        found = {d["attempt"]: d["details"]["runner"] for d in decisions}
+        assert len(decisions) == len(found) == count, decisions
         return found
 
-    return wait_for(listed, timeout=60, describe=f"{count} JobRouted records about job {job}")
+    return wait_for(listed, timeout=60, describe=f"{count} JobRouted decisions about job {job}")
 
 
 def test_a_deleted_runner_ends_its_jobs_and_a_requeued_job_is_not_rerun_twice(
@@ -136,12 +140,9 @@ def test_a_deleted_runner_ends_its_jobs_and_a_requeued_job_is_not_rerun_twice(
     )
     write = get_job(kube, namespace, "write")
     assert running(write) and not write["status"].get("attempts"), "a job on another runner is untouched"
-    # Each run has its own JobRouted record: the re-run's is not a 409 against the first run's.
-    routed = _routed_records(kube, namespace, "read", count=2)
-    assert routed == {
-        "agentjob-read-" + again["metadata"]["uid"][:8] + "-routed": read_on,
-        "agentjob-read-" + again["metadata"]["uid"][:8] + "-routed-1": second,
-    }, routed
+    # Each run has its own JobRouted decision: the re-run's does not replace the first run's.
+    routed = _routed_records(kube, namespace, "read", again["metadata"]["uid"], count=2)
+    assert routed == {0: read_on, 1: second}, routed
 
     # Its second runner goes Offline (it releases its Lease): lost again, it is not re-run a second time.
     _start(fleet, kube, namespace, "read")

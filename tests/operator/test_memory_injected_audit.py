@@ -27,7 +27,7 @@ from harness.operator import OperatorProcess
 from harness.wait import wait_for
 from helmhive.devcluster.localpod import LocalPod, run_pod, stop_pod
 from helmhive.policy.memory_audit import memory_report_audit_name
-from helmhive.policy.routing_audit import audit_name
+from helmhive.policy.routing_audit import iter_routing_decisions, job_audit_label
 
 GROUP, VERSION = "helmhive.dev", "v1alpha1"
 API = f"{GROUP}/{VERSION}"
@@ -207,5 +207,15 @@ def test_a_record_dropped_between_routing_and_running_is_audited_as_dropped(
     assert run["details"]["dropped"] == "gone:NotFound,stale:Expired"
     assert run["details"]["runner"] == POD
     assert run["after"] == {"value": "1 injected, 2 dropped at run time"}
-    queued = audit(audit_name("review", uid, "memory"))
+
+    def queued_decision() -> dict[str, Any]:
+        items = kube.custom.list_namespaced_custom_object(
+            GROUP, VERSION, namespace, "auditrecords", label_selector=job_audit_label(uid)
+        )["items"]
+        found = [d["spec"] for d in iter_routing_decisions(items) if d["spec"]["action"] == "MemoryInjected"]
+        assert len(found) == 1, found
+        return found[0]
+
+    queued = wait_for(queued_decision, timeout=30, describe="the queue-time MemoryInjected decision")
+    assert queued["attempt"] == 0 and queued["object"]["uid"] == uid
     assert queued["action"] == "MemoryInjected" and queued["after"] == {"value": "3 records selected at queue time"}

@@ -26,6 +26,7 @@ from harness.cluster import ClusterHandle
 from harness.kube import IdentityFactory, Kube
 from harness.operator import OperatorProcess
 from harness.wait import wait_for
+from helmhive.policy.routing_audit import iter_routing_decisions
 
 SONNET = "claude-sonnet-4-5"
 CAPABILITIES = ["structured-output", "diff-review", "workspace-write"]
@@ -134,10 +135,15 @@ def list_jobs(kube: Kube, namespace: str) -> list[dict[str, Any]]:
 
 
 def audits(kube: Kube, namespace: str, action: str) -> list[dict[str, Any]]:
+    """The ``action`` records, and the ``action`` decisions of the routing batches, one spec each."""
     items: list[dict[str, Any]] = kube.custom.list_namespaced_custom_object(
-        GROUP, VERSION, namespace, "auditrecords", label_selector=f"helmhive.dev/audit-action={action}"
+        GROUP,
+        VERSION,
+        namespace,
+        "auditrecords",
+        label_selector=f"helmhive.dev/audit-action in ({action},RoutingDecisions)",
     )["items"]
-    return items
+    return [d for d in iter_routing_decisions(items) if d["spec"]["action"] == action]
 
 
 def routed(kube: Kube, namespace: str, name: str, status: str) -> Callable[[], dict[str, Any]]:
@@ -203,6 +209,17 @@ def test_an_unadvertised_explicit_model_fails_closed_at_queue_time_with_the_cand
     failed = wait_for(lambda: audits(kube, namespace, "JobRoutingFailed"), timeout=30, describe="the failure audit")
     assert [a["spec"]["object"]["name"] for a in failed] == ["wants-opus"]
     assert failed[0]["spec"]["details"]["reason"] == "ModelNotAdvertised"
+    # A failure keeps its own Warning Event on the job, for kubectl describe.
+    warned = wait_for(
+        lambda: (
+            kube.core.list_namespaced_event(
+                namespace, field_selector="involvedObject.name=wants-opus,reason=JobRoutingFailed"
+            ).items
+        ),
+        timeout=30,
+        describe="the JobRoutingFailed Warning Event",
+    )
+    assert [e.type for e in warned] == ["Warning"] and "claude-opus-4-1" in warned[0].message
 
     # explain-routing shows the same decision, stored and fresh; -o json for machines.
     shown = explain_routing(cluster, "wants-opus", "-n", namespace, "-o", "json")

@@ -1,9 +1,10 @@
 """Session compactions are audited by the operator: one SessionCompacted per count, figures only.
 
 The binding's status is written as a runner leaves it after compacting (``compactions`` and
-``lastCompaction`` in one write). The runner's sessions Secret holds a planted canary session id
-under the binding's key; the operator reads bindings, not the Secret, and the canary must be in
-no AuditRecord, Event or operator log line.
+``lastCompaction`` in one write), with a token of the runner pod its ``spec.runner`` names: the
+``helmhive-session-compactions`` policy lets nobody else write them. The runner's sessions
+Secret holds a planted canary session id under the binding's key; the operator reads bindings,
+not the Secret, and the canary must be in no AuditRecord, Event or operator log line.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import json
 from typing import Any
 
 from kubernetes import client
+from runner_pod import runner_pod_api
 
-from harness.kube import Kube
+from harness.kube import IdentityFactory, Kube
 from harness.operator import OperatorProcess
 from harness.wait import wait_for
 from helmhive.policy.compaction import compacted_audit_name
@@ -40,8 +42,8 @@ def _record(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
     return found
 
 
-def _patch(kube: Kube, namespace: str, status: dict[str, Any]) -> None:
-    kube.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, BINDINGS, NAME, {"status": status})
+def _patch(custom: client.CustomObjectsApi, namespace: str, status: dict[str, Any]) -> None:
+    custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, BINDINGS, NAME, {"status": status})
 
 
 def _compaction(method: str, job: str, before: int, after: int | None) -> dict[str, Any]:
@@ -51,7 +53,7 @@ def _compaction(method: str, job: str, before: int, after: int | None) -> dict[s
 
 
 def test_each_compaction_is_recorded_once_without_the_session_id(
-    operator: OperatorProcess, kube: Kube, namespace: str
+    operator: OperatorProcess, kube: Kube, namespace: str, service_account_identity: IdentityFactory
 ) -> None:
     secret = client.V1Secret(
         metadata=client.V1ObjectMeta(name="helmhive-sessions-pool-a-0"),
@@ -73,9 +75,11 @@ def test_each_compaction_is_recorded_once_without_the_session_id(
     }
     created = kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, BINDINGS, body)
     uid = created["metadata"]["uid"]
-    _patch(kube, namespace, {"stored": True, "turns": 2})
+    runner = runner_pod_api(kube, namespace, service_account_identity)
+    wait_for(lambda: runner.get_namespaced_custom_object(GROUP, VERSION, namespace, BINDINGS, NAME), timeout=30)
+    _patch(runner, namespace, {"stored": True, "turns": 2})
     _patch(
-        kube,
+        runner,
         namespace,
         {"compactions": 1, "lastCompaction": _compaction("compact-command", "second", 3000, 2000)},
     )
@@ -89,8 +93,8 @@ def test_each_compaction_is_recorded_once_without_the_session_id(
     assert first["after"]["value"] == "context 2000 tokens (compact-command)"
 
     # Another status write without a new compaction records nothing; the next compaction does.
-    _patch(kube, namespace, {"turns": 3})
-    _patch(kube, namespace, {"compactions": 2, "lastCompaction": _compaction("archive", "third", 3000, None)})
+    _patch(runner, namespace, {"turns": 3})
+    _patch(runner, namespace, {"compactions": 2, "lastCompaction": _compaction("archive", "third", 3000, None)})
     second = _record(kube, namespace, compacted_audit_name(NAME, uid, 2))
     assert (second["details"]["method"], second["details"]["usedAfter"]) == ("archive", "unreported")
     assert len(_compactions(kube, namespace)) == 2

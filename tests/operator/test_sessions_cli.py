@@ -13,13 +13,15 @@ import sys
 from typing import Any
 
 from kubernetes import client
+from runner_pod import runner_pod_api
 from session_witness import witnesses_ready
 
 from harness.cluster import ClusterHandle
-from harness.kube import Kube
+from harness.kube import IdentityFactory, Kube
 from harness.operator import OperatorProcess
 from harness.wait import wait_for
 
+NAME_SB = "sb-0123456789abcdef0123"
 GROUP, VERSION = "helmhive.dev", "v1alpha1"
 CANARY = "native-session-CANARY-93f1"
 
@@ -35,7 +37,12 @@ def _cli(cluster: ClusterHandle, *args: str) -> subprocess.CompletedProcess[str]
 
 
 def test_reset_forgets_the_stored_session_and_is_audited(
-    operator: OperatorProcess, cluster: ClusterHandle, kube: Kube, namespace: str, crds: list[str]
+    operator: OperatorProcess,
+    cluster: ClusterHandle,
+    kube: Kube,
+    namespace: str,
+    crds: list[str],
+    service_account_identity: IdentityFactory,
 ) -> None:
     binding: dict[str, Any] = {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -51,7 +58,10 @@ def test_reset_forgets_the_stored_session_and_is_audited(
         },
     }
     kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "sessionbindings", binding)
-    kube.custom.patch_namespaced_custom_object_status(
+    # Written as its runner would: only the binding's runner may record a compaction.
+    runner = runner_pod_api(kube, namespace, service_account_identity)
+    wait_for(lambda: runner.get_namespaced_custom_object(GROUP, VERSION, namespace, "sessionbindings", NAME_SB))
+    runner.patch_namespaced_custom_object_status(
         GROUP,
         VERSION,
         namespace,

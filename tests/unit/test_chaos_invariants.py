@@ -151,6 +151,27 @@ def test_every_assignment_needs_a_job_routed_record_naming_its_runner() -> None:
     assert [v.invariant for v in missing] == ["audit-job-routed"] and "r1 at attempt 1" in missing[0].detail
 
 
+def test_job_routed_decisions_are_read_from_routing_batches() -> None:
+    history = [
+        ev("a", 1, "r0"),
+        ev("a", 2, None, attempts=1, routed=("Unknown", "RunnerLost")),
+        ev("a", 3, "r1", attempts=1),
+    ]
+    batch = {
+        "spec": {
+            "action": "RoutingDecisions",
+            "object": {"kind": "Namespace", "name": "team"},
+            "decisions": [
+                {k: v for k, v in record("JobRouted", "a", uid="uid-a", runner=r)["spec"].items()} for r in ("r0", "r1")
+            ],
+        }
+    }
+    assert check_job_audit(history, [batch]) == []
+    batch["spec"]["decisions"].pop()
+    missing = check_job_audit(history, [batch])
+    assert [v.invariant for v in missing] == ["audit-job-routed"] and "r1 at attempt 1" in missing[0].detail
+
+
 def test_every_runner_transition_and_registration_needs_its_record() -> None:
     history = [
         RunnerEvent(name="r0", reported_status="Online", registered_at="2026-12-01T10:00:00Z"),

@@ -448,4 +448,16 @@ def test_the_public_surfaces_are_pinned() -> None:
         "parse_runner",
         "parse_session_binding",
     ]
-    assert routing_audit.__all__ == ["audit_name", "build_routing_audits"]
+    assert routing_audit.__all__ == [
+        "JOB_LABEL_PREFIX",
+        "MAX_BATCH_BYTES",
+        "MAX_DECISIONS",
+        "DecisionKey",
+        "audit_name",
+        "build_routing_batch",
+        "build_routing_decisions",
+        "decide_batches",
+        "decision_key",
+        "iter_routing_decisions",
+        "job_audit_label",
+    ]

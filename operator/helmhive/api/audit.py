@@ -1,8 +1,10 @@
 """The AuditRecord kind: an append-only trail of what changed, who changed it, and when.
 
 Records are immutable once created (a CEL rule forbids any change to ``spec``) and are
-kept by age and count by the operator. They never hold a credential or a native session
-identifier: only names, revisions and content hashes.
+kept by age and count by the operator. Most records are about one object; a
+``RoutingDecisions`` record holds a batch of the router's decisions (``decisions``), one entry
+per decision with the fields a per-decision record would have (docs/audit.md). They never hold
+a credential or a native session identifier: only names, revisions and content hashes.
 """
 
 from __future__ import annotations
@@ -14,7 +16,17 @@ from pydantic import Field, StringConstraints
 
 from helmhive.api.common import ApiModel, Message, ShortText, Timestamp
 
-__all__ = ["AuditAction", "AuditActor", "AuditObject", "AuditRecordSpec", "AuditState"]
+__all__ = [
+    "MAX_DECISIONS",
+    "AuditAction",
+    "AuditActor",
+    "AuditDecision",
+    "AuditObject",
+    "AuditRecordSpec",
+    "AuditState",
+]
+
+MAX_DECISIONS = 100
 
 
 class AuditAction(enum.StrEnum):
@@ -32,6 +44,7 @@ class AuditAction(enum.StrEnum):
     JOB_ROUTED = "JobRouted"
     JOB_ROUTING_FAILED = "JobRoutingFailed"
     MEMORY_INJECTED = "MemoryInjected"
+    ROUTING_DECISIONS = "RoutingDecisions"
     SESSION_RESET = "SessionReset"
     SESSION_COMPACTED = "SessionCompacted"
     ENVELOPE_RESTORED = "EnvelopeRestored"
@@ -66,6 +79,26 @@ class AuditState(ApiModel):
     value: Annotated[str, Field(max_length=256)] | None = None
 
 
+Details = Annotated[
+    dict[Annotated[str, Field(max_length=63)], Annotated[str, Field(max_length=512)]],
+    Field(max_length=16),
+]
+
+
+class AuditDecision(ApiModel):
+    """One routing decision in a ``RoutingDecisions`` batch: what a per-decision record would hold."""
+
+    action: AuditAction = Field(description="JobRouted, JobRoutingFailed or MemoryInjected (selected at queue time).")
+    object: AuditObject = Field(description="The AgentJob the decision is about (with its uid).")
+    attempt: Annotated[int, Field(ge=0, le=1_000_000)] = Field(
+        default=0, description="The job's status.attempts when decided: 0 for the first run, n for re-run n."
+    )
+    time: Timestamp = Field(description="When the decision was written to the job's status (status.routing.decidedAt).")
+    after: AuditState | None = None
+    message: Annotated[str, StringConstraints(max_length=1024)] = ""
+    details: Details = {}
+
+
 class AuditRecordSpec(ApiModel):
     action: AuditAction
     actor: AuditActor
@@ -74,7 +107,11 @@ class AuditRecordSpec(ApiModel):
     before: AuditState | None = None
     after: AuditState | None = None
     message: Message = ""
-    details: Annotated[
-        dict[Annotated[str, Field(max_length=63)], Annotated[str, Field(max_length=512)]],
-        Field(max_length=16),
-    ] = {}
+    details: Details = {}
+    decisions: Annotated[list[AuditDecision], Field(max_length=MAX_DECISIONS)] = Field(
+        default=[],
+        description=(
+            "RoutingDecisions only: the batch of routing decisions this record holds (each job's "
+            "are found with the label job.audit.helmhive.dev/<job uid>)."
+        ),
+    )

@@ -210,8 +210,9 @@ class CompactionSettings(ApiModel):
     """When the runner compacts a resumed session chain, and how long it waits for the agent.
 
     See ``docs/sessions.md#compaction``: after a turn that leaves the session at or above the
-    watermark (from the agent's ACP ``usage_update``), the runner sends the agent's advertised
-    compact command, or archives the session and starts a fresh one carrying the system prompt.
+    watermark (from the agent's ACP ``usage_update``, or the Claude CLI's stream-json usage), the
+    runner sends the agent's advertised compact command, or archives the session and starts a
+    fresh one carrying the system prompt.
     """
 
     watermark_percent: Annotated[
@@ -221,7 +222,8 @@ class CompactionSettings(ApiModel):
             le=95,
             description=(
                 "Compact after a turn that leaves the session's context at or above this percent of its "
-                "window, as the agent last reported it (ACP usage_update used/size). Default 80."
+                "window, as the agent last reported it (ACP usage_update used/size; for the Claude CLI, "
+                "the turn's last model call usage and the model's contextWindow). Default 80."
             ),
         ),
     ] = 80

@@ -388,9 +388,10 @@ class Kube:
         message: str,
         event_type: str = "Normal",
         component: str = "helmhive-operator",
+        count: int = 1,
         now: dt.datetime,
-    ) -> None:
-        """Create a core/v1 Event about ``involved``; best-effort, so errors are swallowed."""
+    ) -> str | None:
+        """Create a core/v1 Event about ``involved`` and return its name; best-effort (None on an error)."""
         meta = involved.get("metadata", {})
         namespace = meta.get("namespace") or "default"
         body = client.CoreV1Event(
@@ -408,9 +409,17 @@ class Kube:
             source=client.V1EventSource(component=component),
             first_timestamp=now,
             last_timestamp=now,
-            count=1,
+            count=count,
         )
         try:
-            await self._write("Event", "create", self.core.create_namespaced_event, namespace, body)
+            created: Any = await self._write("Event", "create", self.core.create_namespaced_event, namespace, body)
         except KubeError:
-            return
+            return None
+        return str(created.metadata.name) if getattr(created, "metadata", None) is not None else None
+
+    async def patch_event_series(
+        self, name: str, *, namespace: str, count: int, message: str, now: dt.datetime
+    ) -> None:
+        """Raise an Event's ``count`` and ``lastTimestamp`` (as client-go's correlator does); raises KubeError."""
+        patch = {"count": count, "lastTimestamp": now.isoformat().replace("+00:00", "Z"), "message": message[:1024]}
+        await self._write("Event", "patch", self.core.patch_namespaced_event, name, namespace, patch)

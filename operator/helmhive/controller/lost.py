@@ -41,8 +41,8 @@ import kopf
 
 from helmhive.api.kinds import GROUP, VERSION, kind_by_name
 from helmhive.api.reasons import Reason
-from helmhive.controller.audit import ensure_audit_unless_terminating
 from helmhive.controller.kube import Conflict, NotFound
+from helmhive.controller.router_audits import ensure_routing_recorded
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.agentjob import decide_held_runner
 from helmhive.policy.lost_runners import (
@@ -54,7 +54,6 @@ from helmhive.policy.lost_runners import (
     build_runner_liveness,
     decide_runner_lost,
 )
-from helmhive.policy.routing_audit import build_routing_audits
 
 __all__ = ["LostJobs", "register"]
 
@@ -167,21 +166,10 @@ class LostJobs:
 
         Routing writes its records off the assignment path, and recovery after a restart writes the
         missing ones from a job's *current* status; once re-queued, the status no longer names this
-        run's runner. So the lost step writes them first (an existing record is a 409: done).
+        run's runner. So the lost step writes them first (a decision some batch holds already is not
+        written again).
         """
-        meta = job.get("metadata") or {}
-        involved = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "AgentJob",
-            "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid")},
-        }
-        for record in build_routing_audits(job=job, now=now):
-            try:
-                await ensure_audit_unless_terminating(
-                    self.runtime.kube, record, involved=involved, event_reason=record["spec"]["action"], now=now
-                )
-            except Conflict:
-                continue
+        await ensure_routing_recorded(self.runtime.kube, job, now=now)
 
     @staticmethod
     def _report(job: dict[str, Any], update: LostJobUpdate, message: str) -> None:

@@ -26,7 +26,8 @@ A worker:
    with ``metadata.resourceVersion`` as a precondition. A 409 means the job changed since it
    was read: the reservation is released, the job re-read and re-decided. So a decision made on
    a stale copy is never written, and a retry after a crash never assigns twice;
-3. hands the audit of the decision to a bounded background task and takes the next job.
+3. queues the audit of the decision (written in batches by a background task, see
+   :mod:`~helmhive.controller.router_audits`) and takes the next job.
 
 Durations (the token bucket, how long a job has waited, when a decision was audited) are read
 from an injected monotonic clock (``monotonic``, :func:`time.monotonic` by default), so tests
@@ -98,15 +99,19 @@ class Router(RouterIndexes):
             workers=self.settings.workers,
             recovery_seconds=self.settings.audit_recovery_seconds,
             monotonic=monotonic,
+            linger_seconds=self.settings.audit_linger_seconds,
+            retry_seconds=self.settings.retry_seconds,
+            event_interval_seconds=self.settings.event_interval_seconds,
         )
         self.tasks: list[asyncio.Task[None]] = []
 
     # Kopf-facing -----------------------------------------------------------------------
     def start(self) -> None:
         self.tasks = [asyncio.create_task(self._worker(i)) for i in range(self.settings.workers)]
+        self.audits.start()
 
     async def stop(self) -> None:
-        self.audits.cancel()
+        await self.audits.close()
         for task in self.tasks:
             task.cancel()
         for task in self.tasks:
@@ -285,7 +290,7 @@ class Router(RouterIndexes):
             else:
                 self._forget_body(key)
         self._count(decision)
-        self.audits.spawn(self.audits.write(plain_job(updated), check_first=False))
+        self.audits.record(updated, runner=decision.choice.runner_key if decision.choice is not None else None)
 
     async def _write(self, job: QueuedJob, status: dict[str, Any]) -> dict[str, Any] | None:
         """Merge-patch the job's status, conditional on the resourceVersion the decision was made from.

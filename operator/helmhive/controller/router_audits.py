@@ -1,37 +1,60 @@
-"""The audit records of the router's decisions: written off the worker's path, recovered after a restart.
+"""The audit records of the router's decisions: batched off the worker's path, recovered after a restart.
 
-Each routed decision gets its records (``JobRouted`` or ``JobRoutingFailed``, and
-``MemoryInjected``; deterministic names from :mod:`helmhive.policy.routing_audit`) from a bounded
-background task, paced by the router's token bucket. After a restart, every decision younger
-than the recovery window seen in a job's status is checked for its records and any missing one
-is written, so a crash between the status write and the audit loses nothing. Which decisions
-this process has audited, and when, is kept on an injected monotonic clock.
+Each written decision's entries (``JobRouted`` or ``JobRoutingFailed``, and ``MemoryInjected``;
+:mod:`helmhive.policy.routing_audit`) join a queue. One background task drains it into
+``RoutingDecisions`` AuditRecords, one per namespace and batch (at most 100 entries and 256 KiB),
+after a short linger (``audit_linger_seconds``) so a burst packs into few records; an idle
+router writes nothing. Each create takes one token of the router's bucket. A batch whose create
+failed is retried as the same record (same entries, same name), so a create that did reach the
+API server before the error is a harmless 409; an ``Invalid`` batch is logged and dropped.
+
+The job's status write is the commit point. After a restart, every decision younger than the
+recovery window seen in a job's status is looked up by its job's label; an entry missing from
+every record is queued again, so a crash between the status write and the batch write loses
+nothing. Two operators overlapping (a leader hand-over while the old one still flushes) can
+record a decision twice; nothing is ever recorded zero times. Which decisions this process has
+audited, and when, is kept on an injected monotonic clock.
+
+Events: a job that failed closed gets its own Warning Event; assignments are counted into one
+aggregated Event per Runner (:mod:`helmhive.controller.router_events`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
+from helmhive.api.audit import AuditAction
 from helmhive.api.kinds import GROUP, VERSION, kind_by_name
-from helmhive.controller.audit import ensure_audit
-from helmhive.controller.kube import Conflict, KubeError, NotFound
+from helmhive.controller.audit import ensure_audit_unless_terminating
+from helmhive.controller.kube import Conflict, Invalid, Kube, KubeError
+from helmhive.controller.router_events import RunnerEventSeries
 from helmhive.controller.router_settings import TokenBucket
 from helmhive.controller.runtime import Runtime
-from helmhive.policy.routing_audit import build_routing_audits
+from helmhive.policy.routing_audit import (
+    DecisionKey,
+    build_routing_batch,
+    build_routing_decisions,
+    decide_batches,
+    decision_key,
+    iter_routing_decisions,
+    job_audit_label,
+)
 
-__all__ = ["RouterAudits", "plain_job"]
+__all__ = ["RouterAudits", "ensure_routing_recorded", "plain_job"]
 
 AUDIT = kind_by_name("AuditRecord")
 JobKey = tuple[str, str]
+RunnerKey = tuple[str, str]
 log = logging.getLogger("helmhive.routing")
 
 
 class RouterAudits:
-    """The routing audit records of one operator process (see the module docstring)."""
+    """The routing audit records and Events of one operator process (see the module docstring)."""
 
     def __init__(
         self,
@@ -41,69 +64,185 @@ class RouterAudits:
         workers: int,
         recovery_seconds: float,
         monotonic: Callable[[], float],
+        linger_seconds: float = 0.3,
+        retry_seconds: float = 2.0,
+        event_interval_seconds: float = 30.0,
     ) -> None:
         self.runtime = runtime
         self.bucket = bucket
         self.recovery_seconds = recovery_seconds
         self.monotonic = monotonic
+        self.linger_seconds = linger_seconds
+        self.retry_seconds = retry_seconds
         # Decisions whose audit this process wrote or checked, and when (pruned past the recovery window).
         self.audited: dict[JobKey, float] = {}
         self.auditing = asyncio.Semaphore(workers)
         self.background: set[asyncio.Task[None]] = set()
+        self.pending: list[dict[str, Any]] = []  # entries waiting for a batch
+        # Entries this process queued, and when: whichever of the router and recovery comes second
+        # adds nothing (pruned past the recovery window, like ``audited``).
+        self.queued: dict[DecisionKey, float] = {}
+        self.failed: list[dict[str, Any]] = []  # built batches whose create is to be retried as they are
+        self.wake = asyncio.Event()
+        self.flusher: asyncio.Task[None] | None = None
+        self.events = RunnerEventSeries(runtime, bucket=bucket, interval=event_interval_seconds, monotonic=monotonic)
+        self.batches_written = 0
+
+    # Life ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the background task that drains the queue into batches."""
+        if self.flusher is None:
+            self.flusher = asyncio.create_task(self._flush_loop())
 
     def forget(self, key: JobKey) -> None:
         """``key``'s decision is to be checked again (it was not written, or the job is gone)."""
         self.audited.pop(key, None)
 
     def cancel(self) -> None:
-        """Cancel the background tasks (the operator is stopping)."""
+        """Cancel the background tasks (the operator is stopping; recovery covers what was queued)."""
         for task in self.background:
             task.cancel()
+        if self.flusher is not None:
+            self.flusher.cancel()
 
-    async def write(self, body: Mapping[str, Any], *, check_first: bool) -> None:
-        """Create the routing audit records of ``body``'s written decision (an existing one counts as done).
+    async def close(self, *, grace: float = 5.0) -> None:
+        """Stop, writing what is queued first if the API server answers within ``grace`` seconds."""
+        flusher, self.flusher = self.flusher, None
+        if flusher is not None:
+            flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flusher
+        with contextlib.suppress(TimeoutError, KubeError):
+            await asyncio.wait_for(self.flush(), grace)
+        self.cancel()
 
-        ``check_first`` reads each record before creating it: the cheap path when recovering
-        after a restart, where most records exist already.
-        """
-        now = self.runtime.clock()
+    # Decisions --------------------------------------------------------------------------------
+    def record(self, body: Mapping[str, Any], *, runner: RunnerKey | None) -> None:
+        """Queue the audit of ``body``'s written decision (no I/O here; the flusher writes it)."""
+        entries = build_routing_decisions(job=body, now=self.runtime.clock())
+        self._queue(entries)
         meta = body.get("metadata") or {}
-        involved = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "AgentJob",
-            "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid")},
-        }
-        for record in build_routing_audits(job=body, now=now):
-            name = record["metadata"]["name"]
-            namespace = record["metadata"]["namespace"]
-            try:
-                if check_first:
-                    try:
-                        await self.runtime.kube.get(AUDIT, name, namespace=namespace)
-                        continue
-                    except NotFound:
-                        pass
-                await self.bucket.take()  # the AuditRecord
-                await self.bucket.take()  # and its Event
-                action = record["spec"]["action"]
-                await ensure_audit(self.runtime.kube, record, involved=involved, event_reason=action, now=now)
-            except Conflict:
-                continue
-            except KubeError as err:
-                log.warning("audit record %s/%s not written: %s", namespace, name, err)
+        job = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        if runner is not None and any(e["action"] == AuditAction.JOB_ROUTED.value for e in entries):
+            self.events.count(runner, job=job)
+            self.wake.set()
+        for entry in entries:
+            if entry["action"] == AuditAction.JOB_ROUTING_FAILED.value:
+                self.spawn(self._warn(meta, entry))
 
+    def _queue(self, entries: list[dict[str, Any]]) -> None:
+        now = self.monotonic()
+        fresh = [e for e in entries if decision_key(e) not in self.queued]
+        for entry in fresh:
+            self.queued[decision_key(entry)] = now
+        if len(self.queued) > 8192:
+            horizon = now - self.recovery_seconds
+            self.queued = {k: t for k, t in self.queued.items() if t >= horizon}
+        if fresh:
+            self.pending.extend(fresh)
+            self.wake.set()
+
+    async def _warn(self, meta: Mapping[str, Any], entry: Mapping[str, Any]) -> None:
+        """The per-job Warning Event of a job that failed closed (rare; users look for it on the job)."""
+        await self.bucket.take()
+        await self.runtime.kube.post_event(
+            involved={
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "AgentJob",
+                "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid")},
+            },
+            reason=AuditAction.JOB_ROUTING_FAILED.value,
+            message=str(entry.get("message") or entry["action"]),
+            event_type="Warning",
+            now=self.runtime.clock(),
+        )
+
+    # The flusher --------------------------------------------------------------------------------
+    async def _flush_loop(self) -> None:
+        while True:
+            waiting_events = any(s.count > s.posted for s in self.events.series.values())
+            timeout = self.events.interval if waiting_events else None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), timeout)
+            if self.pending and len(self.pending) < 100 and self.linger_seconds > 0:
+                await asyncio.sleep(self.linger_seconds)  # let a burst pack into one batch
+            self.wake.clear()
+            try:
+                ok = await self.flush()
+                await self.events.flush()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("writing routing audit batches failed; retrying")
+                ok = False
+            if not ok:
+                await asyncio.sleep(self.retry_seconds)
+                self.wake.set()
+
+    async def flush(self) -> bool:
+        """Write the queued entries as batches; False if some must be retried (kept for the next flush)."""
+        entries, self.pending = self.pending, []
+        by_namespace: dict[str, list[dict[str, Any]]] = {}
+        for entry in entries:
+            by_namespace.setdefault(str((entry.get("object") or {}).get("namespace") or ""), []).append(entry)
+        now = self.runtime.clock()
+        records = self.failed + [
+            build_routing_batch(namespace=namespace, entries=batch, now=now)
+            for namespace, items in by_namespace.items()
+            for batch in decide_batches(items)
+        ]
+        self.failed = []
+        for record in records:
+            if not await self._create(record):
+                self.failed.append(record)
+        return not self.failed
+
+    async def _create(self, record: dict[str, Any]) -> bool:
+        """Create one batch record; True when it is there (or can never be)."""
+        meta = record["metadata"]
+        await self.bucket.take()
+        try:
+            await ensure_audit_unless_terminating(self.runtime.kube, record, now=self.runtime.clock())
+            self.batches_written += 1
+            log.info("routing audit batch %s/%s: %d decisions", meta["namespace"], meta["name"],
+                     len(record["spec"]["decisions"]))  # fmt: skip
+        except Conflict:
+            pass  # written before (a retry whose first try reached the API server)
+        except Invalid as err:
+            log.error("routing audit batch %s/%s refused by the API server, dropped: %s", meta["namespace"],
+                      meta["name"], err)  # fmt: skip
+        except KubeError as err:
+            log.warning("routing audit batch %s/%s not written (%s); retrying", meta["namespace"], meta["name"], err)
+            return False
+        return True
+
+    # Recovery ----------------------------------------------------------------------------------------
     def recover(self, key: JobKey, body: Mapping[str, Any]) -> None:
-        """After a restart: make sure a recent decision found in status has its audit records."""
+        """After a restart: make sure a recent decision found in status is in some batch."""
         if key in self.audited:
             return
         routing = (body.get("status") or {}).get("routing") or {}
         decided = _parse_time(routing.get("decidedAt"))
         if decided is None or (self.runtime.clock() - decided).total_seconds() > self.recovery_seconds:
             return  # older than any crash this process could have followed
-        if not build_routing_audits(job=body, now=self.runtime.clock()):
+        entries = build_routing_decisions(job=body, now=self.runtime.clock())
+        if not entries:
             return  # still waiting: nothing to audit yet
         self.mark(key)
-        self.spawn(self.write(plain_job(body), check_first=True))
+        self.spawn(self._check(key, plain_job(body), entries))
+
+    async def _check(self, key: JobKey, job: Mapping[str, Any], entries: list[dict[str, Any]]) -> None:
+        """Queue the entries no record holds yet (one labelled LIST of the job's records)."""
+        try:
+            missing = await missing_entries(self.runtime.kube, job, entries)
+        except KubeError as err:
+            log.warning("routing audit of %s/%s not checked (%s); checked again on its next event", *key, err)
+            self.forget(key)
+            return
+        missing = [e for e in missing if decision_key(e) not in self.queued]  # this process has it already
+        if missing:
+            log.info("routing audit of %s/%s recovered: %s", *key, ", ".join(str(e["action"]) for e in missing))
+        self._queue(missing)
 
     def mark(self, key: JobKey) -> None:
         now = self.monotonic()
@@ -113,7 +252,7 @@ class RouterAudits:
             self.audited = {k: t for k, t in self.audited.items() if t >= horizon}
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run audit writing off the worker's path, at most ``workers`` at once (the bucket still applies)."""
+        """Run ``work`` off the worker's path, at most ``workers`` at once (the bucket still applies)."""
 
         async def bounded() -> None:
             async with self.auditing:
@@ -122,6 +261,32 @@ class RouterAudits:
         task = asyncio.create_task(bounded())
         self.background.add(task)
         task.add_done_callback(self.background.discard)
+
+
+async def missing_entries(kube: Kube, job: Mapping[str, Any], entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The entries of ``job`` no ``RoutingDecisions`` record holds yet (one labelled LIST)."""
+    meta = job.get("metadata") or {}
+    records = await kube.list(
+        AUDIT, str(meta.get("namespace", "")), label_selector=job_audit_label(str(meta.get("uid", "")))
+    )
+    held = {decision_key(d["spec"]) for d in iter_routing_decisions(records)}
+    return [e for e in entries if decision_key(e) not in held]
+
+
+async def ensure_routing_recorded(kube: Kube, job: Mapping[str, Any], *, now: dt.datetime) -> None:
+    """Make sure ``job``'s current decision is in some batch, writing a batch of its own if not (now).
+
+    For the lost-runner step, which is about to clear the assignment the entries are built from.
+    Raises KubeError (the caller retries); an existing record of the same name is a 409: done.
+    """
+    missing = await missing_entries(kube, job, build_routing_decisions(job=job, now=now))
+    if not missing:
+        return
+    namespace = str((job.get("metadata") or {}).get("namespace", ""))
+    with contextlib.suppress(Conflict):
+        await ensure_audit_unless_terminating(
+            kube, build_routing_batch(namespace=namespace, entries=missing, now=now), now=now
+        )
 
 
 def _parse_time(raw: Any) -> dt.datetime | None:

@@ -26,14 +26,19 @@ class RouterSettings:
     workers: int = 8
     """Jobs routed concurrently (each worker has at most one write in flight)."""
     qps: float = 200.0
-    """Sustained mutating API calls per second (status writes, audit records, events): a routed job
-    costs three, so the default lets a burst be routed at some 65 jobs a second."""
+    """Sustained mutating API calls per second (status writes, audit batches, events): a routed job
+    costs one status write plus a share of a batch record and of its runner's Event, so the
+    default lets a burst be routed at some 180 jobs a second."""
     burst: int = 400
     """Calls allowed at once before the sustained rate applies."""
     retry_seconds: float = 2.0
     """Delay before retrying a job whose write failed for a reason other than a conflict."""
     audit_recovery_seconds: float = 600.0
     """At startup, decisions younger than this are checked for their audit records (a crash may have cut them)."""
+    audit_linger_seconds: float = 0.3
+    """How long the first queued decision waits for others to share its audit batch (none when idle)."""
+    event_interval_seconds: float = 30.0
+    """A runner's aggregated ``JobsRouted`` Event is updated at most this often."""
     policy: RoutingPolicy = field(default_factory=RoutingPolicy)
 
     @classmethod
@@ -54,6 +59,8 @@ class RouterSettings:
             qps=max(0.1, number("HELMHIVE_ROUTING_QPS", 200.0)),
             burst=max(1, int(number("HELMHIVE_ROUTING_BURST", 400))),
             retry_seconds=number("HELMHIVE_ROUTING_RETRY_SECONDS", 2.0),
+            audit_linger_seconds=max(0.0, number("HELMHIVE_ROUTING_AUDIT_LINGER_SECONDS", 0.3)),
+            event_interval_seconds=max(1.0, number("HELMHIVE_ROUTING_EVENT_INTERVAL_SECONDS", 30.0)),
             policy=policy,
         )
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from helmhive.api.kinds import GROUP
 from helmhive.deploy.runner_execution import build_runner_execution_policy
+from helmhive.deploy.session_compactions import build_session_compactions_policy
 from helmhive.policy.runnerpool import RUNNER_NAME_PREFIX
 
 __all__ = [
@@ -449,4 +450,5 @@ def build_install_manifests(identity: OperatorIdentity) -> list[dict[str, Any]]:
         *build_runner_execution_policy(),
         *build_change_approval(identity),
         *build_audit_trail_policy(identity),
+        *build_session_compactions_policy(),
     ]

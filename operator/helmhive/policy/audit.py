@@ -16,7 +16,7 @@ from typing import Any
 from helmhive.api.audit import AuditAction, AuditActor, AuditObject, AuditRecordSpec, AuditState
 from helmhive.api.kinds import API_VERSION
 
-__all__ = ["OPERATOR_ACTOR", "build_audit_record", "decide_audit_retention"]
+__all__ = ["OPERATOR_ACTOR", "build_audit_record", "check_audit_details", "decide_audit_retention"]
 
 OPERATOR_ACTOR = AuditActor(username="helmhive-operator")
 _SECRETISH = re.compile(r"(token|secret|password|credential|api[-_]?key|session[-_]?id)", re.IGNORECASE)
@@ -27,6 +27,13 @@ LABEL_NAME_HASH = "helmhive.dev/audit-object"
 
 def _name_hash(kind: str, name: str) -> str:
     return hashlib.sha256(f"{kind}/{name}".encode()).hexdigest()[:16]
+
+
+def check_audit_details(details: Mapping[str, str] | None) -> None:
+    """Refuse detail keys that name secret material (raises ValueError): names and hashes only."""
+    for key in details or {}:
+        if _SECRETISH.search(key) and not key.lower().endswith(("hash", "generation", "ref", "name")):
+            raise ValueError(f"audit detail {key!r} looks like secret material; audit names and hashes only")
 
 
 def build_audit_record(
@@ -42,9 +49,7 @@ def build_audit_record(
     namespace: str | None = None,
 ) -> dict[str, Any]:
     """Return an AuditRecord manifest about ``obj`` (a Kubernetes object as a dict)."""
-    for key in details or {}:
-        if _SECRETISH.search(key) and not key.lower().endswith(("hash", "generation", "ref", "name")):
-            raise ValueError(f"audit detail {key!r} looks like secret material; audit names and hashes only")
+    check_audit_details(details)
     meta = obj.get("metadata", {})
     kind = str(obj.get("kind", ""))
     name = str(meta.get("name", ""))

@@ -1,65 +1,121 @@
-"""The audit records of a routing decision, built from what the job's status says was written. Pure.
+"""The audit trail of routing decisions: one entry per decision, many entries per record. Pure.
 
-One decision about one run of a job gives at most two records, each with a *deterministic name*
-(``agentjob-<job>-<uid8>-<suffix>``, with ``-<attempt>`` appended for a re-run after a lost
-runner), so writing them again after a crash is a harmless 409 and a run never has two:
+One decision about one run of a job gives at most two *entries* (:class:`~helmhive.api.audit.AuditDecision`),
+built from what the job's status says was written:
 
-- ``JobRouted`` (suffix ``routed``): runner, pool, provider, model and its source, effort,
-  mapping, credential generation, profile revision, memory count, avoided provider;
-- ``MemoryInjected`` (suffix ``memory``), *selected at queue time*: the MemoryRecord names routing
-  chose, when there are any (``after`` and the message say "selected at queue time");
-- ``JobRoutingFailed`` (suffix ``routing-failed``): the reason, for a job that failed closed.
+- ``JobRouted``: runner, pool, provider, model and its source, effort, mapping, credential
+  generation, profile revision, memory count, avoided provider;
+- ``MemoryInjected``, *selected at queue time*: the MemoryRecord names routing chose, when there
+  are any (``after`` and the message say "selected at queue time");
+- ``JobRoutingFailed``: the reason, for a job that failed closed.
 
-A job still waiting for capacity has no record yet. What the runner then injected at run time
-is a second ``MemoryInjected`` record (:mod:`helmhive.policy.memory_audit`). Names and hashes
-only: nothing here copies instructions, memory text or any credential.
+A job still waiting for capacity has none yet. Entries are written in batches: one
+``RoutingDecisions`` AuditRecord per namespace holds up to :data:`MAX_DECISIONS` of them (and at
+most :data:`MAX_BATCH_BYTES` of JSON), so a routed job costs a fraction of a write. The record:
+
+- is named from a hash of its entries' keys (``routing-<hash>``), so a create retried with the
+  same batch is a harmless 409;
+- carries one label per job, ``job.audit.helmhive.dev/<job uid>`` (a label key's name part is at
+  most 63 characters: a uid fits, a job name may not), so ``kubectl get auditrecords -l
+  job.audit.helmhive.dev/<uid>`` finds every record holding one of that job's decisions.
+
+:func:`iter_routing_decisions` flattens records back to one spec per decision, for readers (the
+CLI, the benchmarks, the tests). What the runner then injected at run time is a per-job
+``MemoryInjected`` record (:mod:`helmhive.policy.memory_audit`), named by :func:`audit_name`. Names
+and hashes only: nothing here copies instructions, memory text or any credential.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+import hashlib
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from helmhive.api.audit import AuditAction, AuditState
+from helmhive.api.audit import MAX_DECISIONS, AuditAction, AuditDecision, AuditObject, AuditState
 from helmhive.api.kinds import API_VERSION
 from helmhive.api.reasons import ConditionType, Reason
-from helmhive.policy.audit import build_audit_record
+from helmhive.policy.audit import build_audit_record, check_audit_details
 from helmhive.policy.conditions import find_condition
 
-__all__ = ["audit_name", "build_routing_audits"]
+__all__ = [
+    "JOB_LABEL_PREFIX",
+    "MAX_BATCH_BYTES",
+    "MAX_DECISIONS",
+    "DecisionKey",
+    "audit_name",
+    "build_routing_batch",
+    "build_routing_decisions",
+    "decide_batches",
+    "decision_key",
+    "iter_routing_decisions",
+    "job_audit_label",
+]
+
+JOB_LABEL_PREFIX = "job.audit.helmhive.dev/"
+MAX_BATCH_BYTES = 256 * 1024  # well under the API server's 1.5 MB object limit
+DecisionKey = tuple[str, int, str]  # (job uid, attempt, action)
 
 
 def audit_name(job_name: str, uid: str, suffix: str, attempt: int = 0) -> str:
-    """The AuditRecord name for one kind of routing record about one run of one job.
+    """The AuditRecord name for one kind of per-job record about one run of one job.
 
-    A job re-queued after its runner was lost (``status.attempts`` > 0) is routed again, and that
-    decision is a record of its own: the attempt is part of the name from the first re-run on (the
-    first run keeps the plain name), so the second assignment is not a 409 against the first.
+    Routing decisions are batched (:func:`build_routing_batch`); the run-time ``MemoryInjected``
+    record still has one record per run under this name. A job re-queued after its runner was lost
+    (``status.attempts`` > 0) gets ``-<attempt>`` appended from the first re-run on.
     """
     base = f"agentjob-{job_name[:200]}-{uid[:8]}-{suffix}"
     return base if attempt <= 0 else f"{base}-{attempt}"
 
 
-def _named(record: dict[str, Any], name: str) -> dict[str, Any]:
-    record["metadata"].pop("generateName", None)
-    record["metadata"]["name"] = name
-    return record
+def job_audit_label(uid: str) -> str:
+    """The label key on every ``RoutingDecisions`` record that holds a decision about the job ``uid``."""
+    return f"{JOB_LABEL_PREFIX}{uid[:63]}"
 
 
-def build_routing_audits(*, job: Mapping[str, Any], now: dt.datetime) -> list[dict[str, Any]]:
-    """The routing audit records for ``job`` as its status now stands (none while it waits)."""
+def _decided_at(routing: Mapping[str, Any], now: dt.datetime) -> dt.datetime:
+    raw = routing.get("decidedAt")
+    if raw:
+        try:
+            return dt.datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+        except ValueError:
+            pass
+    return now
+
+
+def _entry(
+    *,
+    action: AuditAction,
+    ref: AuditObject,
+    attempt: int,
+    when: dt.datetime,
+    after: str,
+    message: str,
+    details: dict[str, str],
+) -> dict[str, Any]:
+    check_audit_details(details)
+    return AuditDecision(
+        action=action,
+        object=ref,
+        attempt=attempt,
+        time=when,
+        after=AuditState(value=after[:256]),
+        message=message[:1024],
+        details=details,
+    ).to_wire()
+
+
+def build_routing_decisions(*, job: Mapping[str, Any], now: dt.datetime) -> list[dict[str, Any]]:
+    """The decision entries for ``job`` as its status now stands (none while it waits)."""
     meta = job.get("metadata") or {}
     status = job.get("status") or {}
     name, uid = str(meta.get("name", "")), str(meta.get("uid", ""))
-    ref = {
-        "apiVersion": API_VERSION,
-        "kind": "AgentJob",
-        "metadata": {"name": name, "namespace": meta.get("namespace"), "uid": uid},
-    }
+    ref = AuditObject(api_version=API_VERSION, kind="AgentJob", namespace=meta.get("namespace"), name=name, uid=uid)
     routed = find_condition(status.get("conditions"), ConditionType.ROUTED) or {}
     message = str(routed.get("message") or "")
     routing = status.get("routing") or {}
+    when = _decided_at(routing, now)
     assignment = status.get("assignment")
     attempt = int(status.get("attempts") or 0)
     if assignment:
@@ -80,54 +136,116 @@ def build_routing_audits(*, job: Mapping[str, Any], now: dt.datetime) -> list[di
             details["reasoningEffort"] = str(assignment["reasoningEffort"])
         if routing.get("avoidedProvider"):
             details["avoidedProvider"] = str(routing["avoidedProvider"])
-        records = [
-            _named(
-                build_audit_record(
-                    action=AuditAction.JOB_ROUTED,
-                    obj=ref,
-                    after=AuditState(value=f"{details['provider']}/{details['model']}"[:256]),
-                    message=message,
-                    details=details,
-                    now=now,
-                ),
-                audit_name(name, uid, "routed", attempt),
+        entries = [
+            _entry(
+                action=AuditAction.JOB_ROUTED,
+                after=f"{details['provider']}/{details['model']}",
+                message=message,
+                details=details,
+                ref=ref,
+                attempt=attempt,
+                when=when,
             )
         ]
         if memory_ids:
-            records.append(
-                _named(
-                    build_audit_record(
-                        action=AuditAction.MEMORY_INJECTED,
-                        obj=ref,
-                        after=AuditState(value=f"{len(memory_ids)} records selected at queue time"),
-                        message=(
-                            f"memory records selected at queue time: {', '.join(memory_ids)} "
-                            "(the runner re-checks each when the job starts; its report is the "
-                            f"{audit_name(name, uid, 'memory-run', attempt)} record)"
-                        )[:1024],
-                        details={
-                            "memoryIds": ",".join(memory_ids)[:512],
-                            "workspace": str((job.get("spec") or {}).get("workspace", "")),
-                        },
-                        now=now,
+            entries.append(
+                _entry(
+                    action=AuditAction.MEMORY_INJECTED,
+                    after=f"{len(memory_ids)} records selected at queue time",
+                    message=(
+                        f"memory records selected at queue time: {', '.join(memory_ids)} "
+                        "(the runner re-checks each when the job starts; its report is the "
+                        f"{audit_name(name, uid, 'memory-run', attempt)} record)"
                     ),
-                    audit_name(name, uid, "memory", attempt),
+                    details={
+                        "memoryIds": ",".join(memory_ids)[:512],
+                        "workspace": str((job.get("spec") or {}).get("workspace", "")),
+                    },
+                    ref=ref,
+                    attempt=attempt,
+                    when=when,
                 )
             )
-        return records
+        return entries
     reason = str(routed.get("reason") or "")
     if routed.get("status") == "False" and reason != Reason.WAITING_FOR_CAPACITY.value and routing:
         return [
-            _named(
-                build_audit_record(
-                    action=AuditAction.JOB_ROUTING_FAILED,
-                    obj=ref,
-                    after=AuditState(value=reason[:256]),
-                    message=message,
-                    details={"reason": reason[:512], "consideredRunners": str(routing.get("consideredRunners", 0))},
-                    now=now,
-                ),
-                audit_name(name, uid, "routing-failed", attempt),
+            _entry(
+                action=AuditAction.JOB_ROUTING_FAILED,
+                after=reason,
+                message=message,
+                details={"reason": reason[:512], "consideredRunners": str(routing.get("consideredRunners", 0))},
+                ref=ref,
+                attempt=attempt,
+                when=when,
             )
         ]
     return []
+
+
+def decision_key(entry: Mapping[str, Any]) -> DecisionKey:
+    """What makes an entry unique: the job's uid, the attempt and the action."""
+    return (str((entry.get("object") or {}).get("uid") or ""), int(entry.get("attempt") or 0), str(entry["action"]))
+
+
+def decide_batches(
+    entries: Sequence[Mapping[str, Any]], *, max_count: int = MAX_DECISIONS, max_bytes: int = MAX_BATCH_BYTES
+) -> list[list[Mapping[str, Any]]]:
+    """Split ``entries`` (in order) into batches of at most ``max_count`` entries and ``max_bytes`` of JSON.
+
+    A job's entries of one decision stay in one batch when they fit, so a job's label points
+    at every record its decision needs.
+    """
+    batches: list[list[Mapping[str, Any]]] = []
+    current: list[Mapping[str, Any]] = []
+    size = 0
+    for entry in entries:
+        cost = len(json.dumps(entry, separators=(",", ":"))) + 64  # plus its label
+        if current and (len(current) >= max(1, max_count) or size + cost > max_bytes):
+            batches.append(current)
+            current, size = [], 0
+        current.append(entry)
+        size += cost
+    if current:
+        batches.append(current)
+    return batches
+
+
+def build_routing_batch(*, namespace: str, entries: Sequence[Mapping[str, Any]], now: dt.datetime) -> dict[str, Any]:
+    """One ``RoutingDecisions`` AuditRecord in ``namespace`` holding ``entries`` (see the module docstring)."""
+    keys = sorted({decision_key(e) for e in entries})
+    digest = hashlib.sha256("\n".join(f"{u}/{a}/{act}" for u, a, act in keys).encode()).hexdigest()[:20]
+    jobs = {str((e.get("object") or {}).get("uid") or ""): e for e in entries}
+    record = build_audit_record(
+        action=AuditAction.ROUTING_DECISIONS,
+        obj={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        after=AuditState(value=f"{len(entries)} decisions about {len(jobs)} jobs"),
+        message=f"{len(entries)} routing decisions about {len(jobs)} jobs",
+        details={"decisions": str(len(entries)), "jobs": str(len(jobs))},
+        now=now,
+        namespace=namespace,
+    )
+    record["spec"]["decisions"] = [dict(e) for e in entries]
+    meta = record["metadata"]
+    meta.pop("generateName", None)
+    meta["name"] = f"routing-{digest}"
+    for uid, entry in jobs.items():
+        if uid:
+            outcome = str(entry["action"]) if entry["action"] != AuditAction.MEMORY_INJECTED else "JobRouted"
+            meta["labels"][job_audit_label(uid)] = outcome
+    return record
+
+
+def iter_routing_decisions(records: Iterable[Mapping[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Every routing decision in ``records``, one ``{"metadata", "spec"}`` each, shaped as a per-decision record.
+
+    A ``RoutingDecisions`` record gives one item per entry (its ``actor`` and the record's
+    metadata added); any other record is passed through as it is.
+    """
+    for record in records:
+        spec = record.get("spec") or {}
+        if spec.get("action") != AuditAction.ROUTING_DECISIONS.value:
+            yield dict(record)
+            continue
+        for entry in spec.get("decisions") or []:
+            yield {"metadata": dict(record.get("metadata") or {}), "spec": {**entry, "actor": spec.get("actor")}}

@@ -1,4 +1,4 @@
-"""Agent adapters: how a runner talks to an agent (ACP over stdio; the Claude CLI later)."""
+"""Agent adapters: how a runner talks to an agent (ACP over stdio; the Claude CLI's stream-json: ``claude_*``)."""
 
 from helmhive.runner.adapters.acp import AcpAdapter, AcpAdapterConfig
 from helmhive.runner.adapters.base import (

@@ -193,11 +193,13 @@ class TurnResult(BaseModel):
     session_updates: int = 0
     duration_s: float = 0.0
     context_used: int | None = Field(default=None, ge=0)
-    """Tokens in the session's context as the agent last reported during this turn (ACP ``usage_update``)."""
+    """Tokens in the session's context as the agent last reported during this turn (ACP ``usage_update``;
+    the Claude CLI: the last model call's usage, or a ``compact_boundary``'s ``post_tokens``)."""
     context_size: int | None = Field(default=None, ge=0)
     """The session's context window in tokens, from the same report."""
     commands: list[str] = Field(default_factory=list, max_length=MAX_LIST)
-    """The command names the agent advertises for this session (ACP ``available_commands_update``)."""
+    """The command names the agent advertises for this session (ACP ``available_commands_update``;
+    the Claude CLI: ``slash_commands`` of its ``system/init`` event)."""
 
     @property
     def ok(self) -> bool:

@@ -16,10 +16,15 @@ Probe (no model call, so it costs nothing and needs no network):
 A turn runs ``claude --print --output-format stream-json --verbose [--model M] [--effort E]
 [--resume ID] [--allowedTools ...]`` with the prompt on stdin (never in argv), in its own
 process group with an explicit environment. Each stdout line is one JSON event: ``system/init``
-(session ID, model), ``assistant`` messages (text), and one ``result`` (``is_error``, the answer).
-An idle watchdog (no line for ``idle_timeout_s``) or the caller's cancel sends SIGINT, then
-SIGKILL after ``cancel_grace_s``. Secrets and the session ID are redacted from every message,
-text and diagnostic; the session ID is returned only as a ``SecretStr``.
+(session ID, model, commands), ``assistant`` messages (text, usage), and one ``result``
+(``is_error``, the answer, each model's context window): :mod:`~helmhive.runner.adapters.claude_stream`.
+The turn reports the context it left and the session's commands, so the runner's compaction
+policy applies to the CLI as to an ACP agent; ``/compact`` as a prompt is the CLI's own
+compaction (:mod:`~helmhive.runner.adapters.claude_compact`). An idle watchdog (no line for
+``idle_timeout_s``, or the request's shorter window) or the caller's cancel sends SIGINT, then
+SIGKILL after ``cancel_grace_s`` (:mod:`~helmhive.runner.adapters.claude_process`). Secrets and
+the session ID are redacted from every message, text and diagnostic; the session ID is returned
+only as a ``SecretStr``.
 """
 
 from __future__ import annotations
@@ -30,14 +35,12 @@ import json
 import logging
 import os
 import re
-import signal
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import SecretStr
 
 from helmhive.runner.adapters.base import (
     MAX_LIST,
@@ -46,11 +49,11 @@ from helmhive.runner.adapters.base import (
     AdapterReport,
     AuthReason,
     AuthState,
-    CancelOrigin,
     TurnOutcome,
     TurnRequest,
     TurnResult,
 )
+from helmhive.runner.adapters.claude_compact import build_turn_env, decide_commands
 from helmhive.runner.adapters.claude_models import (
     ModelTable,
     build_resolution_env,
@@ -60,6 +63,8 @@ from helmhive.runner.adapters.claude_models import (
     parse_model_aliases,
     read_settings,
 )
+from helmhive.runner.adapters.claude_process import ClaudeCliConfig, read_turn, run_short
+from helmhive.runner.adapters.claude_stream import ClaudeStream, decide_context, decide_outcome, is_compact_prompt
 from helmhive.runner.adapters.decisions import bounded, redact, tail
 from helmhive.runner.version import helmhive_version
 
@@ -76,43 +81,6 @@ log = logging.getLogger(__name__)
 AGENT_NAME = "claude-code"
 STREAM_LIMIT = 50 * 1024 * 1024
 _VERSION = re.compile(r"(\d+\.\d+\.\d+[0-9A-Za-z.+-]*)")
-
-
-class ClaudeCliConfig(BaseModel):
-    """How to run the CLI. ``env`` is its whole environment; ``secret_env`` is merged in and redacted."""
-
-    model_config = ConfigDict(frozen=True)
-
-    path: str = Field(default="claude", min_length=1)
-    extra_args: tuple[str, ...] = ()
-    env: dict[str, str] = Field(default_factory=dict)
-    secret_env: dict[str, SecretStr] = Field(default_factory=dict)
-    cwd: str | None = None
-    idle_timeout_s: float = Field(default=300.0, gt=0)
-    cancel_grace_s: float = Field(default=10.0, gt=0)
-    request_timeout_s: float = Field(default=60.0, gt=0)
-    """Limit for ``--version``, ``auth status`` and ``--help``."""
-    stderr_tail_chars: int = Field(default=4000, ge=0, le=8000)
-    wrapper: tuple[str, ...] = ()
-    """A launcher each turn runs under (the job sandbox); the probe's short commands do not use it."""
-    models: tuple[str, ...] = ()
-    """The pool's pinned catalogue (``adapter.claudeCli.models``); empty: ask the CLI."""
-    default_model: str | None = None
-    """The pool's ``adapter.claudeCli.defaultModel``."""
-
-    def config_dir(self) -> Path | None:
-        """Where the CLI keeps its settings: ``CLAUDE_CONFIG_DIR``, else ``$HOME/.claude``."""
-        if self.env.get("CLAUDE_CONFIG_DIR"):
-            return Path(self.env["CLAUDE_CONFIG_DIR"])
-        return Path(self.env["HOME"]) / ".claude" if self.env.get("HOME") else None
-
-    def spawn_env(self) -> dict[str, str]:
-        merged = dict(self.env)
-        merged.update({key: value.get_secret_value() for key, value in self.secret_env.items()})
-        return merged
-
-    def secret_values(self) -> list[str]:
-        return [value.get_secret_value() for value in self.secret_env.values()]
 
 
 def parse_version(text: str) -> str | None:
@@ -143,18 +111,6 @@ def decide_auth_status(
     )
 
 
-@dataclass
-class _Stream:
-    """What a turn's stdout said so far."""
-
-    session_id: str | None = None
-    model: str | None = None
-    text: list[str] = field(default_factory=list)
-    result: dict[str, Any] | None = None
-    auth_error: str | None = None
-    events: int = 0
-
-
 class ClaudeCliAdapter:
     """The :class:`~helmhive.runner.adapters.base.AgentAdapter` for the Claude CLI."""
 
@@ -180,25 +136,7 @@ class ClaudeCliAdapter:
     async def _run_short(
         self, *args: str, env: dict[str, str] | None = None, cwd: str | None = None
     ) -> tuple[int, str, str]:
-        """Run the CLI with ``args`` (no stdin), bounded by ``request_timeout_s``; killed on timeout."""
-        proc = await asyncio.create_subprocess_exec(
-            self._config.path,
-            *args,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=self._config.spawn_env() if env is None else env,
-            cwd=cwd or self._config.cwd,
-            start_new_session=True,
-        )
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(), self._config.request_timeout_s)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
-            raise
-        return proc.returncode or 0, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+        return await run_short(self._config, *args, env=env, cwd=cwd)
 
     # -- probe ---------------------------------------------------------------------------
     async def probe(self) -> AdapterReport:
@@ -323,7 +261,7 @@ class ClaudeCliAdapter:
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.PIPE,
-                    env=self._config.spawn_env(),
+                    env=build_turn_env(self._config.spawn_env()),
                     cwd=request.cwd,
                     limit=STREAM_LIMIT,
                     start_new_session=True,
@@ -338,12 +276,13 @@ class ClaudeCliAdapter:
                 await proc.stdin.drain()
             proc.stdin.close()
             stderr_task = asyncio.create_task(proc.stderr.read(1024 * 1024))
-            stream = _Stream()
-            origin, killed = await self._read(proc, stream, cancel)
+            stream = ClaudeStream()
+            idle_s = min(self._config.idle_timeout_s, request.idle_timeout_s or self._config.idle_timeout_s)
+            origin, killed = await read_turn(proc, stream, cancel, idle_s=idle_s, grace_s=self._config.cancel_grace_s)
             code = await proc.wait()
             stderr = (await stderr_task).decode("utf-8", "replace")
             session = stream.session_id if request.fork else (stream.session_id or resumed_id)
-            result = self._outcome(stream, origin, killed, code)
+            result = decide_outcome(stream, origin, killed, code, compacting=is_compact_prompt(request.prompt))
             if stream.model:
                 self._last_model = stream.model
             if result[0] is TurnOutcome.AUTH_REQUIRED:
@@ -357,7 +296,8 @@ class ClaudeCliAdapter:
                 if outcome is TurnOutcome.COMPLETED
                 else self._redact(tail(stderr, self._config.stderr_tail_chars), session, resumed_id)
             )
-            log.info("turn finished: outcome=%s events=%d", outcome.value, stream.events)
+            used, size = decide_context(stream)
+            log.info("turn finished: outcome=%s events=%d context=%s/%s", outcome.value, stream.events, used, size)
             return TurnResult(
                 outcome=outcome,
                 message=bounded(self._redact(message, session, resumed_id), MAX_MESSAGE)[0],
@@ -373,103 +313,8 @@ class ClaudeCliAdapter:
                 agent_exit_code=code,
                 diagnostics=diagnostics[: MAX_MESSAGE * 4],
                 session_updates=stream.events,
+                context_used=used,
+                context_size=size,
+                commands=decide_commands(stream.commands, self._config.env),
                 duration_s=round(time.monotonic() - started, 3),
             )
-
-    async def _read(
-        self, proc: asyncio.subprocess.Process, stream: _Stream, cancel: asyncio.Event | None
-    ) -> tuple[CancelOrigin | None, bool]:
-        """Consume stdout under the idle watchdog; return who cancelled (if anyone) and whether it was killed."""
-        assert proc.stdout is not None
-        loop = asyncio.get_running_loop()
-        origin: CancelOrigin | None = None
-        interrupted_at: float | None = None
-        last = loop.time()
-        cancel_wait = asyncio.create_task(cancel.wait()) if cancel is not None else None
-        try:
-            while True:
-                if interrupted_at is None:
-                    deadline = last + self._config.idle_timeout_s
-                else:
-                    deadline = interrupted_at + self._config.cancel_grace_s
-                line_task = asyncio.create_task(proc.stdout.readline())
-                waiting: set[asyncio.Future[Any]] = {line_task}
-                if cancel_wait is not None and interrupted_at is None:
-                    waiting.add(cancel_wait)
-                done, _ = await asyncio.wait(
-                    waiting, timeout=max(0.0, deadline - loop.time()), return_when=asyncio.FIRST_COMPLETED
-                )
-                if line_task in done:
-                    line = line_task.result()
-                    if not line:
-                        return origin, False
-                    last = loop.time()
-                    self._consume(line, stream)
-                    continue
-                line_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await line_task
-                if interrupted_at is None:
-                    origin = (
-                        CancelOrigin.CALLER
-                        if cancel_wait is not None and cancel_wait in done
-                        else CancelOrigin.WATCHDOG
-                    )
-                    interrupted_at = loop.time()
-                    self._signal(proc, signal.SIGINT)
-                    continue
-                self._signal(proc, signal.SIGKILL)
-                return origin, True
-        finally:
-            if cancel_wait is not None:
-                cancel_wait.cancel()
-
-    @staticmethod
-    def _signal(proc: asyncio.subprocess.Process, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-
-    @staticmethod
-    def _consume(line: bytes, stream: _Stream) -> None:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            return
-        if not isinstance(event, dict):
-            return
-        stream.events += 1
-        kind = event.get("type")
-        if isinstance(event.get("session_id"), str):
-            stream.session_id = event["session_id"]
-        if kind == "system" and event.get("subtype") == "init":
-            model = event.get("model")
-            stream.model = model[:128] if isinstance(model, str) else None
-        elif kind == "assistant":
-            message = event.get("message") or {}
-            for block in message.get("content") or []:
-                if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
-                    stream.text.append(block["text"])
-            if event.get("error") == "authentication_failed":
-                stream.auth_error = "".join(stream.text)[-200:] or "authentication_failed"
-        elif kind == "result":
-            stream.result = event
-
-    @staticmethod
-    def _outcome(stream: _Stream, origin: CancelOrigin | None, killed: bool, code: int) -> tuple[TurnOutcome, str]:
-        if killed:
-            return TurnOutcome.KILLED, f"no exit after SIGINT ({origin}); killed"
-        if origin is not None:
-            return (
-                TurnOutcome.IDLE_TIMEOUT if origin is CancelOrigin.WATCHDOG else TurnOutcome.CANCELLED
-            ), f"interrupted ({origin})"
-        result = stream.result
-        if result is None:
-            return TurnOutcome.AGENT_CRASHED, f"the CLI exited (code {code}) without a result"
-        answer = str(result.get("result") or "")[:500]
-        if not result.get("is_error"):
-            return TurnOutcome.COMPLETED, f"result {result.get('subtype', 'success')}"
-        if stream.auth_error is not None:
-            return TurnOutcome.AUTH_REQUIRED, answer or "authentication failed"
-        if str(result.get("subtype", "")).startswith("error_max_turns"):
-            return TurnOutcome.TRUNCATED, answer or "maximum turns reached"
-        return TurnOutcome.PROTOCOL_ERROR, answer or f"the CLI reported an error ({result.get('subtype')})"
