@@ -273,7 +273,7 @@ def namespace(request: pytest.FixtureRequest, core_v1: client.CoreV1Api) -> Iter
     name: str = core_v1.create_namespace(body).metadata.name
     wait_for(
         lambda: core_v1.read_namespaced_service_account("default", name),
-        timeout=30,
+        timeout=90,
         describe=f"ServiceAccount {name}/default (kube-controller-manager's serviceaccount controller)",
     )
     yield name

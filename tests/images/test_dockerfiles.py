@@ -22,7 +22,7 @@ from packaging.requirements import Requirement
 from helmhive.devcluster import dockerfile as df
 from helmhive.devcluster.rootfs import ImageConfig
 from helmhive.policy import runnerpool
-from runner.npm_agents import CLAUDE_AGENT_ACP, CLAUDE_CODE
+from runner.npm_agents import PINNED
 
 REPO = Path(__file__).resolve().parents[2]
 OPERATOR = REPO / "images/operator/Dockerfile"
@@ -124,8 +124,8 @@ def test_the_runner_image_matches_the_runner_pods() -> None:
 def test_the_node_flavour_ships_the_agents_the_tests_pin() -> None:
     manifest = json.loads((AGENTS / "package.json").read_text(encoding="utf-8"))
     lock = json.loads((AGENTS / "package-lock.json").read_text(encoding="utf-8"))
-    assert manifest["dependencies"] == {CLAUDE_CODE[0]: CLAUDE_CODE[1], CLAUDE_AGENT_ACP[0]: CLAUDE_AGENT_ACP[1]}
-    for name, version, _binary in (CLAUDE_CODE, CLAUDE_AGENT_ACP):
+    assert manifest["dependencies"] == {name: version for name, version, _binary in PINNED}
+    for name, version, _binary in PINNED:
         assert lock["packages"][f"node_modules/{name}"]["version"] == version
     # The lock's engines: the node image's Node.js satisfies every `>=` floor.
     global_args, _ = _stages(RUNNER)

@@ -48,11 +48,20 @@ class Fleet:
 
 
 def make_fleet(
-    kube: Kube, identities: IdentityFactory, namespace: str, *, name: str, replicas: int, slots: int
+    kube: Kube,
+    identities: IdentityFactory,
+    namespace: str,
+    *,
+    name: str,
+    replicas: int,
+    slots: int,
+    lease_seconds: int = 30,
+    renew_seconds: int = 5,
 ) -> Fleet:
     """A pool of ``replicas`` runners, each Online, Authenticated and Schedulable with ``slots`` slots.
 
-    Leases last 30 s and are renewed every 5 s; call :meth:`Fleet.stop` when done.
+    Leases last ``lease_seconds`` (30) and are renewed every ``renew_seconds`` (5); call
+    :meth:`Fleet.stop` when done.
     """
     pool = make_pool(
         kube,
@@ -62,7 +71,11 @@ def make_fleet(
         replicas=replicas,
         concurrency=slots,
         capabilities=CAPABILITIES,
-        heartbeat={"leaseDurationSeconds": 30, "renewIntervalSeconds": 5, "reportRefreshSeconds": 300},
+        heartbeat={
+            "leaseDurationSeconds": lease_seconds,
+            "renewIntervalSeconds": renew_seconds,
+            "reportRefreshSeconds": 300,
+        },
     )
     pods = pool.wait_pods(replicas, timeout=120)
     generation = wait_for(
@@ -79,12 +92,14 @@ def make_fleet(
     try:
         for pod in pods:
             identity = identities(namespace, pool.service_account, bound_pod=pod, create=False, expiration_seconds=3600)
-            runner = SimulatedRunner(identity=identity, namespace=namespace, pool=name, name=pod, lease_seconds=30)
+            runner = SimulatedRunner(
+                identity=identity, namespace=namespace, pool=name, name=pod, lease_seconds=lease_seconds
+            )
             runner.register(generation=generation)
             report = runner.build_report(generation=generation)
             report.update(concurrency=slots, capabilities=CAPABILITIES)
             runner.apply_status({"report": report})
-            runner.start_heartbeat(interval=5)
+            runner.start_heartbeat(interval=renew_seconds)
             fleet.runners[pod] = runner
         for pod in pods:
             pool.wait_runner(pod, "schedulable", timeout=120, schedulable="Schedulable")

@@ -400,6 +400,8 @@ def test_the_runner_program_in_a_pool_of_the_operator(
         table = kubectl("get", "runners", "-n", namespace).stdout.splitlines()
         column = table[0].split().index("CREDENTIAL")
         assert table[1].split()[column] == "Proxy", table
+        # Its jobs' network: a namespace of their own where this machine allows one (it does: root, user namespaces).
+        assert table[1].split()[table[0].split().index("NETWORK")] == report["sandbox"]["network"] == "Namespace"
         wait_audit(kube, namespace, "RunnerRegistered")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, log_path.read_text()

@@ -6,6 +6,13 @@ request's method, path and what its auth headers held -- classified as ``canary`
 ``placeholder`` or ``other`` -- never the values themselves, so no failing assertion can print a
 credential. ``POST /v1/messages`` answers with the Messages API's server-sent events in two parts: the second only
 after :attr:`FakeProvider.release` is set, which shows whether a proxy streams or buffers.
+
+Just enough of two more APIs to answer the first request of the real Gemini and Codex CLIs with
+:data:`ANSWER`: Gemini's ``POST /v1beta/models/<model>:generateContent`` (JSON) and
+``:streamGenerateContent?alt=sse`` (server-sent events; the unstreamed call is the CLI's model
+router asking for a complexity score, answered with one), and OpenAI's Responses API,
+``POST /v1/responses`` (server-sent events). Codex first asks for a WebSocket on
+``GET /v1/responses``; that, like every other ``GET``, gets a plain JSON 200, not a ``101``.
 """
 
 from __future__ import annotations
@@ -55,6 +62,54 @@ _MESSAGE_EVENTS: list[dict[str, Any]] = [
 
 def _sse(event: dict[str, Any]) -> bytes:
     return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+
+
+_GEMINI_RESPONSE: dict[str, Any] = {
+    "candidates": [{"content": {"role": "model", "parts": [{"text": ANSWER}]}, "finishReason": "STOP", "index": 0}],
+    "usageMetadata": {"promptTokenCount": 1, "candidatesTokenCount": 5, "totalTokenCount": 6},
+    "modelVersion": "gemini-2.5-flash",
+}
+"""A ``GenerateContentResponse``: the whole answer, or the one event of a stream."""
+
+_USAGE = {
+    "input_tokens": 1,
+    "input_tokens_details": {"cached_tokens": 0},
+    "output_tokens": 5,
+    "output_tokens_details": {"reasoning_tokens": 0},
+    "total_tokens": 6,
+}
+_RESPONSES_EVENTS: list[dict[str, Any]] = [
+    {"type": "response.created", "response": {"id": "resp_fake", "status": "in_progress"}},
+    {
+        "type": "response.output_item.done",
+        "output_index": 0,
+        "item": {
+            "type": "message",
+            "id": "msg_fake",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": ANSWER, "annotations": []}],
+        },
+    },
+    {"type": "response.completed", "response": {"id": "resp_fake", "status": "completed", "usage": _USAGE}},
+]
+"""OpenAI's Responses API streaming events for a one-message answer."""
+
+
+def _answer(path: str) -> tuple[str, bytes]:
+    """The content type and body that answer a model request to ``path`` (query string included)."""
+    if ":streamGenerateContent" in path:
+        return "text/event-stream", f"data: {json.dumps(_GEMINI_RESPONSE)}\n\n".encode()
+    if ":generateContent" in path:  # Gemini CLI's model router, which wants a JSON verdict
+        verdict = json.dumps({"complexity_reasoning": "a greeting", "complexity_score": 1})
+        routed = {
+            **_GEMINI_RESPONSE,
+            "candidates": [
+                {**_GEMINI_RESPONSE["candidates"][0], "content": {"role": "model", "parts": [{"text": verdict}]}}
+            ],
+        }
+        return "application/json", json.dumps(routed).encode()
+    return "text/event-stream", b"".join(_sse(event) for event in _RESPONSES_EVENTS)
 
 
 @dataclass
@@ -128,6 +183,14 @@ def fake_provider(directory: Path, *, canary: str) -> Iterator[FakeProvider]:
             provider = self._record()
             length = int(self.headers.get("content-length", "0"))
             self.rfile.read(length)
+            if not self.path.startswith("/v1/messages"):
+                content_type, body = _answer(self.path)
+                self.send_response(200)
+                self.send_header("content-type", content_type)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
             self.send_header("connection", "close")

@@ -18,6 +18,11 @@ from helmhive.devcluster.cachelock import cache_entry_lock
 
 CLAUDE_CODE = ("@anthropic-ai/claude-code", "2.1.332", "claude")
 CLAUDE_AGENT_ACP = ("@zed-industries/claude-agent-acp", "0.23.1", "claude-agent-acp")
+GEMINI_CLI = ("@google/gemini-cli", "0.61.0", "gemini")
+CODEX = ("@openai/codex", "0.171.0", "codex")
+CODEX_ACP = ("@zed-industries/codex-acp", "0.16.0", "codex-acp")
+PINNED = (CLAUDE_CODE, CLAUDE_AGENT_ACP, GEMINI_CLI, CODEX, CODEX_ACP)
+"""Every agent of images/runner/agents/package.json, at the versions its lock pins."""
 INSTALL_TIMEOUT_S = 480
 
 

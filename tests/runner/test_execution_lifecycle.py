@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import signal
+
+import pytest
 
 from harness import wait_for
 from helmhive.policy.retry import decide_job_retry
@@ -82,21 +86,28 @@ def test_an_agent_crash_ends_the_job_with_agent_crashed(execution: ExecutionRig)
     assert condition(execution.wait_finished("after"), "Succeeded")["status"] == "True"
 
 
-def test_a_job_running_when_its_runner_died_is_runner_lost(execution: ExecutionRig) -> None:
+@pytest.mark.parametrize(("journal", "reason"), [(True, "Interrupted"), (False, "RunnerLost")])
+def test_a_job_running_when_its_runner_died_is_interrupted(execution: ExecutionRig, journal: bool, reason: str) -> None:
+    """Its journal says it started and never finished: Interrupted; with the journal gone, RunnerLost."""
     runner = execution.start_runner()
-    execution.create_job("orphan", runner=runner, prompt=STALL, timeout=300)
+    created = execution.create_job("orphan", runner=runner, prompt=STALL, timeout=300)
     running = execution.wait_running("orphan")
     assert condition(running, "Running")["message"].startswith("running on runner pool-a-0")
+    entry = runner.rig.state_dir / "journal" / f"{created['metadata']['uid']}.json"
+    assert json.loads(entry.read_text(encoding="utf-8"))["phase"] == "running"
     runner.proc.popen.send_signal(signal.SIGKILL)  # no shutdown: the job stays Running
     runner.proc.popen.wait(timeout=30)
     assert condition(execution.job("orphan"), "Running")["status"] == "True"
+    if not journal:
+        shutil.rmtree(entry.parent)
     again = runner.rig.start(runner.runner_json)
     job = execution.wait_finished("orphan", timeout=60)
-    _ended(job, "RunnerLost")
+    _ended(job, reason)  # never finished as done
     assert "restarted while the job was running" in condition(job, "Succeeded")["message"]
     retry = decide_job_retry(job=job)
     assert retry is not None and retry.retry  # read-only: the operator may run it once more
     assert again.popen.poll() is None
+    wait_for(lambda: not entry.exists(), timeout=30, describe="the journal entry to be removed")
 
 
 def test_a_job_still_running_when_the_runner_stops_is_interrupted(execution: ExecutionRig) -> None:

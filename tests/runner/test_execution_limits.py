@@ -41,9 +41,7 @@ from helmhive.runner.limits import (
     EnforcedLimits,
     LimitSupport,
     build_enforced_limits,
-    decide_cgroup_v2,
     decide_limit_exceeded,
-    probe_cgroup_v2,
 )
 
 from .execution_harness import ExecutionRig, Runner, condition
@@ -80,6 +78,7 @@ def test_the_processes_limit_needs_a_runner_that_is_not_root_and_a_user_namespac
         "cpu_seconds": 3600,
         "processes": 512,
         "open_files": 4096,
+        "cpu_millicores": 2000,
     }
 
 
@@ -120,23 +119,6 @@ def test_a_limit_names_the_jobs_end_unless_the_runner_stopped_the_agent() -> Non
     assert decide_turn_failure(result=crashed, cause=None, timeout_s=60).reason == Reason.AGENT_CRASHED
     stopped = crashed.model_copy(update={"outcome": TurnOutcome.KILLED, "cancel_origin": CancelOrigin.CALLER})
     assert decide_turn_failure(result=stopped, cause=None, timeout_s=60, limits=ENFORCED).reason == Reason.INTERRUPTED
-
-
-def test_cgroup_v2_detection(tmp_path: Path) -> None:
-    assert decide_cgroup_v2(controllers=None, own=None, writable=False).startswith("unavailable: /sys/fs/cgroup is not")
-    assert "pids are not enabled" in decide_cgroup_v2(controllers="cpu memory", own="/pod", writable=True)
-    assert "not writable" in decide_cgroup_v2(controllers="cpu memory pids", own="/pod", writable=False)
-    # A cgroup v2 tree as a pod would see it (cgroup namespace: its own cgroup is "/").
-    (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
-    (tmp_path / "cgroup.procs").write_text("")
-    proc = tmp_path / "proc-cgroup"
-    proc.write_text("0::/\n")
-    assert probe_cgroup_v2(tmp_path, proc).startswith("would be available under /")
-    (tmp_path / "cgroup.procs").chmod(0o444)
-    if os.getuid() != 0:  # root may write a read-only file
-        assert "not writable" in probe_cgroup_v2(tmp_path, proc)
-    assert probe_cgroup_v2(tmp_path / "missing", proc).startswith("unavailable")
-    assert probe_cgroup_v2()  # this machine: whatever it is, it says so
 
 
 def test_the_reference_agents_resource_directives() -> None:
@@ -410,6 +392,7 @@ def test_each_limit_ends_its_job_and_the_runner_goes_on(
     runner = start_limited_runner(execution, root=pod_root, python=pod_python, job_limits=LIMITS)
     probed = wait_for(lambda: runner.proc.messages("job limits"), timeout=60, describe="the runner's probe of limits")
     assert probed[0]["uid"] == (POD_UID if os.getuid() == 0 else os.getuid())
+    assert probed[0]["cgroups"] == "None"  # uid 65532 may write no cgroup on this machine: rlimits only
     if not probed[0]["userNamespaces"]:
         pytest.skip(
             "this kernel or seccomp profile allows no user namespaces: the processes limit is not enforced here"
@@ -452,16 +435,28 @@ def test_each_limit_ends_its_job_and_the_runner_goes_on(
         assert condition(after, "Succeeded")["status"] == "True", after["status"]
 
 
-def test_a_root_runner_enforces_the_per_process_limits_and_says_processes_are_not(
-    execution: ExecutionRig, tmp_path: Path
-) -> None:
+def test_a_root_runner_limits_processes_with_the_jobs_cgroup(execution: ExecutionRig, tmp_path: Path) -> None:
+    """RLIMIT_NPROC never applies to uid 0; a job cgroup's pids total does, whatever the uid. (The pod
+    runner above, uid 65532, may write no cgroup here: it runs on rlimits alone and says so.)"""
     if os.getuid() != 0:
         pytest.skip("this shows a runner that runs as root")
     root = start_limited_runner(execution, root=tmp_path / "root-runner", job_limits=LIMITS)
+    (probed,) = wait_for(lambda: root.proc.messages("job limits"), timeout=60, describe="the runner's probe")
+    assert probed["cgroups"] in ("V1", "V2"), probed  # this CI machine lets root write cgroups
     job = _limited(execution, "root-memory", root, "Review.\nALLOCATE: 512")
     ended = condition(job, "Succeeded")
     assert (ended["status"], ended["reason"]) == ("False", "ResourceLimitExceeded:memory"), job["status"]
     (started,) = execution.wait_events("root-memory", "Started")
     assert "processes not limited (the runner is uid 0, which RLIMIT_NPROC never applies to)" in str(started.message)
-    fork = _limited(execution, "root-fork", root, "Review.\nSPAWN: 64")  # not stopped: uid 0 is exempt
-    assert fork["status"]["result"]["output"]["resources"] == {"spawn": "spawned 64 processes"}
+    assert f"cgroup {probed['cgroups']}: memory 256 MiB, processes 32 per job" in str(started.message)
+    fork = _limited(execution, "root-fork", root, "Review.\nSPAWN: 64")
+    ended = condition(fork, "Succeeded")
+    assert (ended["status"], ended["reason"]) == ("False", "ResourceLimitExceeded:processes"), fork["status"]
+    assert f"32 processes and threads (cgroup {probed['cgroups']})" in ended["message"]
+    assert root.rig.report()["sandbox"]["cgroups"] == probed["cgroups"]
+    # The runner goes on, and no job cgroup is left behind.
+    after = _limited(execution, "root-after", root, "Review.")
+    assert condition(after, "Succeeded")["status"] == "True", after["status"]
+    parents = str(probed["cgroupsReason"]).removeprefix("job cgroups under ").split(", ")
+    uids = [str(j["metadata"]["uid"]).replace("-", "") for j in (job, fork, after)]
+    assert [c for p in parents for u in uids for c in Path(p).glob(f"helmhive-*-{u}")] == []

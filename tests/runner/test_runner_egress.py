@@ -55,7 +55,6 @@ def route(target: str, *, host: str = "127.0.0.1:4000", method: str = "POST", al
             ("https://api.anthropic.com/v1/models", True),
         ),
         ("http://statsig.anthropic.com/x", "statsig.anthropic.com", "GET", ("https://statsig.anthropic.com/x", False)),
-        ("//evil.example/x", "127.0.0.1:4000", "GET", ("https://api.anthropic.com//evil.example/x", True)),
         ("/@evil.example/x", "127.0.0.1:4000", "GET", ("https://api.anthropic.com/@evil.example/x", True)),
     ],
 )
@@ -81,6 +80,7 @@ def test_what_is_forwarded_goes_to_the_upstream_or_an_allowed_host(
         ("http://user:pw@api.anthropic.com/v1", "api.anthropic.com", "GET", RefusalReason.TARGET),
         ("ftp://api.anthropic.com/v1", "api.anthropic.com", "GET", RefusalReason.TARGET),
         ("*", "127.0.0.1:4000", "OPTIONS", RefusalReason.TARGET),
+        ("//evil.example/x", "127.0.0.1:4000", "GET", RefusalReason.PATH_SUSPICIOUS),
     ],
 )
 def test_everything_else_is_refused(target: str, host: str, method: str, reason: RefusalReason) -> None:

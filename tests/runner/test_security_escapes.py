@@ -16,6 +16,7 @@ gathering would have found it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import socket
@@ -59,13 +60,32 @@ def udp_socket() -> Iterator[socket.socket]:
         yield server
 
 
-def _prompt(runner: Runner, *, tcp_port: int, udp_port: int) -> str:
+def _host_address() -> str:
+    """This machine's address on its default route (connecting a datagram socket sends nothing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("10.255.255.255", 1))
+        return str(probe.getsockname()[0])
+
+
+def _listener(stack: contextlib.ExitStack, host: str, port: int) -> socket.socket:
+    """A listener on the proxy's port number at another address: where an agent whose sandbox names
+    ports, not hosts, would get through."""
+    server = stack.enter_context(socket.socket())
+    server.bind((host, port))
+    server.listen(8)
+    server.setblocking(False)
+    return server
+
+
+def _prompt(runner: Runner, *, tcp_port: int, udp_port: int, others: tuple[str, ...] = ()) -> str:
     credential_copy = runner.rig.state_dir / "credential" / "credential"
     secret_file = runner.rig.root / "secret" / "credential"
     return "\n".join(
         [
             "Review this repository.",
             "PROVIDER-CALL: /v1/messages",
+            "PROVIDER-CALL: /v1/organizations/keys",
+            *(f"TCP-TO: {host}" for host in others),
             f"UDP-SEND: {udp_port}",
             f"TCP-FASTOPEN: {tcp_port}",
             f"CONNECT: {tcp_port}",
@@ -109,10 +129,18 @@ def test_with_the_proxy_every_escape_is_refused_and_the_key_never_reaches_the_ag
     execution: ExecutionRig, provider: FakeProvider, tcp_server: socket.socket, udp_socket: socket.socket
 ) -> None:
     tcp_port = int(tcp_server.getsockname()[1])
-    egress = {"upstream": provider.url, "caBundle": str(provider.ca_file)}
+    egress = {"upstream": provider.url, "caBundle": str(provider.ca_file), "networkNamespace": "Required"}
     runner = execution.start_runner(config={"credentialIsolation": "Proxy", "egress": egress})
     udp_port = int(udp_socket.getsockname()[1])
-    job = _run_job(execution, runner, "escape", _prompt(runner, tcp_port=tcp_port, udp_port=udp_port))
+    (listening,) = runner.proc.messages("egress proxy listening")
+    others = ("127.0.0.2", _host_address())
+    with contextlib.ExitStack() as stack:
+        elsewhere = [_listener(stack, host, int(listening["port"])) for host in others]
+        prompt = _prompt(runner, tcp_port=tcp_port, udp_port=udp_port, others=others)
+        job = _run_job(execution, runner, "escape", prompt)
+        for server in elsewhere:
+            with pytest.raises(BlockingIOError):
+                server.accept()  # the proxy's port number elsewhere: never reached from the namespace
     output = job["status"]["result"]["output"]
 
     # The provider was reached through the proxy, with the real key in place of the placeholder.
@@ -120,9 +148,14 @@ def test_with_the_proxy_every_escape_is_refused_and_the_key_never_reaches_the_ag
     assert [(r.method, r.path, r.auth) for r in provider.requests] == [
         ("POST", "/v1/messages", {"authorization": "canary", "x-api-key": "canary"})
     ]
-    # Every other way out was refused: by Landlock (TCP), seccomp (UDP) and the proxy (403).
+    # Every other way out was refused: by the network namespace (the proxy's port on any other address:
+    # nothing listens there in it, no route out of it), Landlock (TCP to other ports), seccomp (UDP) and the
+    # proxy (403: another host, a tunnel, a path of the provider's API its agents do not use).
     assert output["escapes"] == {
         "PROVIDER-CALL: /v1/messages": "status 200",
+        "PROVIDER-CALL: /v1/organizations/keys": "status 403",
+        "TCP-TO: 127.0.0.2": "failed (ECONNREFUSED)",
+        f"TCP-TO: {others[1]}": "failed (ENETUNREACH)",
         f"UDP-SEND: {udp_port}": "denied (EPERM)",
         f"TCP-FASTOPEN: {tcp_port}": "denied (EPERM)",
         "PROXY-CONNECT: example.com:443": "status 403",
@@ -142,7 +175,7 @@ def test_with_the_proxy_every_escape_is_refused_and_the_key_never_reaches_the_ag
     # 6.18): the runner keeps no credential there, and the loot below, which holds it when readable, shows it.
     environ_readable = output["reads"][runner_environ].startswith("read")
     log = runner.proc.raw_log()
-    assert log.count("egress: request refused") == 3, log[-3000:]
+    assert log.count("egress: request refused") == 4, log[-3000:]
 
     # What the agent could gather holds the placeholder, never the key.
     loot = (runner.agent_state / LOOT).read_bytes()
@@ -156,6 +189,9 @@ def test_with_the_proxy_every_escape_is_refused_and_the_key_never_reaches_the_ag
     assert CANARY not in _everything_written(execution, runner, "escape")
     report = runner.rig.report()
     assert report["credentialIsolation"] == "Proxy"
+    assert report["sandbox"]["network"] == "Namespace" and report["sandbox"]["networkReason"] == ""
+    (started,) = execution.wait_events("escape", "Started")
+    assert "network Namespace" in str(started.message)
 
 
 def test_in_sandbox_the_same_agent_finds_the_key_so_the_search_above_is_real(
@@ -165,7 +201,10 @@ def test_in_sandbox_the_same_agent_finds_the_key_so_the_search_above_is_real(
     _run_job(execution, runner, "exposed", f"Review this repository.\nLOOT: {LOOT}")
     loot = (runner.agent_state / LOOT).read_bytes()
     assert CANARY.encode() in loot  # InSandbox: the key is in the agent's environment
-    assert PLACEHOLDER.encode() not in loot
+    # Its own environment (the loot's first part) holds no placeholder. The rest may: as root without
+    # a PID namespace it reads every process's environment on the machine, other runners' agents too.
+    own_environment = loot.split(b"\n\n", 1)[0]
+    assert CANARY.encode() in own_environment and PLACEHOLDER.encode() not in own_environment
     assert runner.rig.report()["credentialIsolation"] == "InSandbox"
     # The runner still keeps it out of everything it writes (redaction), as before.
     assert CANARY not in _everything_written(execution, runner, "exposed")

@@ -11,7 +11,7 @@ from helmhive.api.crdgen import build_offline_schema
 from helmhive.api.job import AgentJobStatus
 from helmhive.api.kinds import kind_by_name
 from helmhive.policy.memory_audit import build_memory_report_audit, memory_report_audit_name
-from helmhive.policy.routing_audit import build_routing_audits
+from helmhive.policy.routing_audit import build_routing_decisions
 
 NOW = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
 REPORT = {
@@ -85,7 +85,7 @@ def test_the_queue_time_record_says_it_is_a_selection() -> None:
         "mappingIndex": 0,
         "memoryIds": ["cents", "retries"],
     }
-    memory = build_routing_audits(job=routed, now=NOW)[1]["spec"]
+    memory = build_routing_decisions(job=routed, now=NOW)[1]
     assert memory["after"] == {"value": "2 records selected at queue time"}
     assert memory["message"].startswith("memory records selected at queue time: cents, retries")
     assert "agentjob-review-1-01234567-memory-run" in memory["message"]

@@ -276,10 +276,22 @@ def test_runner_json_holds_the_pool_settings_in_camel_case() -> None:
             "authMaxAgeSeconds": 3600,
         },
         "credentialEnvName": "ANTHROPIC_API_KEY",
-        "jobLimits": {"memoryBytes": 1073741824, "cpuSeconds": 3600, "processes": 512, "openFiles": 4096},
+        "jobLimits": {
+            "memoryBytes": 1073741824,
+            "cpuSeconds": 3600,
+            "processes": 512,
+            "openFiles": 4096,
+            "cpuMillicores": 2000,
+        },
         "compaction": {"watermarkPercent": 80, "commandTimeoutSeconds": 180},
         "credentialIsolation": "Proxy",
-        "egress": {"allowedHosts": []},
+        "egress": {
+            "allowedHosts": [],
+            "requestsPerMinute": 600,
+            "burst": 60,
+            "maxConcurrentRequests": 16,
+            "networkNamespace": "Preferred",
+        },
     }
     compacting = build_runner_config(spec(compaction={"watermarkPercent": 60}))["compaction"]
     assert compacting == {"watermarkPercent": 60, "commandTimeoutSeconds": 180}
@@ -292,7 +304,13 @@ def test_runner_json_holds_the_pool_settings_in_camel_case() -> None:
         "defaultModel": "sonnet",
     }
     limited = build_runner_config(spec(jobLimits={"memoryBytes": 268435456, "processes": 64}))["jobLimits"]
-    assert limited == {"memoryBytes": 268435456, "cpuSeconds": 3600, "processes": 64, "openFiles": 4096}
+    assert limited == {
+        "memoryBytes": 268435456,
+        "cpuSeconds": 3600,
+        "processes": 64,
+        "openFiles": 4096,
+        "cpuMillicores": 2000,
+    }
 
 
 def test_network_policy_denies_ingress_and_allows_only_dns_and_https_egress() -> None:
@@ -419,6 +437,10 @@ def test_credential_isolation_defaults_to_proxy_for_a_key_and_in_sandbox_for_a_l
     assert build_runner_config(pinned)["egress"] == {
         "upstream": "https://llm-gateway.internal:8443/anthropic",
         "allowedHosts": ["statsig.anthropic.com"],
+        "requestsPerMinute": 600,
+        "burst": 60,
+        "maxConcurrentRequests": 16,
+        "networkNamespace": "Preferred",
     }
 
 

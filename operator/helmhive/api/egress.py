@@ -14,7 +14,9 @@ added the variable, google-gemini/gemini-cli#21561):
 - Claude Code: ``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY`` (sent as ``x-api-key``),
   ``ANTHROPIC_AUTH_TOKEN`` (sent as ``Authorization: Bearer``) and ``CLAUDE_CODE_OAUTH_TOKEN``
   (a subscription's long-lived token from ``claude setup-token``).
-- OpenAI's SDKs and Codex CLI: ``OPENAI_BASE_URL`` (which includes ``/v1``), ``OPENAI_API_KEY``.
+- OpenAI's SDKs: ``OPENAI_BASE_URL`` (which includes ``/v1``), ``OPENAI_API_KEY``. Codex CLI 0.171
+  reads neither: it takes the config key ``openai_base_url`` and ``CODEX_API_KEY`` (found by running
+  it, ``tests/runner/test_runner_egress_npm.py``).
 - Gemini CLI: ``GOOGLE_GEMINI_BASE_URL`` (plain ``http`` is accepted only for loopback hosts) and
   ``GEMINI_API_KEY`` (the proxy replaces it in ``x-goog-api-key`` or a ``key`` query parameter).
 """
@@ -35,8 +37,11 @@ __all__ = [
     "CredentialIsolation",
     "EgressSpec",
     "HostName",
+    "NetworkNamespace",
+    "PathPrefix",
     "ProviderEgress",
     "UpstreamUrl",
+    "decide_allowed_paths",
     "decide_isolation",
     "decide_isolation_problems",
     "provider_egress",
@@ -59,6 +64,22 @@ UpstreamUrl = Annotated[
     ),
 ]
 """An ``https://host[:port][/path]`` URL: no credentials, query or fragment; TLS only."""
+
+PathPrefix = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=256, pattern=r"^/([A-Za-z0-9_~:@-][A-Za-z0-9._~:@-]*/?)*$"),
+]
+"""An absolute URL path prefix without dot segments, empty segments, a query or encoded characters."""
+
+
+class NetworkNamespace(enum.StrEnum):
+    """Whether a job's agent must run in a network namespace of its own (only the proxy reachable)."""
+
+    PREFERRED = "Preferred"
+    """Where the pod allows user and network namespaces; elsewhere Landlock's port rule only, and the
+    Runner's ``report.sandbox.network`` says ``Landlock`` with the reason."""
+    REQUIRED = "Required"
+    """Every job whose network is disabled fails closed (``SandboxUnavailable``) without one."""
 
 
 class CredentialIsolation(enum.StrEnum):
@@ -95,6 +116,56 @@ class EgressSpec(ApiModel):
             ),
         ),
     ] = []
+    allowed_paths: Annotated[
+        list[PathPrefix] | None,
+        Field(
+            max_length=32,
+            description=(
+                "URL path prefixes of the upstream the proxy forwards to (matched segment by segment, before the "
+                "upstream's own path). Default: the provider's API (anthropic: /v1/messages, /v1/models, "
+                "/v1/complete; openai: /v1/responses, /v1/chat/completions, /v1/completions, /v1/embeddings, "
+                "/v1/models; google: /v1beta/models, /v1/models, /v1alpha/models); every path for another "
+                "provider's upstream. Any other path is refused (403, refused-path) and counted."
+            ),
+        ),
+    ] = None
+    requests_per_minute: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=100000,
+            description=(
+                "Requests each job may send through the proxy per minute (a token bucket refilled continuously); "
+                "beyond it a request is refused (429, refused-rate). Default 600."
+            ),
+        ),
+    ] = 600
+    burst: Annotated[
+        int,
+        Field(ge=1, le=10000, description="Requests a job may send at once before the rate applies. Default 60."),
+    ] = 60
+    max_concurrent_requests: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=1024,
+            description=(
+                "Requests of one job in flight at once (a streamed response counts until it ends); one more is "
+                "refused (429, refused-concurrency), never queued. Default 16."
+            ),
+        ),
+    ] = 16
+    network_namespace: Annotated[
+        NetworkNamespace,
+        Field(
+            description=(
+                "Preferred (default): a job whose network is disabled runs its agent in a network namespace of "
+                "its own, whose only way out is a relay to the proxy, where the pod allows user and network "
+                "namespaces, else under Landlock's port rule (the Runner's report.sandbox says which, and why). "
+                "Required: such a job fails closed (SandboxUnavailable) without one."
+            )
+        ),
+    ] = NetworkNamespace.PREFERRED
     ca_bundle: Annotated[
         Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"^/")] | None,
         Field(
@@ -115,17 +186,33 @@ class ProviderEgress:
     """Variables that take the proxy's base URL (each CLI or SDK reads its own)."""
     base_url_suffix: str = ""
     """Appended to the proxy's URL in those variables (OpenAI's clients expect ``/v1``)."""
+    allowed_paths: tuple[str, ...] = ("/",)
+    """The upstream's paths its agents call (``egress.allowedPaths`` when the pool sets none)."""
+
+
+_ANTHROPIC_PATHS = ("/v1/messages", "/v1/models", "/v1/complete")
+_OPENAI_PATHS = ("/v1/responses", "/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models")
+_GOOGLE_PATHS = ("/v1beta/models", "/v1/models", "/v1alpha/models")
 
 
 PROVIDER_EGRESS: dict[str, ProviderEgress] = {
-    "anthropic": ProviderEgress(upstream="https://api.anthropic.com", base_url_env=("ANTHROPIC_BASE_URL",)),
+    "anthropic": ProviderEgress(
+        upstream="https://api.anthropic.com", base_url_env=("ANTHROPIC_BASE_URL",), allowed_paths=_ANTHROPIC_PATHS
+    ),
     "openai": ProviderEgress(
-        upstream="https://api.openai.com", base_url_env=("OPENAI_BASE_URL",), base_url_suffix="/v1"
+        upstream="https://api.openai.com",
+        base_url_env=("OPENAI_BASE_URL",),
+        base_url_suffix="/v1",
+        allowed_paths=_OPENAI_PATHS,
     ),
     "google": ProviderEgress(
-        upstream="https://generativelanguage.googleapis.com", base_url_env=("GOOGLE_GEMINI_BASE_URL",)
+        upstream="https://generativelanguage.googleapis.com",
+        base_url_env=("GOOGLE_GEMINI_BASE_URL",),
+        allowed_paths=_GOOGLE_PATHS,
     ),
-    "reference": ProviderEgress(upstream=None),
+    "reference": ProviderEgress(
+        upstream=None, allowed_paths=tuple(dict.fromkeys((*_ANTHROPIC_PATHS, *_OPENAI_PATHS, *_GOOGLE_PATHS)))
+    ),
     # The reference agent calls no provider; its proxy refuses every request unless a pool sets an upstream.
 }
 
@@ -133,6 +220,14 @@ PROVIDER_EGRESS: dict[str, ProviderEgress] = {
 def provider_egress(provider: str) -> ProviderEgress | None:
     """The defaults of a provider; None for one Helmhive does not know (it needs ``egress.upstream``)."""
     return PROVIDER_EGRESS.get(provider)
+
+
+def decide_allowed_paths(*, provider: str, egress: EgressSpec) -> tuple[str, ...]:
+    """The upstream paths the proxy forwards: the pool's, else its provider's, else every path."""
+    if egress.allowed_paths is not None:
+        return tuple(egress.allowed_paths)
+    defaults = provider_egress(provider)
+    return defaults.allowed_paths if defaults is not None else ("/",)
 
 
 _KNOWN = ", ".join(f"'{name}'" for name in PROVIDER_EGRESS)

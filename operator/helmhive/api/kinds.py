@@ -191,6 +191,8 @@ KINDS: tuple[KindDef, ...] = (
             PrinterColumn(name="Auth", json_path=".status.report.authentication.state", priority=1),
             PrinterColumn(name="Provider", json_path=".status.report.provider"),
             PrinterColumn(name="Credential", json_path=".status.report.credentialIsolation"),
+            PrinterColumn(name="Network", json_path=".status.report.sandbox.network"),
+            PrinterColumn(name="Cgroups", json_path=".status.report.sandbox.cgroups", priority=1),
             PrinterColumn(name="Models", json_path=".status.models"),
             PrinterColumn(name="Default", json_path=".status.report.catalogue.default", priority=1),
             PrinterColumn(name="Jobs", json_path=".status.report.activeJobs", type="integer", priority=1),

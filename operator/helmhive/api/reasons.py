@@ -85,6 +85,8 @@ class Reason(enum.StrEnum):
     # Runner
     HEARTBEAT_FRESH = "HeartbeatFresh"
     HEARTBEAT_STALE = "HeartbeatStale"
+    HEARTBEAT_HELD = "HeartbeatHeld"
+    """The heartbeat looks stale only because the operator lost the API server: not Offline yet."""
     NEVER_REPORTED = "NeverReported"
     AUTHENTICATED = "Authenticated"
     UNAUTHENTICATED = "Unauthenticated"

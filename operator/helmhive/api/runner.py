@@ -41,6 +41,7 @@ __all__ = [
     "AdapterType",
     "AuthReport",
     "AuthState",
+    "CgroupMode",
     "ClaudeCliAdapter",
     "CompactionSettings",
     "CredentialSpec",
@@ -49,6 +50,7 @@ __all__ = [
     "JobLimits",
     "ModelCatalogue",
     "ModelEntry",
+    "NetworkIsolation",
     "PoolSourceSpec",
     "ReportedStatus",
     "RunnerPoolSpec",
@@ -56,6 +58,7 @@ __all__ = [
     "RunnerReport",
     "RunnerSpec",
     "RunnerStatus",
+    "SandboxReport",
     "VolumeCredential",
     "build_report_digest",
 ]
@@ -243,8 +246,9 @@ class CompactionSettings(ApiModel):
 class JobLimits(ApiModel):
     """Limits on each job's agent and every process it starts (and on a governed job's checks).
 
-    Enforced with ``setrlimit`` by the sandbox launcher; what each one covers, and where it is not
-    enforced, is in ``docs/security.md``. A job that hits one ends ``ResourceLimitExceeded:<limit>``.
+    Enforced with ``setrlimit`` by the sandbox launcher, and as the job's totals in a cgroup of its
+    own where the pod allows one; what each one covers, and where it is not enforced, is in
+    ``docs/security.md``. A job that hits one ends ``ResourceLimitExceeded:<limit>``.
     """
 
     memory_bytes: Annotated[
@@ -254,7 +258,8 @@ class JobLimits(ApiModel):
             le=1024 * 1024 * _MIB,
             description=(
                 "Private writable memory (heap and anonymous mappings) of each process, in bytes "
-                "(RLIMIT_DATA). Default 1 GiB, below the runner pod's 2 GiB memory limit."
+                "(RLIMIT_DATA), and with a job cgroup all the job's memory together, no swap. Default 1 GiB, "
+                "below the runner pod's 2 GiB memory limit."
             ),
         ),
     ] = 1024 * _MIB
@@ -274,8 +279,9 @@ class JobLimits(ApiModel):
             ge=8,
             le=65536,
             description=(
-                "Processes and threads of the whole job (RLIMIT_NPROC in the job's own user namespace); not enforced "
-                "when the runner runs as root or cannot create user namespaces. Default 512."
+                "Processes and threads of the whole job: its cgroup's pids.max where the runner can make job "
+                "cgroups, and RLIMIT_NPROC in the job's own user namespace; with neither (no cgroup, and a root "
+                "runner or no user namespaces) not enforced. Default 512."
             ),
         ),
     ] = 512
@@ -287,6 +293,17 @@ class JobLimits(ApiModel):
             description="Open file descriptors of each process (RLIMIT_NOFILE). Default 4096.",
         ),
     ] = 4096
+    cpu_millicores: Annotated[
+        int,
+        Field(
+            ge=100,
+            le=256000,
+            description=(
+                "CPU rate of the whole job, in thousandths of a core (cpu.max, or cpu.cfs_quota_us on cgroup v1); "
+                "only with a job cgroup. Default 2000 (two cores)."
+            ),
+        ),
+    ] = 2000
 
 
 class RunnerPoolSpec(ApiModel):
@@ -428,6 +445,39 @@ class AuthReport(ApiModel):
     ] = None
 
 
+class NetworkIsolation(enum.StrEnum):
+    """What confines the network of a job whose envelope disables it (``docs/security.md``)."""
+
+    NAMESPACE = "Namespace"
+    """A network namespace of its own with loopback only; its one way out is a relay to the egress proxy."""
+    LANDLOCK = "Landlock"
+    """Landlock's TCP rule: ``connect`` only to the proxy's (or the provider's) port, on any host."""
+    NONE = "None"
+    """No launcher (Landlock unavailable and optional): nothing but the pod's NetworkPolicy."""
+
+
+class CgroupMode(enum.StrEnum):
+    """How a job's totals (memory, processes, CPU rate) are bounded."""
+
+    V2 = "V2"
+    """A cgroup v2 per job under the runner's delegated cgroup."""
+    V1 = "V1"
+    """A cgroup per job in the writable cgroup v1 hierarchies (memory, pids, cpu)."""
+    NONE = "None"
+    """No cgroup is writable: per-process ``setrlimit`` limits only."""
+
+
+class SandboxReport(ApiModel):
+    """What this runner can enforce on its jobs, probed when it starts."""
+
+    network: NetworkIsolation
+    network_reason: Annotated[str, Field(max_length=512)] = ""
+    """Why not ``Namespace`` (empty when it is)."""
+    cgroups: CgroupMode = CgroupMode.NONE
+    cgroups_reason: Annotated[str, Field(max_length=512)] = ""
+    """Where the job cgroups are made, or why none can be."""
+
+
 class RunnerReport(ApiModel):
     """What a runner says about itself. Written only by that runner."""
 
@@ -443,6 +493,8 @@ class RunnerReport(ApiModel):
     credential_generation: Annotated[int, Field(ge=0)] = 0
     credential_isolation: CredentialIsolation | None = None
     """Where this runner keeps its provider credential while agents run (Proxy or InSandbox)."""
+    sandbox: SandboxReport | None = None
+    """What confines its jobs' network and totals (a runner that runs no jobs reports none)."""
     pod_name: Name
     reported_at: dt.datetime
     registered_at: dt.datetime | None = None

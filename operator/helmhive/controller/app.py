@@ -80,6 +80,10 @@ def configure_settings(settings: kopf.OperatorSettings) -> None:
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
+    # Kopf's default backoffs grow to 21 s: after an API-server outage the watches came back up to
+    # that long after the server did, and the runners' heartbeats with them. Retry every 2 s at
+    # most, for about five minutes (the heartbeat hold counts from the watches' return).
+    settings.networking.error_backoffs = [0.5, 1.0, 1.0, *([2.0] * 150)]
 
 
 def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:

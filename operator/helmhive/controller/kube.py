@@ -285,6 +285,15 @@ class Kube:
         except NotFound:
             return
 
+    async def probe_contact(self, *, label_selector: str, request_timeout: tuple[float, float]) -> None:
+        """One consistent read (a LIST of at most one Lease, served by etcd, not the watch cache)."""
+        await self._call(
+            self.coordination.list_lease_for_all_namespaces,
+            label_selector=label_selector,
+            limit=1,
+            _request_timeout=request_timeout,
+        )
+
     # Server-side apply (runner pools and runners) -----------------------------------
     def _builtin(self, api_version: str, kind: str, verb: str) -> Callable[..., Any]:
         """The typed client method ``<verb>_namespaced_<kind>`` for one of the kinds pools own."""

@@ -50,6 +50,11 @@ class RunnerWakes:
         if wake is not None:
             wake()
 
+    def mark_all(self) -> None:
+        """Mark every known runner (contact with the API server returned: derive them all again)."""
+        for (namespace, name), pool in list(self._pool_of.items()):
+            self.mark((namespace, pool), name)
+
     def wake_on_renewal(self, *, namespace: str, name: str) -> None:
         """Mark this runner at its Lease's next renewal (it was derived with a stale heartbeat)."""
         self._on_renewal.add((namespace, name))

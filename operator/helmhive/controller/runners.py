@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import math
 import time
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,14 +32,16 @@ from pydantic import ValidationError
 
 from helmhive.api.audit import AuditAction, AuditActor, AuditState
 from helmhive.api.kinds import API_VERSION, GROUP, VERSION, kind_by_name
-from helmhive.api.runner import REPORT_DIGEST_ANNOTATION, RunnerSpec, RunnerStatus
+from helmhive.api.runner import REPORT_DIGEST_ANNOTATION, ReportedStatus, RunnerSpec, RunnerStatus
 from helmhive.controller.audit import ensure_audit
+from helmhive.controller.contact import run_contact_probe
 from helmhive.controller.kube import Kube, KubeError
 from helmhive.controller.runner_wakes import RunnerWakes
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.audit import build_audit_record
 from helmhive.policy.runnerpool import PoolRef, build_owner_reference, runner_resource_name
 from helmhive.policy.runners import (
+    HeartbeatHold,
     LeaseView,
     PoolFacts,
     RunnerDerived,
@@ -230,6 +233,20 @@ async def _write_runner(
         await kube.apply_custom(RUNNER, adopt, view.namespace)
 
 
+def _heartbeat_hold(
+    runtime: Runtime, lease: LeaseView | None, stored: ReportedStatus | None, *, now: dt.datetime
+) -> HeartbeatHold | None:
+    """The hold on Offline verdicts from heartbeat age while contact with the API server is lost or new."""
+    if lease is None:
+        return None
+    left = runtime.contact.hold_left(
+        lease_duration_s=lease.duration_seconds, grace_s=runtime.config.runner_grace_seconds
+    )
+    if left is None:
+        return None
+    return HeartbeatHold(until=None if math.isinf(left) else now + dt.timedelta(seconds=left), stored=stored)
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunnerPatchResult:
     """What :func:`patch_runners` derived, and which runners need another look soon (a write to retry)."""
@@ -263,7 +280,14 @@ async def patch_runners(
             continue
         lease = next(iter(leases.get((view.namespace, view.name), ())), None)
         derived = decide_runner_status(
-            name=view.name, spec=view.spec, report=view.status.report, pool=facts, lease=lease, now=now, grace=grace
+            name=view.name,
+            spec=view.spec,
+            report=view.status.report,
+            pool=facts,
+            lease=lease,
+            now=now,
+            grace=grace,
+            hold=_heartbeat_hold(runtime, lease, view.status.reported_status, now=now),
         )
         results[view.name] = derived
         update = build_runner_status(observed=view.status, derived=derived, generation=view.generation, now=now)
@@ -295,10 +319,20 @@ async def patch_runners(
 def register(runtime: Runtime, wakes: RunnerWakes) -> None:
     """Register the runner and runner-Lease indexes, and the events that wake pool loops (they write)."""
 
+    probes: list[asyncio.Task[None]] = []
+
     @kopf.on.startup()
     async def watch_only_runner_leases(settings: kopf.OperatorSettings, **_: Any) -> None:
         # Filter on the server: the operator never receives node or leader-election Leases.
         settings.watching.label_selectors["coordination.k8s.io", "leases"] = RUNNER_LABEL
+        # Contact with the API server clocks the heartbeat hold; its return re-derives every runner.
+        runtime.contact.on_return(wakes.mark_all)
+        probes.append(asyncio.create_task(run_contact_probe(runtime.contact, runtime.kube), name="api-contact"))
+
+    @kopf.on.cleanup()
+    async def stop_contact_probe(**_: Any) -> None:
+        for task in probes:
+            task.cancel()
 
     # Kopf hands each index to handlers as a keyword argument named by its id.
     @kopf.index(GROUP, VERSION, "runners", id="runners_by_pool")
@@ -342,6 +376,7 @@ def register(runtime: Runtime, wakes: RunnerWakes) -> None:
         **_: Any,
     ) -> None:
         deleted = event.get("type") == "DELETED"
+        runtime.contact.watched()  # the Lease watch is live: the heartbeat hold may start counting
         if deleted:
             digest_seen.pop((namespace or "", name), None)
         wakes.lease_changed(

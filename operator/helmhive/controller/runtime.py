@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from helmhive.controller.contact import ApiContact
 from helmhive.controller.deadlines import DeadlineScheduler
 from helmhive.controller.job_store_sync import JobStoreSync
 from helmhive.controller.kube import Kube
@@ -106,6 +107,8 @@ class Runtime:
     job_events: JobEvents = field(default_factory=JobEvents)
     job_store: JobStoreSync = field(default_factory=JobStoreSync)
     """The operator's AgentJob store (jobs by runner, implementations by change), filled by the AgentJob handler."""
+    contact: ApiContact = field(default_factory=ApiContact)
+    """Contact with the API server since the process started (the heartbeat hold's clock)."""
 
     def __post_init__(self) -> None:
         self.deadlines = DeadlineScheduler(clock=self.now)

@@ -389,6 +389,7 @@ def decide_route(
     results: dict[RunnerKey, _Result] = {}
     eligible: dict[int, list[RunnerView]] = {}
     blocked: set[RunnerKey] = set()
+    held: set[RunnerKey] = set()
     for runner in runners:
         key = runner.key
         if (
@@ -405,6 +406,8 @@ def decide_route(
             )
         if failed is not None:
             results[key] = (failed[0], _NO_POSITION, runner.namespace, runner.name, failed[1], None, None, runner)
+            if runner.schedulable_reason == Reason.HEARTBEAT_HELD:
+                held.add(key)  # maybe alive: the operator only lost sight of it (policy.runners)
             continue
         active = active_jobs.get(key, 0)
         best: tuple[int, int, str, str | None, RouteOption] | None = None
@@ -434,6 +437,17 @@ def decide_route(
             considered=considered,
         )
     table = _table(results.values(), policy)
+    if held and not blocked:
+        return _wait_for_held(
+            binding=binding,
+            held=held,
+            table=table,
+            considered=considered,
+            avoid_provider=avoid_provider,
+            attempts=attempts,
+            policy=policy,
+            now=now,
+        )
     if blocked:
         deadline = binding.bound_at + dt.timedelta(seconds=policy.capacity_deadline_seconds)
         busy = len(blocked)
@@ -568,6 +582,46 @@ def _assigned(
         choice=choice,
         candidates=_candidates(rows),
         considered_runners=considered,
+        avoided_provider=avoid_provider,
+    )
+
+
+def _wait_for_held(
+    *,
+    binding: ProfileBinding,
+    held: set[RunnerKey],
+    table: tuple[Candidate, ...],
+    considered: int,
+    avoid_provider: str | None,
+    attempts: int,
+    policy: RoutingPolicy,
+    now: dt.datetime,
+) -> RoutingDecision:
+    """No runner is eligible, and some are only held (``HeartbeatHeld``): wait for them, as for capacity.
+
+    The operator lost the API server and cannot yet tell these runners from dead ones; failing
+    the job closed for them would be final. It waits (``WaitingForCapacity``, the message names
+    the hold) until a runner turns schedulable, its backoff or its capacity deadline, as for
+    capacity; if the held runners turn out to be Offline, the next decision fails it closed.
+    """
+    deadline = binding.bound_at + dt.timedelta(seconds=policy.capacity_deadline_seconds)
+    names = ", ".join(sorted(name for _, name in held)[:8])
+    count = len(held)
+    retry = min(decide_backoff(attempts=attempts, policy=policy), max(0.0, (deadline - now).total_seconds()))
+    return RoutingDecision(
+        outcome=RouteOutcome.WAITING if now < deadline else RouteOutcome.FAILED,
+        reason=Reason.WAITING_FOR_CAPACITY if now < deadline else Reason.CAPACITY_DEADLINE_EXCEEDED,
+        message=_truncate(
+            f"no runner is eligible now; {count} runner{'s' if count != 1 else ''} ({names}) "
+            f"{'are' if count != 1 else 'is'} held (HeartbeatHeld: the operator lost contact with the API "
+            f"server and waits for {'their' if count != 1 else 'its'} heartbeat); waiting until {_iso(deadline)}",
+            1024,
+        ),
+        candidates=table,
+        considered_runners=considered,
+        capacity_blocked=frozenset(held),
+        retry_after=retry if now < deadline else None,
+        capacity_deadline=deadline,
         avoided_provider=avoid_provider,
     )
 

@@ -9,6 +9,8 @@ The state machine (``docs/runners.md`` has it as a table)::
     effective control state = most restrictive of pool and runner (Active < Draining < Disabled < Revoked)
     reported status         = Offline         if the Lease is missing, held by another, or
                                               renewTime + leaseDuration + grace < now
+                                              (unless the heartbeat hold applies: the stored
+                                              status is kept, Online=Unknown/HeartbeatHeld)
                               NeedsAttention  else if there is no report, the report is stale (the
                                               Lease's digest disagrees), it is not Authenticated,
                                               or its verifiedAt is older than authMaxAgeSeconds
@@ -17,12 +19,25 @@ The state machine (``docs/runners.md`` has it as a table)::
                               Revoked, Disabled, Draining           (control state)
                               NeverReported                         (no report yet)
                               LeaseMissing, HeartbeatStale          (Offline)
+                              HeartbeatHeld                         (held, see below)
                               ReportStale, AdapterFailing,
                               Unauthenticated, AuthenticationUnknown,
                               AuthStale                             (NeedsAttention)
                               CredentialMissing                     (the pool's Secret is gone)
                               CredentialRotated                     (report.credentialGeneration is not the pool's)
                               otherwise True, reason Schedulable.
+
+**The heartbeat hold.** A stale ``renewTime`` proves a runner dead only if the operator could
+have seen a renewal. After the operator lost the API server (or etcd) for a while, or right
+after it starts, every runner's Lease looks stale at once; Kubernetes' node lifecycle controller
+faces the same and gives nodes a grace period measured from its own observation. So the caller
+passes a :class:`HeartbeatHold` (:func:`decide_heartbeat_hold`): while contact is lost, and for
+one Lease duration plus the grace after it returned, a runner whose *only* fault is the age of
+its Lease (held by itself) is not derived Offline: it keeps its stored reported status, with
+``Online=Unknown`` and ``Schedulable=False``, both ``HeartbeatHeld`` (routing waits for it rather
+than failing closed, and no job on it is ended ``RunnerLost``). A runner already stored Offline
+stays Offline. A runner that renews in the window is simply Online again; one that does not is
+Offline at the end of the hold.
 
 Nothing here polls. Each derivation also returns ``review_at``: the earliest instant at which
 the same inputs would derive something else (the Lease expires, ``verifiedAt`` passes the
@@ -53,6 +68,7 @@ from helmhive.policy.runner_freshness import (
 __all__ = [
     "CONTROL_ORDER",
     "ConditionVerdict",
+    "HeartbeatHold",
     "LeaseView",
     "PoolCounts",
     "PoolFacts",
@@ -64,6 +80,7 @@ __all__ = [
     "decide_authentication",
     "decide_effective_control_state",
     "decide_heartbeat",
+    "decide_heartbeat_hold",
     "decide_pool_counts",
     "decide_report_stale_at",
     "decide_review_at",
@@ -102,6 +119,34 @@ class ConditionVerdict:
     status: bool | None
     reason: str
     message: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeartbeatHold:
+    """Hold Offline verdicts derived from heartbeat age (see the module docstring)."""
+
+    until: dt.datetime | None
+    """When the hold ends; None while the operator has no contact with the API server (no end known yet)."""
+    stored: ReportedStatus | None
+    """The runner's stored ``reportedStatus``: kept while held (a runner stored Offline is not held)."""
+
+    def applies(self, now: dt.datetime) -> bool:
+        return self.stored is not ReportedStatus.OFFLINE and (self.until is None or now < self.until)
+
+
+def decide_heartbeat_hold(
+    *, contact: bool, returned_at: float, now: float, lease_duration_s: float, grace_s: float
+) -> float | None:
+    """Seconds the heartbeat hold has left, on a monotonic clock; None once it is over.
+
+    ``contact``: the operator can read the API server now; ``returned_at``: when it last
+    regained contact (or started). While there is no contact the hold lasts (``inf``); after,
+    it lasts one Lease duration plus the grace from ``returned_at``.
+    """
+    if not contact:
+        return float("inf")
+    left = returned_at + lease_duration_s + grace_s - now
+    return left if left > 0 else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -248,12 +293,34 @@ def decide_runner_status(
     lease: LeaseView | None,
     now: dt.datetime,
     grace: dt.timedelta,
+    hold: HeartbeatHold | None = None,
 ) -> RunnerDerived:
     """Derive the reported status, effective control state and conditions of runner ``name``."""
     control = decide_effective_control_state(pool=pool.control_state, runner=spec.control_state)
     online = decide_heartbeat(runner_name=name, lease=lease, now=now, grace=grace)
     authenticated = decide_authentication(report=report, lease=lease, now=now, grace=grace, max_age=pool.auth_max_age)
-    if online.status is not True:
+    held = (
+        hold is not None
+        and hold.applies(now)
+        and online.reason == Reason.HEARTBEAT_STALE
+        and lease is not None
+        and lease.holder == name
+        and lease.renew_time is not None
+    )
+    review_at = decide_review_at(report=report, lease=lease, now=now, grace=grace, max_age=pool.auth_max_age)
+    if held:
+        assert hold is not None and lease is not None and lease.renew_time is not None
+        online = ConditionVerdict(
+            status=None,
+            reason=Reason.HEARTBEAT_HELD,
+            message=f"Lease last renewed {format_time(lease.renew_time)}; not Offline yet: the operator lost "
+            "contact with the API server, and gives runners one Lease duration plus grace to renew after it returns",
+        )
+        ends = hold.until + dt.timedelta(microseconds=1) if hold.until is not None else None
+        review_at = min(t for t in (review_at, ends) if t is not None) if (review_at or ends) else None
+    if held:
+        reported = hold.stored if hold is not None and hold.stored is not None else ReportedStatus.NEEDS_ATTENTION
+    elif online.status is not True:
         reported = ReportedStatus.OFFLINE
     elif authenticated.status is not True:
         reported = ReportedStatus.NEEDS_ATTENTION
@@ -266,7 +333,7 @@ def decide_runner_status(
         authenticated=authenticated,
         schedulable=_schedulable(control=control, report=report, online=online, authenticated=authenticated, pool=pool),
         heartbeat_time=lease.renew_time if lease is not None else None,
-        review_at=decide_review_at(report=report, lease=lease, now=now, grace=grace, max_age=pool.auth_max_age),
+        review_at=review_at,
     )
 
 

@@ -6,8 +6,9 @@ The agent's environment is explicit (nothing is inherited from the runner): ``PA
 (:func:`helmhive.runner.egress.build_proxy_env`), or (``InSandbox``) the credential in
 ``credentialEnvName`` (kept apart as a secret, redacted from every message). The probe's HOME is
 ``<state>/home``, which no job is granted. A job's adapter sets the job's own HOME (its session
-binding's, or its own: :mod:`helmhive.runner.sandbox`), adds ``TMPDIR`` and runs the agent under
-the job's sandbox, with the job's working directory as its cwd.
+binding's, or its own: :mod:`helmhive.runner.sandbox`), adds ``TMPDIR``, points the base URLs at
+the job's own listener on the proxy, and runs the agent under the job's sandbox, with the job's
+working directory as its cwd.
 """
 
 from __future__ import annotations
@@ -121,6 +122,14 @@ def build_job_adapter(config: RunnerConfig, credential: CredentialHolder, plan: 
     env, secret_env = agent_env(config, credential)
     env["HOME"] = str(plan.home)
     env["TMPDIR"] = str(plan.tmpdir)
+    if config.isolation is CredentialIsolation.PROXY and plan.egress_port is not None:  # the job's own listener
+        env.update(
+            build_proxy_env(
+                provider=config.file.provider,
+                credential_env_name=config.file.credential_env_name,
+                endpoint=EgressEndpoint(port=plan.egress_port),
+            )
+        )
     wrapper = build_wrapper(plan)
     workdir = str(plan.workdir)
     return _make_adapter(

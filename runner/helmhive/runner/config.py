@@ -62,6 +62,7 @@ ENV = {
     "probe_timeout_seconds": "HELMHIVE_PROBE_TIMEOUT_SECONDS",
     "metrics_port": "HELMHIVE_METRICS_PORT",
     "metrics_addr": "HELMHIVE_METRICS_ADDR",
+    "api_patience_seconds": "HELMHIVE_API_PATIENCE_SECONDS",
 }
 """Field of :class:`RunnerEnvironment` -> the environment variable it is read from."""
 
@@ -102,6 +103,9 @@ class RunnerEnvironment(BaseModel):
     """The port of the Prometheus ``/metrics`` endpoint (:mod:`helmhive.runner.metrics`); 0 serves none.
     A pool's pods set it to the container port named ``metrics``."""
     metrics_addr: Annotated[str, Field(min_length=1, max_length=255)] = "0.0.0.0"
+    api_patience_seconds: Annotated[float, Field(ge=1, le=86400)] = 900.0
+    """How long a job's status reads and writes are retried while the API server is unreachable
+    (:mod:`helmhive.runner.patience`); past it a finished job's result waits in the journal."""
 
 
 class LandlockMode(enum.StrEnum):

@@ -13,7 +13,15 @@ The proxy is a **reverse proxy for the provider's API**, not a forward proxy:
   the upstream's host (with the credential) or in ``egress.allowedHosts`` (auth headers dropped);
 - anything else is refused with 403 and counted (``helmhive_runner_egress_requests_total``):
   ``CONNECT`` (no tunnels, so no TLS to anywhere), any other host, a malformed target, and every
-  request when there is no upstream (the reference provider) or no credential (wiped).
+  request when there is no upstream (the reference provider) or no credential (wiped);
+- a request for the upstream must name an allowed path, and each job's requests are bounded in
+  rate and concurrency (:mod:`helmhive.runner.egress_limits`; 403 ``path``, 429 ``rate`` and
+  ``concurrency`` otherwise).
+
+Each job reaches the proxy on a listener of its own (:meth:`EgressProxy.open_job`): a UNIX socket
+its network namespace's relay connects to (:mod:`helmhive.runner.netns`), or without one a TCP
+port of its own; the rate and concurrency bounds are per listener, so per job. The runner's own
+listener (:meth:`EgressProxy.start`) serves the probe.
 
 Upstream connections verify TLS against the system's authorities or ``egress.caBundle``, follow
 no redirects, ignore the runner's proxy variables, and stream the response (SSE included) chunk by
@@ -21,19 +29,20 @@ chunk, byte for byte. A request body is read whole, up to :data:`MAX_BODY_BYTES`
 The credential is read from :class:`~helmhive.runner.credentials.CredentialHolder` per request and
 never logged; a refusal's log line names the reason and the host asked for, nothing else.
 
-:func:`decide_route` is pure; :class:`EgressProxy` does the I/O (h11 for the agent's side, httpx
-for the upstream's).
+:func:`decide_route` and the other rules are pure (:mod:`helmhive.runner.egress_rules`, re-exported
+here); :class:`EgressProxy` does the I/O (h11 for the agent's side, httpx for the upstream's).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
+import os
+import socket
 import ssl
-import urllib.parse
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,183 +50,58 @@ import h11
 import httpx
 from pydantic import SecretStr
 
-from helmhive.api.egress import provider_egress
+from helmhive.runner.egress_limits import Admission, JobLimiter, RequestLimits
+from helmhive.runner.egress_rules import (
+    AUTH_HEADERS,
+    BASE_URL_ENV,
+    DEFAULT_LIMITS,
+    HOP_BY_HOP,
+    MAX_BODY_BYTES,
+    PLACEHOLDER,
+    REFUSAL_STATUS,
+    EgressEndpoint,
+    Refusal,
+    RefusalReason,
+    Route,
+    build_injected_url,
+    build_proxy_env,
+    build_request_limits,
+    build_upstream_headers,
+    decide_route,
+)
 from helmhive.runner.logs import fields
 from helmhive.runner.metrics import record_egress
+from helmhive.runner.netns import short_unix_path
 
 __all__ = [
     "AUTH_HEADERS",
     "BASE_URL_ENV",
+    "DEFAULT_LIMITS",
     "MAX_BODY_BYTES",
     "PLACEHOLDER",
     "EgressEndpoint",
     "EgressProxy",
+    "JobEgress",
     "Refusal",
     "RefusalReason",
     "Route",
     "build_proxy_env",
+    "build_request_limits",
     "build_upstream_headers",
     "decide_route",
 ]
 
 log = logging.getLogger("helmhive.runner.egress")
 
-PLACEHOLDER = "helmhive-egress-placeholder"
-"""What the agent holds instead of the key. Not a secret: only the proxy can turn it into the key."""
-AUTH_HEADERS = frozenset({"authorization", "x-api-key", "x-goog-api-key", "api-key"})
-MAX_BODY_BYTES = 32 * 1024 * 1024
-_HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-    }
-)
 _READ = 64 * 1024
 
 
-class RefusalReason(enum.StrEnum):
-    CONNECT = "connect"
-    """A CONNECT request: the proxy opens no tunnels."""
-    HOST = "host"
-    """A host that is neither the upstream's nor allowed (by ``Host`` or an absolute URI)."""
-    TARGET = "target"
-    """A request target that is neither a path nor an ``http(s)`` URI."""
-    NO_UPSTREAM = "no-upstream"
-    """The pool has no upstream (a provider without defaults, or the reference agent)."""
-    NO_CREDENTIAL = "no-credential"
-    """The credential is gone (revoked and wiped)."""
-    TOO_LARGE = "too-large"
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """Where to forward one request."""
-
-    url: httpx.URL
-    inject: bool
-    """Whether the placeholder becomes the credential (only for the upstream's own host)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    reason: RefusalReason
-    host: str = ""
-    """The host asked for, for the log (cut short; never a credential: the agent holds none)."""
-
-
-@dataclass(frozen=True, slots=True)
-class EgressEndpoint:
-    """How an agent reaches the proxy."""
-
-    port: int
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-
-BASE_URL_ENV = "HELMHIVE_PROVIDER_BASE_URL"
-"""Always set with Proxy: the proxy's URL, for agents that read no provider-specific variable."""
-
-
-def build_proxy_env(*, provider: str, credential_env_name: str, endpoint: EgressEndpoint) -> dict[str, str]:
-    """The agent's variables with Proxy: the proxy's URL in every base-URL variable its provider's
-    tools read (:data:`helmhive.api.egress.PROVIDER_EGRESS`), and the placeholder in the pool's
-    ``credential.envName`` (the variable that decides how the agent sends its key)."""
-    defaults = provider_egress(provider)
-    env = {BASE_URL_ENV: endpoint.base_url, credential_env_name: PLACEHOLDER}
-    if defaults is not None:
-        env.update({name: endpoint.base_url + defaults.base_url_suffix for name in defaults.base_url_env})
-    return env
-
-
-def _printable(text: str) -> str:
-    return "".join(c if c.isprintable() else "?" for c in text)[:100]
-
-
-def _authority(host: str, port: int | None) -> str:
-    return host if port is None else f"{host}:{port}"
-
-
-def decide_route(
-    *,
-    method: str,
-    target: str,
-    host_header: str,
-    own: frozenset[str],
-    upstream: httpx.URL | None,
-    allowed_hosts: frozenset[str],
-) -> Route | Refusal:
-    """Where one request goes, or why not (pure). ``own`` are the proxy's own authorities."""
-    if method.upper() == "CONNECT":
-        return Refusal(RefusalReason.CONNECT, _printable(target))
-    if target.startswith("/"):
-        host = host_header.lower()
-        if host in own or (upstream is not None and host in (upstream.host, _authority(upstream.host, upstream.port))):
-            if upstream is None:
-                return Refusal(RefusalReason.NO_UPSTREAM)
-            prefix = upstream.raw_path.rstrip(b"/")
-            return Route(url=upstream.copy_with(raw_path=prefix + target.encode("ascii")), inject=True)
-        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-        if name in allowed_hosts:
-            return Route(url=httpx.URL(scheme="https", host=name, raw_path=target.encode("ascii")), inject=False)
-        return Refusal(RefusalReason.HOST, _printable(host))
-    try:
-        parts = urllib.parse.urlsplit(target)
-        port = parts.port
-    except ValueError:
-        return Refusal(RefusalReason.TARGET)
-    host = (parts.hostname or "").lower()
-    if parts.scheme not in ("http", "https") or not host or parts.username is not None or parts.password is not None:
-        return Refusal(RefusalReason.TARGET)
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    if _authority(host, port) in own:
-        return decide_route(
-            method=method, target=path, host_header=host_header, own=own, upstream=upstream, allowed_hosts=allowed_hosts
-        )
-    if port not in (None, 80, 443):
-        return Refusal(RefusalReason.HOST, _printable(_authority(host, port)))
-    if upstream is not None and host == upstream.host:
-        return decide_route(
-            method=method, target=path, host_header=host, own=own, upstream=upstream, allowed_hosts=allowed_hosts
-        )
-    if host in allowed_hosts:
-        return Route(url=httpx.URL(scheme="https", host=host, raw_path=path.encode("ascii")), inject=False)
-    return Refusal(RefusalReason.HOST, _printable(host))
-
-
-def build_upstream_headers(
-    headers: Iterable[tuple[bytes, bytes]], *, inject: bool, credential: str
-) -> list[tuple[bytes, bytes]]:
-    """The request's headers for the upstream: hop-by-hop ones dropped, and auth headers carrying the
-    placeholder given the credential when ``inject`` (every other auth header dropped)."""
-    out = []
-    for raw_name, value in headers:
-        name = raw_name.lower()
-        if name.decode("latin-1") in _HOP_BY_HOP:
-            continue
-        if name.decode("latin-1") in AUTH_HEADERS:
-            text = value.decode("latin-1")
-            if inject and PLACEHOLDER in text:
-                out.append((name, text.replace(PLACEHOLDER, credential).encode("latin-1")))
-            continue
-        out.append((name, value))
-    return out
-
-
-def _inject_query(url: httpx.URL, credential: str) -> httpx.URL:
-    query = url.query.decode("ascii", errors="replace")
-    if PLACEHOLDER not in query:
-        return url
-    return url.copy_with(query=query.replace(PLACEHOLDER, urllib.parse.quote(credential, safe="")).encode("ascii"))
+def _bind_tcp() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    return sock
 
 
 def _write(writer: asyncio.StreamWriter, data: bytes | None) -> None:
@@ -225,8 +109,41 @@ def _write(writer: asyncio.StreamWriter, data: bytes | None) -> None:
         writer.write(data)
 
 
+@dataclass(frozen=True, slots=True)
+class _Listener:
+    """One listener's view: the authorities that name the proxy there, and its job's limiter."""
+
+    own: frozenset[str]
+    limiter: JobLimiter
+
+
+def _own(port: int) -> frozenset[str]:
+    return frozenset({f"127.0.0.1:{port}", f"localhost:{port}"})
+
+
+class JobEgress:
+    """One job's listener on the proxy: ``port`` is what the agent's base URL names (inside its
+    network namespace, the relay's port), ``socket`` the UNIX socket its relay connects to (None:
+    the agent connects to ``port`` on the pod's loopback itself)."""
+
+    def __init__(self, *, server: asyncio.Server, port: int, socket: Path | None) -> None:
+        self._server = server
+        self.port = port
+        self.socket = socket
+
+    async def close(self) -> None:
+        """Stop listening (requests in flight finish); remove the socket file."""
+        self._server.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._server.wait_closed(), 5)
+        if self.socket is not None:
+            with contextlib.suppress(OSError):
+                self.socket.unlink()
+
+
 class EgressProxy:
-    """One runner's proxy. :meth:`start` binds it; :meth:`close` stops it and its upstream client."""
+    """One runner's proxy. :meth:`start` binds the runner's listener, :meth:`open_job` one per job;
+    :meth:`close` stops it and its upstream client."""
 
     def __init__(
         self,
@@ -236,9 +153,15 @@ class EgressProxy:
         credential: Callable[[], SecretStr | None],
         ca_bundle: Path | None = None,
         runner: str = "",
+        allowed_paths: Sequence[str] = ("/",),
+        limits: RequestLimits = DEFAULT_LIMITS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._upstream = httpx.URL(upstream) if upstream else None
         self._allowed = frozenset(h.lower() for h in allowed_hosts)
+        self._paths = tuple(allowed_paths)
+        self._limits = limits
+        self._clock = clock
         self._credential = credential
         self._runner = runner
         verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=str(ca_bundle)) if ca_bundle else True
@@ -247,17 +170,41 @@ class EgressProxy:
             trust_env=False,
             follow_redirects=False,
             timeout=httpx.Timeout(30.0, read=None),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
         )
         self._server: asyncio.Server | None = None
-        self._own: frozenset[str] = frozenset()
         self.endpoint: EgressEndpoint | None = None
 
+    def _listener(self, port: int) -> _Listener:
+        return _Listener(own=_own(port), limiter=JobLimiter(self._limits, clock=self._clock))
+
     async def start(self) -> EgressEndpoint:
-        self._server = await asyncio.start_server(self._serve, host="127.0.0.1", port=0)
-        port = int(self._server.sockets[0].getsockname()[1])
-        self._own = frozenset({f"127.0.0.1:{port}", f"localhost:{port}"})
+        """Bind the runner's own listener on ``127.0.0.1`` (the probe's, and the port number jobs'
+        relays listen on inside their namespaces)."""
+        sock = _bind_tcp()
+        port = int(sock.getsockname()[1])
+        listener = self._listener(port)
+        self._server = await asyncio.start_server(lambda r, w: self._serve(r, w, listener), sock=sock)
         self.endpoint = EgressEndpoint(port=port)
         return self.endpoint
+
+    async def open_job(self, *, socket_path: Path | None = None) -> JobEgress:
+        """A listener of one job's own: the UNIX socket ``socket_path`` (for its relay; the agent's
+        port is then the runner's), or a fresh TCP port on ``127.0.0.1``."""
+        if self.endpoint is None:
+            raise RuntimeError("the egress proxy is not started")
+        if socket_path is None:
+            sock = _bind_tcp()
+            port = int(sock.getsockname()[1])
+            listener = self._listener(port)
+            server = await asyncio.start_server(lambda r, w: self._serve(r, w, listener), sock=sock)
+            return JobEgress(server=server, port=port, socket=None)
+        listener = self._listener(self.endpoint.port)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(socket_path)  # a stale one from a job of a runner that died
+        with short_unix_path(str(socket_path)) as path:
+            server = await asyncio.start_unix_server(lambda r, w: self._serve(r, w, listener), path=path)
+        return JobEgress(server=server, port=self.endpoint.port, socket=socket_path)
 
     async def close(self) -> None:
         if self._server is not None:
@@ -267,14 +214,14 @@ class EgressProxy:
         await self._client.aclose()
 
     # -- one connection ---------------------------------------------------------------------
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: _Listener) -> None:
         conn = h11.Connection(h11.SERVER)
         try:
             while True:
                 event = await self._next(conn, reader)
                 if not isinstance(event, h11.Request):
                     break
-                if not await self._handle(conn, reader, writer, event):
+                if not await self._handle(conn, reader, writer, event, listener):
                     break
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     break
@@ -309,7 +256,12 @@ class EgressProxy:
                 raise h11.RemoteProtocolError("unexpected event in a request body")
 
     async def _handle(
-        self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: h11.Request
+        self,
+        conn: h11.Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        request: h11.Request,
+        listener: _Listener,
     ) -> bool:
         """Answer one request; False: close the connection."""
         method = request.method.decode("ascii")
@@ -318,9 +270,10 @@ class EgressProxy:
             method=method,
             target=request.target.decode("ascii"),
             host_header=host,
-            own=self._own,
+            own=listener.own,
             upstream=self._upstream,
             allowed_hosts=self._allowed,
+            allowed_paths=self._paths,
         )
         secret = self._credential() if isinstance(route, Route) and route.inject else None
         if isinstance(route, Route) and route.inject and secret is None:
@@ -328,12 +281,32 @@ class EgressProxy:
         if isinstance(route, Refusal):
             await self._refuse(conn, writer, route, method=method)
             return False
+        admission = listener.limiter.admit()
+        if not isinstance(admission, Admission):
+            await self._refuse(conn, writer, Refusal(RefusalReason(admission.value)), method=method)
+            return False
+        try:
+            return await self._forward(conn, reader, writer, request=request, route=route, secret=secret)
+        finally:
+            admission.release()
+
+    async def _forward(
+        self,
+        conn: h11.Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        request: h11.Request,
+        route: Route,
+        secret: SecretStr | None,
+    ) -> bool:
+        method = request.method.decode("ascii")
         body = await self._body(conn, reader)
         if body is None:
-            await self._refuse(conn, writer, Refusal(RefusalReason.TOO_LARGE), method=method, status=413)
+            await self._refuse(conn, writer, Refusal(RefusalReason.TOO_LARGE), method=method)
             return False
         key = secret.get_secret_value() if secret is not None else ""
-        url = _inject_query(route.url, key) if route.inject else route.url
+        url = build_injected_url(route.url, key) if route.inject else route.url
         headers = build_upstream_headers(request.headers, inject=route.inject, credential=key)
         try:
             upstream = await self._client.send(
@@ -350,7 +323,7 @@ class EgressProxy:
         record_egress(outcome="forwarded")
         try:
             response_headers = [
-                (k, v) for k, v in upstream.headers.raw if k.lower().decode("latin-1") not in _HOP_BY_HOP
+                (k, v) for k, v in upstream.headers.raw if k.lower().decode("latin-1") not in HOP_BY_HOP
             ]
             _write(writer, conn.send(h11.Response(status_code=upstream.status_code, headers=response_headers)))
             async for chunk in upstream.aiter_raw():
@@ -365,14 +338,14 @@ class EgressProxy:
         return True
 
     async def _refuse(
-        self, conn: h11.Connection, writer: asyncio.StreamWriter, refusal: Refusal, *, method: str, status: int = 403
+        self, conn: h11.Connection, writer: asyncio.StreamWriter, refusal: Refusal, *, method: str
     ) -> None:
         record_egress(outcome=f"refused-{refusal.reason.value}")
         log.warning(
             "egress: request refused",
             extra=fields(runner=self._runner, reason=refusal.reason.value, method=method[:16], host=refusal.host),
         )
-        status = 503 if refusal.reason is RefusalReason.NO_CREDENTIAL else status
+        status = REFUSAL_STATUS.get(refusal.reason, 403)
         await self._send(conn, writer, status, f"helmhive egress proxy: refused ({refusal.reason.value})\n")
 
     @staticmethod

@@ -44,10 +44,13 @@ from helmhive.policy.results import build_bounded_result
 from helmhive.policy.sessions import SessionIntent
 from helmhive.runner.adapters.base import AgentAdapter, CancelOrigin, TurnOutcome, TurnRequest, TurnResult
 from helmhive.runner.agents import JobAdapterFactory
+from helmhive.runner.cgroups import build_cgroup_prefix, decide_cgroup_hit, read_events
 from helmhive.runner.compaction import ensure_compacted
 from helmhive.runner.config import RunnerConfig
+from helmhive.runner.egress import EgressProxy
 from helmhive.runner.governed import ImplementationSteps, ensure_job_workspace, run_implementation_steps
 from helmhive.runner.jobcontext import JobSession, PreparedJob, prepare_job
+from helmhive.runner.jobresources import JobResources, ensure_job_resources
 from helmhive.runner.jobresult import ensure_job_result
 from helmhive.runner.jobstatus import (
     CancelCause,
@@ -57,6 +60,7 @@ from helmhive.runner.jobstatus import (
     decide_turn_failure,
     view_job,
 )
+from helmhive.runner.journal import JobJournal, JournalEntry, JournalPhase
 from helmhive.runner.kube import Conflict, KubeError, NotFound, RunnerKube
 from helmhive.runner.limits import LimitSupport
 from helmhive.runner.logs import fields
@@ -85,6 +89,10 @@ class ExecutionContext:
     """What the launcher can enforce here (probed once at start): see :mod:`helmhive.runner.limits`."""
     egress_port: int | None = None
     """The runner's egress proxy (``credentialIsolation: Proxy``): with the network disabled, the only port."""
+    egress: EgressProxy | None = None
+    """The proxy itself: each job gets a listener of its own on it (:mod:`helmhive.runner.jobresources`)."""
+    journal: JobJournal | None = None
+    """Where started and finished jobs are kept until the API server has their final status."""
 
     @property
     def runner(self) -> str:
@@ -110,11 +118,16 @@ class JobExecution:
         self.started = False
         self.ended = False
         """The job's final status is written (or the job is gone): the source may forget it."""
+        self.kept = False
+        """The job finished but its final status was not written: the journal holds it for the source."""
         self.cause: CancelCause | None = None
         self._cancel: asyncio.Event | None = None
         self._obj: dict[str, Any] | None = None
         self._kept = False
         """The last turn's session id was stored for the job's binding."""
+        self._resources = JobResources()
+        self.attempt: int | None = None
+        """``status.attempts`` when this process started the job: its final status is written only at that attempt."""
 
     def request_cancel(self, cause: CancelCause) -> None:
         if self.cause is None:
@@ -158,19 +171,60 @@ class JobExecution:
         )
 
     async def _finish(self, verdict: JobEnding, result: Mapping[str, Any] | None = None) -> None:
+        """Write the final status, unless the job finished already or is no longer this run's (re-queued)."""
+        wrote = False
+
         def build(obj: dict[str, Any]) -> dict[str, Any] | None:
-            if view_job(obj).finished:
+            nonlocal wrote
+            view = view_job(obj)
+            if view.finished or not self._still_mine(obj):
                 return None
+            wrote = True
             return build_final_status(job=obj, verdict=verdict, result=result or {}, now=self.ctx.now())
 
         obj = await self._patch(build)
         self.ended = True
+        self._forget()
+        if not wrote:
+            self._log(logging.INFO, "job already ended or no longer this runner's", reason=verdict.reason)
+            return
         self._log(logging.INFO, "job ended", reason=verdict.reason, succeeded=verdict.succeeded)
         if obj is not None:
             await self._event(obj, verdict.reason, verdict.message[:1000], warning=not verdict.succeeded)
 
-    async def end_unstarted(self, verdict: JobEnding, *, require_running: bool) -> bool:
-        """End a job this process did not run (cancelled while queued, or lost); True if written."""
+    def _still_mine(self, obj: Mapping[str, Any]) -> bool:
+        """Assigned to this runner, at the attempt this process started (any attempt before it started)."""
+        view = view_job(obj)
+        return view.runner == self.ctx.runner and (self.attempt is None or view.attempts == self.attempt)
+
+    def _journal(
+        self, phase: JournalPhase, verdict: JobEnding | None = None, result: Mapping[str, Any] | None = None
+    ) -> None:
+        if self.ctx.journal is None or self.attempt is None:
+            return
+        entry = JournalEntry(
+            uid=self.uid, name=self.name, attempt=self.attempt, phase=phase, verdict=verdict, result=result
+        )
+        try:
+            self.ctx.journal.write(entry)
+        except OSError as exc:  # the run goes on; only a restart before the final write would lose it
+            self._log(logging.WARNING, "journal not written", error=type(exc).__name__, detail=str(exc)[:300])
+
+    def _forget(self) -> None:
+        if self.ctx.journal is not None:
+            with contextlib.suppress(OSError):
+                self.ctx.journal.remove(self.uid)
+
+    async def end_unstarted(
+        self,
+        verdict: JobEnding,
+        *,
+        require_running: bool,
+        attempt: int | None = None,
+        result: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """End a job this process did not run (cancelled while queued, lost, or finished by an earlier
+        process whose journal kept the result); True if written. With ``attempt``, only at that attempt."""
         wrote = False
 
         def build(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -178,13 +232,15 @@ class JobExecution:
             view = view_job(obj)
             if view.finished or view.runner != self.ctx.runner or (require_running and not view.running):
                 return None
+            if attempt is not None and view.attempts != attempt:
+                return None
             wrote = True
-            return build_final_status(job=obj, verdict=verdict, result={}, now=self.ctx.now())
+            return build_final_status(job=obj, verdict=verdict, result=dict(result or {}), now=self.ctx.now())
 
         obj = await self._patch(build)
         if wrote and obj is not None:
-            self._log(logging.INFO, "job ended", reason=verdict.reason, succeeded=False)
-            await self._event(obj, verdict.reason, verdict.message, warning=True)
+            self._log(logging.INFO, "job ended", reason=verdict.reason, succeeded=verdict.succeeded)
+            await self._event(obj, verdict.reason, verdict.message, warning=not verdict.succeeded)
         return wrote
 
     # -- the job --------------------------------------------------------------------------
@@ -213,7 +269,22 @@ class JobExecution:
             return TurnResult(outcome=TurnOutcome.PROTOCOL_ERROR, message=type(exc).__name__)
 
     async def _run(self, cancel: asyncio.Event) -> TurnResult:
+        self._resources = await ensure_job_resources(
+            egress=self.ctx.egress,
+            support=self.ctx.limit_support,
+            limits=self.ctx.config.file.job_limits,
+            state_dir=self.ctx.config.env.state_dir,
+            cgroup_prefix=build_cgroup_prefix(namespace=self.ctx.config.env.namespace, runner=self.ctx.runner),
+            uid=self.uid,
+        )
+        try:
+            return await self._run_job(cancel)
+        finally:
+            await self._resources.close()
+
+    async def _run_job(self, cancel: asyncio.Event) -> TurnResult:
         skipped = TurnResult(outcome=TurnOutcome.CANCELLED, message="not run")
+        egress = self._resources.egress
         job = await self._patch(lambda obj: None)
         view = view_job(job) if job is not None else None
         if job is None or view is None or view.finished or view.runner != self.ctx.runner:
@@ -232,7 +303,9 @@ class JobExecution:
             landlock_abi=self.ctx.landlock_abi,
             limit_support=self.ctx.limit_support,
             now=self.ctx.now(),
-            egress_port=self.ctx.egress_port,
+            egress_port=egress.port if egress is not None else self.ctx.egress_port,
+            relay_socket=egress.socket if egress is not None else None,
+            cgroup=self._resources.cgroup,
         )
         if isinstance(prepared, JobEnding):
             await self._finish(prepared)
@@ -256,6 +329,8 @@ class JobExecution:
         if started is None or view_job(started).finished:
             self.ended = True
             return skipped
+        self.attempt = view_job(started).attempts
+        self._journal(JournalPhase.RUNNING)
         self._log(
             logging.INFO,
             "job running",
@@ -276,7 +351,19 @@ class JobExecution:
         finally:
             timer.cancel()
             await asyncio.to_thread(remove_sandbox, plan)
-        await self._finish(verdict, result)
+        # The result is on disk before the final write: a restart (or an API server that stays
+        # away past the patience) leaves it for the job source to write later, never lost.
+        self._journal(JournalPhase.FINISHED, verdict, result)
+        try:
+            await self._finish(verdict, result)
+        except KubeError as exc:
+            self._log(
+                logging.WARNING,
+                "final status not written; the result is kept in the journal",
+                status=exc.status,
+                reason=verdict.reason,
+            )
+            self.kept = True
         return last
 
     async def _execute(
@@ -445,7 +532,15 @@ class JobExecution:
         return Accepted(turn=turn, document=check.document, turns=turns)
 
     def _failed(self, turn: TurnResult, prepared: PreparedJob) -> tuple[JobEnding, dict[str, Any], TurnResult]:
-        verdict = decide_turn_failure(
-            result=turn, cause=self.cause, timeout_s=prepared.spec.timeout_seconds, limits=prepared.plan.limits
+        cgroup = self._resources.cgroup
+        hit = None  # a job total the kernel enforced names the failure, unless the runner stopped the turn
+        if cgroup is not None and self.cause is None and turn.cancel_origin is None:
+            hit = decide_cgroup_hit(events=read_events(cgroup), cgroup=cgroup)
+        verdict = (
+            JobEnding(succeeded=False, reason=detailed(Reason.RESOURCE_LIMIT_EXCEEDED, hit[0]), message=hit[1])
+            if hit is not None
+            else decide_turn_failure(
+                result=turn, cause=self.cause, timeout_s=prepared.spec.timeout_seconds, limits=prepared.plan.limits
+            )
         )
         return verdict, {"summary": verdict.message[:4096]}, turn

@@ -37,7 +37,8 @@ from typing import Any
 
 from pydantic import SecretStr, ValidationError
 
-from helmhive.api.common import JobKind
+from helmhive.api.common import JobKind, NetworkAccess
+from helmhive.api.egress import CredentialIsolation, NetworkNamespace
 from helmhive.api.job import AgentJobSpec, Assignment, DroppedMemory, MemoryReport, ProfileBinding, SessionMode
 from helmhive.api.memory import MemoryRecordSpec
 from helmhive.api.reasons import ConditionType, Reason
@@ -46,6 +47,7 @@ from helmhive.policy.envelopes import is_governed
 from helmhive.policy.memory import MemorySelection, NamedMemoryRecord, select_memory
 from helmhive.policy.prompts import build_agent_prompt
 from helmhive.policy.sessions import SessionDecision, SessionIntent, decide_session
+from helmhive.runner.cgroups import JobCgroup
 from helmhive.runner.config import RunnerConfig
 from helmhive.runner.governed import (
     ReviewPatch,
@@ -292,6 +294,13 @@ def _protected(config: RunnerConfig) -> list[Path]:
     return [env.state_dir / "credential", *(p for p in files if p is not None)]
 
 
+def _namespace_note(config: RunnerConfig, support: LimitSupport) -> str:
+    """Why a job of this runner gets no network namespace (empty when it would get one)."""
+    if config.isolation is not CredentialIsolation.PROXY:
+        return "credentialIsolation is InSandbox: the agent connects to its provider itself"
+    return "" if support.network_namespace else support.network_namespace_note
+
+
 async def prepare_job(
     *,
     kube: RunnerKube,
@@ -303,6 +312,8 @@ async def prepare_job(
     limit_support: LimitSupport,
     now: dt.datetime,
     egress_port: int | None = None,
+    relay_socket: Path | None = None,
+    cgroup: JobCgroup | None = None,
 ) -> PreparedJob | JobEnding:
     """Parse, plan the sandbox, resolve the session and memory, build the prompt; or fail closed."""
     parsed = parse_assigned_job(job)
@@ -336,8 +347,16 @@ async def prepare_job(
         binding=key.binding_name,
         limits=build_enforced_limits(limits=config.file.job_limits, support=limit_support),
         egress_port=egress_port,
+        relay_socket=relay_socket if limit_support.network_namespace else None,
+        cgroup_procs=cgroup.procs_files if cgroup is not None else (),
     )
-    refusal = sandbox_refusal(plan=plan, settings=settings, landlock_abi=landlock_abi)
+    refusal = sandbox_refusal(
+        plan=plan,
+        settings=settings,
+        landlock_abi=landlock_abi,
+        require_namespace=config.file.egress.network_namespace is NetworkNamespace.REQUIRED,
+        namespace_note=_namespace_note(config, limit_support),
+    )
     if refusal is not None:
         return JobEnding(succeeded=False, reason=Reason.SANDBOX_UNAVAILABLE, message=refusal)
     session = await resolve_session(
@@ -379,7 +398,11 @@ async def prepare_job(
     )
     memory = f"memory: {len(selection.records)} injected" + (f", dropped {', '.join(dropped)}" if dropped else "")
     sandbox = "landlock" if plan.landlock else "no landlock (permission bits and ACP checks only)"
+    if plan.network is NetworkAccess.DISABLED and plan.landlock:
+        sandbox += f", network {plan.network_isolation.value}"
     limits = plan.limits.describe() if plan.landlock and plan.limits is not None else "none (no launcher)"
+    if plan.landlock and cgroup is not None:
+        limits += f"; {cgroup.describe()}"
     source = parsed.spec.source
     where = f"; source {display_repository(source.repository)} at {source.commit}" if source is not None else ""
     if review is not None:

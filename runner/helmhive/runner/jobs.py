@@ -22,6 +22,7 @@ the first job runs, the homes of session bindings that no longer exist are remov
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections import OrderedDict
@@ -29,13 +30,16 @@ from typing import Any
 
 from helmhive.api.reasons import Reason
 from helmhive.runner.agents import build_job_adapter
+from helmhive.runner.cgroups import build_cgroup_prefix, remove_stale_job_cgroups
 from helmhive.runner.execution import AGENT_JOBS, ExecutionContext, JobExecution
 from helmhive.runner.jobstatus import JobAction, JobEnding, decide_job_action, view_job
+from helmhive.runner.journal import JobJournal, JournalEntry, decide_recovery
 from helmhive.runner.kube import KubeError
 from helmhive.runner.landlock import landlock_abi
-from helmhive.runner.limits import probe_limit_support
+from helmhive.runner.limits import build_sandbox_report, probe_limit_support
 from helmhive.runner.logs import fields
 from helmhive.runner.main import Job, RunnerProcess
+from helmhive.runner.patience import PatientKube
 from helmhive.runner.sessions import SessionStore, sweep_session_homes
 
 __all__ = ["ClusterJobSource", "cluster_jobs"]
@@ -71,6 +75,7 @@ class ClusterJobSource:
         """Start watching (from the event loop's thread), and sweep the homes of deleted bindings."""
         loop = self._loop = asyncio.get_running_loop()
         self._sweep = asyncio.create_task(self._sweep_homes(), name=f"sweep-homes-{self.ctx.runner}")
+        self._spawn(self._replay_journal())
 
         def on_event(kind: str, obj: dict[str, Any]) -> None:
             loop.call_soon_threadsafe(self._on_event, kind, obj)
@@ -148,22 +153,80 @@ class ClusterJobSource:
         task.add_done_callback(self._tasks.discard)
 
     async def _end_unstarted(self, uid: str, name: str, *, lost: bool) -> None:
-        """End a job this process never ran: cancelled while queued, or lost by an earlier process."""
+        """End a job this process is not running: cancelled while queued, or Running here without a turn.
+
+        A job Running here is ended as its journal entry says (:func:`~helmhive.runner.journal.decide_recovery`):
+        with the result an earlier process (or this one, whose final write gave up) kept, only at
+        the attempt it ran; ``Interrupted`` if it was started and never finished; ``RunnerLost``
+        with no entry at all.
+        """
         execution = JobExecution(ctx=self.ctx, name=name, uid=uid)
+        entry = self._journal_entry(uid) if lost else None
         if lost:
-            message = "the runner restarted while the job was running here; its turn was lost"
-            verdict = JobEnding(succeeded=False, reason=Reason.RUNNER_LOST, message=message)
+            recovery = decide_recovery(entry)
+            verdict, result = recovery.verdict, recovery.result
         else:
             verdict = JobEnding(
                 succeeded=False, reason=Reason.CANCELLED, message="spec.cancel was set before it started"
             )
+            result = {}
         try:
-            await execution.end_unstarted(verdict, require_running=lost)
+            wrote = await execution.end_unstarted(
+                verdict,
+                require_running=lost,
+                attempt=entry.attempt if entry is not None else None,
+                result=result,
+            )
         except KubeError as exc:  # tried again at the next list
             self._lost.discard(uid)
             self._log(logging.WARNING, "ending a job failed", job=name, status=exc.status, detail=exc.message)
-        else:
-            self._remember(uid)
+            return
+        if entry is not None:
+            self._log(
+                logging.INFO if wrote else logging.WARNING,
+                "journal replayed" if wrote else "journal entry dropped: the job is no longer this run's",
+                job=name,
+                phase=entry.phase.value,
+                attempt=entry.attempt,
+                reason=verdict.reason,
+            )
+            self._forget_entry(uid)
+        self._remember(uid)
+
+    def _journal_entry(self, uid: str) -> JournalEntry | None:
+        if self.ctx.journal is None:
+            return None
+        try:
+            return self.ctx.journal.read(uid)
+        except OSError as exc:
+            self._log(logging.WARNING, "journal not readable", error=type(exc).__name__, detail=str(exc)[:300])
+            return None
+
+    def _forget_entry(self, uid: str) -> None:
+        if self.ctx.journal is not None:
+            with contextlib.suppress(OSError):
+                self.ctx.journal.remove(uid)
+
+    async def _replay_journal(self) -> None:
+        """At start: end every job the journal names from its entry (:meth:`_end_unstarted`).
+
+        The write is conditional (still Running here, same attempt, not finished); an entry whose
+        job is gone, finished, re-queued or assigned elsewhere is dropped. A job of the journal
+        that the watch's first list also reports (``MARK_LOST``) is ended once: both go through
+        ``_lost``.
+        """
+        if self.ctx.journal is None:
+            return
+        try:
+            entries = await asyncio.to_thread(self.ctx.journal.entries)
+        except OSError as exc:
+            self._log(logging.WARNING, "journal not readable", error=type(exc).__name__, detail=str(exc)[:300])
+            return
+        for entry in entries:
+            if entry.uid in self._lost or entry.uid in self._in_flight:
+                continue
+            self._lost.add(entry.uid)
+            self._spawn(self._end_unstarted(entry.uid, entry.name, lost=True))
 
     def _remember(self, uid: str) -> None:
         self._done[uid] = None
@@ -188,7 +251,9 @@ class ClusterJobSource:
             return
         if execution.ended:
             self._remember(execution.uid)
-        elif execution.started:  # its end was never written: the next list ends it as lost
+        elif execution.kept:  # the API server stayed away: the next list writes the journal's result
+            self._log(logging.WARNING, "a job's final status waits in the journal", job=execution.name)
+        elif execution.started:  # its end was never written: the next list ends it from the journal
             self._log(logging.WARNING, "a job ended without its final status", job=execution.name)
         else:  # the loop turned it down (not Active any more): it waits for its turn again
             self._pending[execution.uid] = execution.name
@@ -208,24 +273,34 @@ def cluster_jobs(process: RunnerProcess) -> ClusterJobSource:
             extra=fields(runner=process.name),
         )
     support = probe_limit_support()
+    prefix = build_cgroup_prefix(namespace=process.config.env.namespace, runner=process.name)
+    stale = remove_stale_job_cgroups(support=support.cgroups, prefix=prefix)  # a killed run's jobs
     log.info(
         "job limits",
         extra=fields(
             runner=process.name,
             uid=support.uid,
             userNamespaces=support.user_namespaces,
-            processesLimited=support.uid != 0 and support.user_namespaces,
-            cgroupV2=support.cgroup_v2,
+            processesLimited=(support.uid != 0 and support.user_namespaces) or support.cgroups.mode.value != "None",
+            networkNamespace=support.network_namespace or support.network_namespace_note,
+            cgroups=support.cgroups.mode.value,
+            cgroupsReason=support.cgroups.reason,
+            staleCgroupsRemoved=stale,
         ),
     )
+    process.sandbox_report = build_sandbox_report(support=support, landlock_abi=abi, isolation=process.config.isolation)
+    # A running job's reads and writes wait out an unreachable API server (docs/execution.md).
+    patient = PatientKube(process.kube, budget_s=process.config.env.api_patience_seconds)
     ctx = ExecutionContext(
-        kube=process.kube,
+        kube=patient,
         config=process.config,
         now=process.clock.now,
         job_adapter=lambda plan: build_job_adapter(process.config, process.credential, plan),
-        sessions=SessionStore(kube=process.kube, runner=process.name),
+        sessions=SessionStore(kube=patient, runner=process.name),
         landlock_abi=abi,
         limit_support=support,
         egress_port=process.credential.proxy_port,
+        egress=process.egress,
+        journal=JobJournal(process.config.env.state_dir),
     )
     return ClusterJobSource(ctx=ctx)

@@ -84,6 +84,8 @@ class JobView:
     running: bool
     cancel: bool
     deleting: bool
+    attempts: int = 0
+    """``status.attempts``: the operator's re-runs so far (a re-queued job is a new attempt)."""
 
 
 def view_job(obj: Mapping[str, Any]) -> JobView:
@@ -100,6 +102,7 @@ def view_job(obj: Mapping[str, Any]) -> JobView:
         running=job.running,
         cancel=job.cancel,
         deleting=job.deleting,
+        attempts=job.attempts,
     )
 
 

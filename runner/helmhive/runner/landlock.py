@@ -21,15 +21,21 @@ from the policy, sets ``no_new_privs``, restricts itself and ``exec``\\s the com
 
     {"read": [paths], "write": [paths], "devices": [paths], "tcpConnect": [ports] | null,
      "rlimits": {"DATA": [soft, hard], "CPU": [...], "NOFILE": [...], "NPROC": [...], "CORE": [...]},
-     "userNamespace": true | false, "datagrams": true | false}
+     "userNamespace": true | false, "datagrams": true | false,
+     "relay": {"port": port, "socket": path} | null, "cgroup": [cgroup.procs files]}
+
+``relay`` puts the agent in a network namespace of its own whose only way out is a relay from
+``127.0.0.1:port`` to the egress proxy's UNIX socket (:mod:`helmhive.runner.netns`); it implies a
+user namespace. ``cgroup`` moves the launcher into the job's cgroup(s) first
+(:mod:`helmhive.runner.cgroups`), so the agent and everything it starts are counted there.
 
 ``tcpConnect: null`` leaves TCP alone; a list (even empty) allows ``connect`` only to those
 ports and ``bind`` to none, and installs the seccomp filter of :mod:`helmhive.runner.seccomp`
 (no TCP Fast Open, which would bypass the port rule; with ``"datagrams": false`` also no UDP, raw
 or packet sockets: TCP streams and local sockets only). Paths that do not exist are skipped. If
 any step fails the command is not run (exit 126). ``--probe`` prints what this environment allows
-(``{"landlock": <abi>, "userNamespace": <bool>}``) and runs nothing. This module imports nothing
-but the standard library, so the launcher starts fast.
+(``{"landlock": <abi>, "userNamespace": <bool>, "networkNamespace": <bool or why not>}``) and
+runs nothing. This module imports nothing but the standard library, so the launcher starts fast.
 """
 
 from __future__ import annotations
@@ -44,9 +50,18 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from helmhive.runner.netns import enter_network_namespace, start_relay
 from helmhive.runner.seccomp import install_filter
 
-__all__ = ["apply_rlimits", "drop_resource_capability", "enter_user_namespace", "landlock_abi", "main", "restrict_self"]
+__all__ = [
+    "apply_rlimits",
+    "drop_resource_capability",
+    "enter_user_namespace",
+    "join_cgroups",
+    "landlock_abi",
+    "main",
+    "restrict_self",
+]
 
 _SYS_CREATE_RULESET = 444
 _SYS_ADD_RULE = 445
@@ -168,8 +183,12 @@ def restrict_self(
     write: Sequence[str],
     devices: Sequence[str] = (),
     tcp_connect: Sequence[int] | None = None,
+    scoped: bool = True,
 ) -> int:
     """Put this process (and its future children) under the ruleset; return the ABI used.
+
+    ``scoped`` (ABI 6+): no signals to, and no abstract UNIX sockets of, processes outside the
+    domain. The relay (:mod:`helmhive.runner.netns`) goes without: it must signal the agent.
 
     Raises :class:`LandlockError` if Landlock is unavailable or TCP rules are asked for on an
     ABI without them (failing closed: the caller must not run the job unrestricted).
@@ -184,7 +203,7 @@ def restrict_self(
     attr = _RulesetAttr(
         handled_access_fs=handled,
         handled_access_net=(NET_BIND_TCP | NET_CONNECT_TCP) if tcp_connect is not None else 0,
-        scoped=(SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if abi >= 6 else 0,
+        scoped=(SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if abi >= 6 and scoped else 0,
     )
     size = 24 if abi >= 6 else (16 if abi >= 4 else 8)
     ruleset = _check(
@@ -280,8 +299,28 @@ def _probe() -> int:
         userns = True
     except OSError:
         userns = False
-    sys.stdout.write(json.dumps({"landlock": landlock_abi(), "userNamespace": userns}) + "\n")
+    netns: bool | str = False
+    try:
+        enter_network_namespace(user_namespace=not userns)
+        netns = True
+    except OSError as exc:
+        netns = f"unshare(CLONE_NEWNET) refused: {exc.strerror or exc}"
+    report = {"landlock": landlock_abi(), "userNamespace": userns, "networkNamespace": netns}
+    sys.stdout.write(json.dumps(report) + "\n")
     return 0
+
+
+def join_cgroups(procs_files: Sequence[str]) -> None:
+    """Write this process's pid into each cgroup's ``cgroup.procs`` (children stay there too)."""
+    for path in procs_files:
+        with open(path, "w", encoding="ascii") as fh:
+            fh.write(str(os.getpid()))
+
+
+def _confine_relay() -> None:
+    """The relay's own sandbox: no file system, no TCP ``connect``, no datagrams (UNIX streams only)."""
+    restrict_self(read=[], write=[], devices=[], tcp_connect=[], scoped=False)
+    install_filter(deny_datagrams=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -297,9 +336,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         rlimits = policy.get("rlimits") or {}
         if rlimits:
             drop_resource_capability()
-        if policy.get("userNamespace"):
+        join_cgroups([str(p) for p in policy.get("cgroup") or []])
+        relay = policy.get("relay")
+        if relay:
+            enter_network_namespace()
+        elif policy.get("userNamespace"):
             enter_user_namespace()
         apply_rlimits(rlimits)
+        if relay:
+            start_relay(port=int(relay["port"]), target=str(relay["socket"]), confine=_confine_relay)
         restrict_self(
             read=[str(p) for p in policy.get("read", [])],
             write=[str(p) for p in policy.get("write", [])],
@@ -308,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if policy.get("tcpConnect") is not None or policy.get("datagrams", True) is False:
             install_filter(deny_datagrams=policy.get("datagrams", True) is False)
-    except (ValueError, TypeError, OSError) as exc:
+    except (ValueError, TypeError, KeyError, OSError) as exc:
         sys.stderr.write(f"helmhive sandbox: refusing to start the agent unrestricted: {exc}\n")
         return 126
     command = args[3:]

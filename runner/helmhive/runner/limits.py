@@ -23,9 +23,10 @@ root **and** can create user namespaces: the launcher then puts each job in its 
 applied at all (it would count the runner's own processes and every other job's), and the job's
 Running message says why (:attr:`EnforcedLimits.processes_note`).
 
-Cgroups v2 would give per-job totals (memory of all processes together, pids regardless of uid,
-OOM attribution). :func:`probe_cgroup_v2` says whether this pod would allow them; the runner logs it
-at start, and does not use them (``docs/security.md``).
+Where the pod lets the runner make cgroups, each job also gets one (:mod:`helmhive.runner.cgroups`)
+bounding its totals: memory of all its processes together, its pids whatever its uid (so the
+processes limit holds for a root runner too), its CPU rate. :func:`probe_limit_support` finds out at
+start what the launcher may do here: user namespaces, network namespaces, cgroups.
 
 :func:`decide_limit_exceeded` names the limit from how the agent ended: SIGXCPU is the CPU limit;
 memory, processes and files leave no signal, only the agent's last words on stderr (``MemoryError``,
@@ -43,10 +44,11 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
-from helmhive.api.runner import JobLimits
+from helmhive.api.egress import CredentialIsolation
+from helmhive.api.runner import CgroupMode, JobLimits, NetworkIsolation, SandboxReport
+from helmhive.runner.cgroups import CgroupSupport, probe_cgroups
 
 __all__ = [
     "CPU_KILL_GRACE_S",
@@ -55,9 +57,8 @@ __all__ = [
     "LimitResource",
     "LimitSupport",
     "build_enforced_limits",
-    "decide_cgroup_v2",
+    "build_sandbox_report",
     "decide_limit_exceeded",
-    "probe_cgroup_v2",
     "probe_limit_support",
 ]
 
@@ -81,6 +82,9 @@ _LAST_WORDS: dict[LimitResource, re.Pattern[str]] = {
 }
 
 
+NO_CGROUPS = CgroupSupport(mode=CgroupMode.NONE, reason="not probed")
+
+
 @dataclass(frozen=True, kw_only=True)
 class LimitSupport:
     """What this runner's environment allows (probed once at start)."""
@@ -88,8 +92,12 @@ class LimitSupport:
     uid: int
     user_namespaces: bool
     """Whether the launcher could create a user namespace here."""
-    cgroup_v2: str = "not probed"
-    """Why per-job cgroups v2 are, or would be, available (only logged; not used)."""
+    network_namespace: bool = False
+    """Whether the launcher could create a network namespace (in a user namespace) here."""
+    network_namespace_note: str = "not probed"
+    """Why not, when it could not."""
+    cgroups: CgroupSupport = NO_CGROUPS
+    """Where job cgroups are made (:mod:`helmhive.runner.cgroups`), or why none can be."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,39 +206,9 @@ def decide_limit_exceeded(*, exit_code: int | None, diagnostics: str, limits: En
     return LimitHit(resource=resource, message=f"the agent {what}, and exited (exit code {exit_code}): {line}")
 
 
-def decide_cgroup_v2(*, controllers: str | None, own: str | None, writable: bool) -> str:
-    """Whether per-job cgroups v2 could be made here, from what the probe saw (pure)."""
-    if controllers is None:
-        return "unavailable: /sys/fs/cgroup is not a cgroup v2 mount"
-    missing = [c for c in ("memory", "pids") if c not in controllers.split()]
-    if missing:
-        return f"unavailable: the cgroup v2 controllers {', '.join(missing)} are not enabled for this cgroup"
-    if own is None:
-        return "unavailable: this process's cgroup v2 path is unknown"
-    if not writable:
-        return f"unavailable: the runner's cgroup {own} is not writable (not delegated to the pod)"
-    return f"would be available under {own}, but per-job cgroups are not used"
-
-
-def probe_cgroup_v2(root: Path = Path("/sys/fs/cgroup"), proc_cgroup: Path = Path("/proc/self/cgroup")) -> str:
-    """Look at this process's cgroup v2 hierarchy; see :func:`decide_cgroup_v2`."""
-    try:
-        lines = proc_cgroup.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        lines = []
-    own = next((line[3:] for line in lines if line.startswith("0::")), None)
-    directory = root / own.lstrip("/") if own else root
-    try:
-        controllers: str | None = (directory / "cgroup.controllers").read_text(encoding="utf-8")
-    except OSError:
-        controllers = None
-    writable = own is not None and os.access(directory, os.W_OK) and os.access(directory / "cgroup.procs", os.W_OK)
-    return decide_cgroup_v2(controllers=controllers, own=own, writable=writable)
-
-
 def probe_limit_support(*, python: str = sys.executable) -> LimitSupport:
-    """Ask the launcher (``--probe``) whether it can create a user namespace here; look at cgroups."""
-    userns = False
+    """Ask the launcher (``--probe``) whether it can create user and network namespaces here; look at cgroups."""
+    userns, netns, note = False, False, "the launcher's probe failed"
     try:
         done = subprocess.run(
             [python, "-P", "-m", "helmhive.runner.landlock", "--probe"],
@@ -239,7 +217,35 @@ def probe_limit_support(*, python: str = sys.executable) -> LimitSupport:
             timeout=60,
             check=False,
         )
-        userns = bool(json.loads(done.stdout or "{}").get("userNamespace"))
+        found = json.loads(done.stdout or "{}")
+        userns = found.get("userNamespace") is True
+        netns = found.get("networkNamespace") is True
+        note = "" if netns else str(found.get("networkNamespace") or "no network namespaces")[:300]
     except (OSError, ValueError, subprocess.SubprocessError):
         userns = False
-    return LimitSupport(uid=os.getuid(), user_namespaces=userns, cgroup_v2=probe_cgroup_v2())
+    return LimitSupport(
+        uid=os.getuid(),
+        user_namespaces=userns,
+        network_namespace=netns,
+        network_namespace_note=note,
+        cgroups=probe_cgroups(),
+    )
+
+
+def build_sandbox_report(*, support: LimitSupport, landlock_abi: int, isolation: CredentialIsolation) -> SandboxReport:
+    """What the Runner reports about its jobs' sandbox (pure): the network isolation a job whose
+    network is disabled gets, and the job cgroups, each with the reason when it is not the best."""
+    if landlock_abi < 4:
+        network, why = NetworkIsolation.NONE, f"Landlock ABI {landlock_abi} cannot restrict TCP (needs 4)"
+    elif isolation is not CredentialIsolation.PROXY:
+        network, why = NetworkIsolation.LANDLOCK, "credentialIsolation is InSandbox: the agent connects to its provider"
+    elif support.network_namespace:
+        network, why = NetworkIsolation.NAMESPACE, ""
+    else:
+        network, why = NetworkIsolation.LANDLOCK, support.network_namespace_note
+    return SandboxReport(
+        network=network,
+        network_reason=why[:512],
+        cgroups=support.cgroups.mode,
+        cgroups_reason=support.cgroups.reason[:512],
+    )

@@ -9,13 +9,7 @@ reference agent. Its life:
    this credential generation; copy the credential; acquire the Lease; probe the adapter;
    write the report (reason ``Registration``) and post a ``Registered`` Event.
 2. **Steady state**, four concurrent loops:
-   - the Lease is renewed every ``renewIntervalSeconds``, annotated with the digest of the
-     report's catalogue and authentication (a new digest is written right after the report);
-   - the adapter is probed every ``HELMHIVE_PROBE_INTERVAL_SECONDS`` and at least every quarter
-     of ``authMaxAgeSeconds`` (re-verification; on a spare adapter when the probe adapter is
-     busy), and the report is written only when
-     :func:`~helmhive.runner.report.decide_report_write` says so (content changed, or
-     ``reportRefreshSeconds`` passed);
+   - the Lease and the report (:class:`~helmhive.runner.reporting.Reporting`, the base class);
    - a watch on its own Runner feeds the control state (:mod:`helmhive.runner.control`);
    - with a job source, jobs are taken while Active and a slot is free.
 3. **Stop.** SIGTERM: take no more work, let jobs finish within the shutdown grace, cancel the
@@ -31,29 +25,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import enum
 import logging
 import threading
 import urllib.parse
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from helmhive.api.common import ControlState
-from helmhive.api.egress import CredentialIsolation, provider_egress
-from helmhive.api.runner import AuthReport, RunnerReport, build_report_digest
-from helmhive.runner.adapters.base import (
-    AdapterReport,
-    AgentAdapter,
-    AuthReason,
-    AuthState,
-    TurnOutcome,
-    TurnRequest,
-    TurnResult,
-)
-from helmhive.runner.agents import AdapterFactory, agent_env, build_adapter
+from helmhive.api.egress import CredentialIsolation, decide_allowed_paths, provider_egress
+from helmhive.api.runner import AuthReport, SandboxReport
+from helmhive.runner.adapters.base import AdapterReport, AgentAdapter, TurnOutcome, TurnResult
+from helmhive.runner.agents import AdapterFactory, build_adapter
 from helmhive.runner.config import RunnerConfig
 from helmhive.runner.control import (
     ControlAction,
@@ -64,26 +48,21 @@ from helmhive.runner.control import (
     read_control_fields,
 )
 from helmhive.runner.credentials import CredentialHolder, read_revoked_generation, write_revoked_generation
-from helmhive.runner.egress import EgressProxy
+from helmhive.runner.egress import EgressProxy, build_request_limits
 from helmhive.runner.heartbeat import LeaseKeeper
+from helmhive.runner.jobsource import Clock, Job, JobRun, JobSource, SystemClock, WatchingJobSource
 from helmhive.runner.kube import KubeError, RunnerKube
 from helmhive.runner.logs import fields
-from helmhive.runner.metrics import RunnerGauges, record_heartbeat, record_probe, record_report_write, record_turn
+from helmhive.runner.metrics import RunnerGauges, record_turn
 from helmhive.runner.registration import ReportPublisher, ensure_runner
-from helmhive.runner.report import (
-    build_fingerprint,
-    build_report,
-    decide_authentication,
-    decide_report_write,
-    decide_verified_at,
-    reverify_interval,
-)
+from helmhive.runner.reporting import Reporting
 from helmhive.runner.version import helmhive_version
 
 __all__ = [
     "Clock",
     "ExitCode",
     "Job",
+    "JobRun",
     "JobSource",
     "JobSourceFactory",
     "RunnerProcess",
@@ -106,55 +85,10 @@ class ExitCode(enum.IntEnum):
     DEREGISTERED = 5
 
 
-class Clock(Protocol):
-    def now(self) -> dt.datetime: ...
-
-
-class SystemClock:
-    def now(self) -> dt.datetime:
-        return dt.datetime.now(dt.UTC)
-
-
-JobRun = Callable[[AgentAdapter, asyncio.Event], Awaitable[TurnResult]]
-
-
-@dataclass
-class Job:
-    """One unit of work. ``result`` is set when it ends.
-
-    Either a single turn (``request``, run on the slot's adapter) or a whole job (``run``, given
-    the slot's adapter and the cancel event; an AgentJob brings its own sandboxed agent).
-    """
-
-    id: str
-    request: TurnRequest | None = None
-    result: TurnResult | None = None
-    cancel: asyncio.Event = field(default_factory=asyncio.Event)
-    key: str | None = None
-    run: JobRun | None = None
-
-
-class JobSource(Protocol):
-    """Where jobs come from. ``take`` waits for one; ``finish`` hands the result back."""
-
-    async def take(self) -> Job: ...
-
-    def finish(self, job: Job) -> None: ...
-
-
-@runtime_checkable
-class WatchingJobSource(JobSource, Protocol):
-    """A job source with a watch of its own, started once the runner is registered."""
-
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
-
-
 JobSourceFactory = Callable[["RunnerProcess"], JobSource]
 
 
-class RunnerProcess:
+class RunnerProcess(Reporting):
     """One runner's whole life. ``run()`` returns the process exit code."""
 
     def __init__(
@@ -200,6 +134,8 @@ class RunnerProcess:
         self._deregistered = asyncio.Event()
         self._watch_stop = threading.Event()
         self.egress: EgressProxy | None = None
+        self.sandbox_report: SandboxReport | None = None
+        """What its jobs' sandbox enforces (set by the job source when it probes: :mod:`helmhive.runner.jobs`)."""
 
     # -- helpers -------------------------------------------------------------------------
     def _log(self, level: int, message: str, **extra: Any) -> None:
@@ -300,6 +236,8 @@ class RunnerProcess:
             credential=lambda: self.credential.value,
             ca_bundle=Path(egress.ca_bundle) if egress.ca_bundle else None,
             runner=self.name,
+            allowed_paths=decide_allowed_paths(provider=self.config.file.provider, egress=egress),
+            limits=build_request_limits(egress),
         )
         endpoint = await self.egress.start()
         self.credential.proxy_port = endpoint.port
@@ -402,185 +340,6 @@ class RunnerProcess:
             }[action]
             task = asyncio.ensure_future(self._event(f"Control{self.state.value}", message))
             task.add_done_callback(lambda t: t.exception())
-
-    # -- lease ---------------------------------------------------------------------------
-    async def _renew_lease(self, *, first: bool = False) -> None:
-        try:
-            if first:
-                await self.lease.acquire(now=self.clock.now())
-            else:
-                await self.lease.renew(now=self.clock.now())
-        except KubeError as exc:
-            record_heartbeat(ok=False)
-            self._log(
-                logging.WARNING,
-                "renewing the Lease failed",
-                status=exc.status,
-                reason=type(exc).__name__,
-                detail=exc.message,
-            )
-        else:
-            record_heartbeat(ok=True)
-            log.debug("lease renewed", extra=fields(runner=self.name, leaseWrites=self.lease.writes))
-
-    async def _lease_loop(self, interval: float) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            await self._renew_lease()
-
-    # -- probe and report ----------------------------------------------------------------
-    async def _probe(self, adapter: AgentAdapter) -> None:
-        """Probe ``adapter`` and decide the authentication it shows, verified now."""
-        timeout = self.config.env.probe_timeout_seconds
-        try:
-            report = await asyncio.wait_for(adapter.probe(), timeout)
-        except TimeoutError:
-            report = AdapterReport(
-                adapter=adapter.name,
-                adapter_version=helmhive_version(),
-                auth=AuthState.FAILING,
-                auth_reason=AuthReason.AGENT_UNRESPONSIVE,
-                auth_message=f"the probe did not finish within {timeout:g}s",
-            )
-        self.probes += 1
-        record_probe(config=self.config, auth=report.auth.value)
-        self._adapter_report = report
-        verdict = decide_authentication(adapter=report, credential_present=self.credential.present())
-        verified_at = decide_verified_at(
-            previous=self._authentication,
-            current=verdict,
-            probed_at=self.clock.now(),
-            auth_max_age_seconds=self.config.file.heartbeat.auth_max_age_seconds,
-        )
-        self._authentication = verdict.model_copy(update={"verified_at": verified_at})
-        self._log(
-            logging.INFO,
-            "adapter probed",
-            agent=report.agent_name,
-            agentVersion=report.agent_version,
-            auth=report.auth.value,
-            authReason=report.auth_reason.value,
-            models=len(report.models),
-        )
-
-    def _current_report(self) -> RunnerReport:
-        assert self._adapter_report is not None
-        adapter = self._adapter_report
-        file = self.config.file
-        spec = file.adapter
-        env, secret_env = agent_env(self.config, self.credential)
-        command = spec.acp.command if spec.acp else (spec.claude_cli.path if spec.claude_cli else "claude")
-        args = list(spec.acp.args) if spec.acp else list(spec.claude_cli.extra_args if spec.claude_cli else [])
-        fingerprint = build_fingerprint(
-            image=self.config.env.image,
-            helmhive_version=helmhive_version(),
-            adapter_type=spec.type,
-            agent_name=adapter.agent_name,
-            agent_version=adapter.agent_version,
-            provider=file.provider,
-            command=command,
-            args=args,
-            env_names=[*env, *secret_env],
-            credential_kind=self.credential.kind,
-        )
-        assert self._authentication is not None
-        authentication = self._authentication
-        return build_report(
-            file=file,
-            runner_name=self.name,
-            adapter=adapter,
-            authentication=authentication,
-            active_jobs=self.active_jobs,
-            fingerprint=fingerprint,
-            credential_generation=self.config.env.credential_generation,
-            registered_at=self._registered_at,
-            now=self.clock.now(),
-            credential_isolation=self.config.isolation,
-        )
-
-    async def _write_report_if_due(self) -> dt.datetime:
-        """Write the report if the rule says so; return when the next refresh is due.
-
-        A new digest goes onto the Lease at once, after the report (the report first, so the
-        operator sees the two agree as soon as it can; a failed report write leaves the new
-        digest on the Lease, which the operator reads as a stale report and fails closed).
-        """
-        now = self.clock.now()
-        current = self._current_report()
-        self.lease.digest = build_report_digest(current)
-        try:
-            return await self._write_report(current, now=now)
-        finally:
-            if self.lease.written_digest != self.lease.digest:
-                await self._renew_lease()
-
-    async def _write_report(self, current: RunnerReport, *, now: dt.datetime) -> dt.datetime:
-        refresh = dt.timedelta(seconds=self.config.file.heartbeat.report_refresh_seconds)
-        decision = decide_report_write(
-            previous=self.publisher.last_report,
-            current=current,
-            last_written_at=self.publisher.last_written_at,
-            now=now,
-            refresh=refresh,
-        )
-        if decision.write:
-            assert decision.reason is not None
-            try:
-                await self.publisher.publish(current, now=now)
-            except KubeError:
-                record_report_write(reason=decision.reason.value, ok=False)
-                raise
-            record_report_write(reason=decision.reason.value, ok=True)
-            self._log(
-                logging.INFO,
-                "report written",
-                reason=decision.reason.value,
-                reportWrites=self.publisher.writes,
-                leaseWrites=self.lease.writes,
-                auth=current.authentication.state.value,
-                activeJobs=current.active_jobs,
-            )
-        assert decision.next_refresh_at is not None
-        return decision.next_refresh_at
-
-    async def _probe_anyway(self, probe_adapter: AgentAdapter) -> None:
-        """Probe on the probe adapter, or -- while a job holds it -- on a spare one, closed afterwards.
-
-        Re-verification must not wait for a long job: the bound on ``verifiedAt`` holds regardless.
-        """
-        if probe_adapter in self._free:
-            await self._probe(probe_adapter)
-            return
-        spare = self._adapter_factory(self.config, self.credential)
-        try:
-            await self._probe(spare)
-        finally:
-            with contextlib.suppress(Exception):
-                await spare.close()
-
-    async def _report_loop(self, probe_adapter: AgentAdapter) -> None:
-        probe_every = min(
-            dt.timedelta(seconds=self.config.env.probe_interval_seconds),
-            reverify_interval(self.config.file.heartbeat.auth_max_age_seconds),
-        )
-        next_probe = self.clock.now() + probe_every
-        next_refresh = self.clock.now() + dt.timedelta(seconds=self.config.file.heartbeat.report_refresh_seconds)
-        while True:
-            wake_at = min(next_probe, next_refresh)
-            timeout = max(0.0, (wake_at - self.clock.now()).total_seconds())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake_report.wait(), timeout)
-            self._wake_report.clear()
-            if self.clock.now() >= next_probe:
-                await self._probe_anyway(probe_adapter)
-                next_probe = self.clock.now() + probe_every
-            try:
-                next_refresh = await self._write_report_if_due()
-            except KubeError as exc:
-                self._log(logging.WARNING, "writing the report failed", status=exc.status, detail=exc.message)
-                next_refresh = self.clock.now() + dt.timedelta(
-                    seconds=min(30, self.config.file.heartbeat.report_refresh_seconds)
-                )
 
     # -- jobs ----------------------------------------------------------------------------
     async def _job_loop(self) -> None:

@@ -101,7 +101,7 @@ ADAPTER_KILLS = CATALOGUE.counter(
 EGRESS_REQUESTS = CATALOGUE.counter(
     "helmhive_runner_egress_requests_total",
     "Requests to the runner's egress proxy, by outcome: forwarded, upstream-failed, or refused-<reason> "
-    "(connect, host, target, no-upstream, no-credential, too-large).",
+    "(connect, host, target, no-upstream, no-credential, too-large, path, path-suspicious, rate, concurrency).",
     ["outcome"],
 )
 

@@ -8,6 +8,8 @@ keyed by the line itself, with a short verdict (never what was read):
   (which opens the connection without calling ``connect``);
 * ``PROVIDER-CALL: <path>`` POSTs to ``$HELMHIVE_PROVIDER_BASE_URL<path>`` with the agent's key
   (``$HELMHIVE_REFERENCE_AGENT_TOKEN``) in ``x-api-key`` and ``Authorization``, as a provider SDK would;
+* ``TCP-TO: <IPv4 address>`` connects to that address at the proxy's port (the base URL's), as an
+  agent whose sandbox names ports, not hosts, could; ``connected`` if it got through;
 * ``PROXY-CONNECT: <host:port>`` asks the base URL's server for a ``CONNECT`` tunnel;
 * ``PROXY-ABSOLUTE: <http URL>`` asks it for another host's URL (an absolute request URI);
 * ``PROXY-HOST: <host>`` asks it for ``/`` with another ``Host`` header;
@@ -42,7 +44,9 @@ CONNECT_PREFIX: Final = "PROXY-CONNECT:"
 ABSOLUTE_PREFIX: Final = "PROXY-ABSOLUTE:"
 HOST_PREFIX: Final = "PROXY-HOST:"
 LOOT_PREFIX: Final = "LOOT:"
+TCP_TO_PREFIX: Final = "TCP-TO:"
 ESCAPE_PREFIXES: Final = (
+    TCP_TO_PREFIX,
     UDP_PREFIX,
     FASTOPEN_PREFIX,
     PROVIDER_PREFIX,
@@ -109,6 +113,17 @@ def _raw_request(request: bytes) -> str:
         with socket.create_connection(address, timeout=_TIMEOUT) as conn:
             conn.sendall(request)
             return _status(conn.recv(256))
+    except OSError as exc:
+        return _verdict(exc)
+
+
+def _tcp_to(host: str) -> str:
+    address = _proxy_address()
+    if address is None:
+        return f"failed (no {BASE_URL_ENV})"
+    try:
+        with socket.create_connection((host, address[1]), timeout=_TIMEOUT):
+            return "connected"
     except OSError as exc:
         return _verdict(exc)
 
@@ -187,6 +202,8 @@ def attempt(escape: Escape, *, cwd: str) -> str:
     """Try one escape with the agent's own access; return what happened."""
     if escape.prefix == UDP_PREFIX:
         return _udp(escape.argument)
+    if escape.prefix == TCP_TO_PREFIX:
+        return _tcp_to(escape.argument)
     if escape.prefix == FASTOPEN_PREFIX:
         return _fast_open(escape.argument)
     if escape.prefix == PROVIDER_PREFIX:

@@ -35,6 +35,7 @@ from helmhive.api.runner import (
     ModelCatalogue,
     ModelEntry,
     RunnerReport,
+    SandboxReport,
 )
 from helmhive.runner.adapters.base import AdapterReport
 from helmhive.runner.config import RunnerFileConfig
@@ -175,6 +176,7 @@ def build_report(
     registered_at: dt.datetime,
     now: dt.datetime,
     credential_isolation: CredentialIsolation | None = None,
+    sandbox: SandboxReport | None = None,
 ) -> RunnerReport:
     """The whole report, bounded as the API demands."""
     return RunnerReport(
@@ -193,6 +195,7 @@ def build_report(
         catalogue=build_catalogue(adapter=adapter),
         credential_generation=credential_generation,
         credential_isolation=credential_isolation,
+        sandbox=sandbox,
         pod_name=runner_name,
         reported_at=now,
         registered_at=registered_at,

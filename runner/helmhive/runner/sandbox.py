@@ -17,10 +17,13 @@ filesystem    ``write``: ``work/`` writable. ``read``: ``work/`` made read-only 
 tools         only the profile's tool kinds are offered (``kind:<kind>`` for ACP agents, the
               matching tool names for the Claude CLI); every other permission request is denied;
               ``fetch`` is never offered when the network is disabled.
-network       ``disabled``: under Landlock (ABI 4+) TCP ``connect`` only to the runner's egress
-              proxy's port with ``credentialIsolation: Proxy`` (and no UDP, raw or packet
-              sockets: :mod:`helmhive.runner.seccomp`), or to the provider ports (default 443)
-              with ``InSandbox``; no ``bind``. Hosts are the pod's NetworkPolicy's business.
+network       ``disabled``: with ``credentialIsolation: Proxy``, where the pod allows it, a network
+              namespace of its own whose only way out is a relay to the job's socket on the
+              egress proxy (:mod:`helmhive.runner.netns`); in any case under Landlock (ABI 4+)
+              TCP ``connect`` only to the proxy's port (and no UDP, raw or packet sockets:
+              :mod:`helmhive.runner.seccomp`), or with ``InSandbox`` to the provider ports
+              (default 443); no ``bind``. Without the namespace, hosts are the pod's
+              NetworkPolicy's business.
 ============  ===========================================================================
 
 The agent process is started per job under :mod:`helmhive.runner.landlock`, which may read
@@ -51,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from helmhive.api.common import FilesystemAccess, NetworkAccess, ToolKind
-from helmhive.api.runner import AdapterType
+from helmhive.api.runner import AdapterType, NetworkIsolation
 from helmhive.runner.config import LandlockMode, SandboxSettings
 from helmhive.runner.limits import EnforcedLimits
 from helmhive.runner.seccomp import SUPPORTED_MACHINES
@@ -138,6 +141,20 @@ class SandboxPlan:
     """The resource limits the launcher applies to the agent and the checks (None: none)."""
     datagrams: bool = True
     """False: the launcher's seccomp filter leaves the agent TCP streams and local sockets only."""
+    egress_port: int | None = None
+    """The port the agent's provider base URL names (the job's own listener, or its relay's)."""
+    relay_socket: str | None = None
+    """The job's UNIX socket on the egress proxy: the agent runs in a network namespace of its own and a
+    relay on ``127.0.0.1:<egress_port>`` there is its only way out. None: no namespace."""
+    cgroup_procs: tuple[str, ...] = ()
+    """The job cgroup(s) the launcher joins (:mod:`helmhive.runner.cgroups`); empty: none."""
+
+    @property
+    def network_isolation(self) -> NetworkIsolation:
+        """What confines the agent's network (Namespace, Landlock's port rule, or None)."""
+        if self.tcp_connect is None:
+            return NetworkIsolation.NONE
+        return NetworkIsolation.NAMESPACE if self.relay_socket is not None else NetworkIsolation.LANDLOCK
 
     @property
     def fs_access(self) -> str:
@@ -210,6 +227,8 @@ def build_sandbox_plan(
     binding: str | None = None,
     limits: EnforcedLimits | None = None,
     egress_port: int | None = None,
+    relay_socket: Path | None = None,
+    cgroup_procs: Sequence[str] = (),
 ) -> SandboxPlan:
     """The sandbox of one job (pure). Raises nothing: whether it may run is :func:`sandbox_refusal`'s call.
 
@@ -217,8 +236,11 @@ def build_sandbox_plan(
     kubeconfig): runtime paths that hold one are left out, and any other granted path that
     holds one is reported in ``exposed`` (the job then fails closed). ``binding`` names the
     session binding whose HOME the job shares (None: a HOME of its own in the job's directory).
-    ``egress_port`` is the runner's egress proxy (``credentialIsolation: Proxy``): with the network
-    disabled it is the only port the agent may connect to, and it gets no datagram sockets.
+    ``egress_port`` is the job's port on the egress proxy (``credentialIsolation: Proxy``): with the
+    network disabled it is the only port the agent may connect to, and it gets no datagram sockets;
+    with ``relay_socket`` too (the job's UNIX socket on the proxy) the agent also runs in a network
+    namespace of its own whose only way out is a relay to that socket. ``cgroup_procs``: the job's
+    cgroup(s), which the launcher joins.
     """
     root = state_dir / "jobs" / job_dir
     home = homes_dir(state_dir) / binding / "home" if binding else root / "home"
@@ -237,6 +259,8 @@ def build_sandbox_plan(
     elif filesystem is FilesystemAccess.READ:
         read.append(str(workdir))
     disabled = network is NetworkAccess.DISABLED
+    tcp = _tcp_ports(settings, egress_port) if disabled and landlock_abi >= 4 else None
+    relay = str(relay_socket) if tcp is not None and egress_port is not None and relay_socket is not None else None
     exposed = sorted({secret for secret in secrets for path in [*read, *write] if _contains(path, secret)})
     return SandboxPlan(
         root=root,
@@ -249,12 +273,15 @@ def build_sandbox_plan(
         read_paths=tuple(dict.fromkeys(read)),
         write_paths=tuple(dict.fromkeys(write)),
         device_paths=DEVICE_PATHS,
-        tcp_connect=_tcp_ports(settings, egress_port) if disabled and landlock_abi >= 4 else None,
+        tcp_connect=tcp,
         landlock=landlock_abi >= 1,
         exposed=tuple(exposed),
         binding=binding,
         limits=limits,
         datagrams=not (disabled and egress_port is not None),
+        egress_port=egress_port,
+        relay_socket=relay,
+        cgroup_procs=tuple(cgroup_procs),
     )
 
 
@@ -263,10 +290,22 @@ def _tcp_ports(settings: SandboxSettings, egress_port: int | None) -> tuple[int,
 
 
 def sandbox_refusal(
-    *, plan: SandboxPlan, settings: SandboxSettings, landlock_abi: int, machine: str | None = None
+    *,
+    plan: SandboxPlan,
+    settings: SandboxSettings,
+    landlock_abi: int,
+    machine: str | None = None,
+    require_namespace: bool = False,
+    namespace_note: str = "",
 ) -> str | None:
-    """Why the job must not run in this sandbox (None: it may). Fails closed by default."""
+    """Why the job must not run in this sandbox (None: it may). Fails closed by default.
+
+    ``require_namespace`` (the pool's ``egress.networkNamespace: Required``): a job whose network is
+    disabled must get a network namespace; ``namespace_note`` says why this runner cannot make one."""
     machine = machine or platform.machine()
+    if require_namespace and plan.network is NetworkAccess.DISABLED and plan.relay_socket is None:
+        why = namespace_note or "the job's agent would not run in one"
+        return f"egress.networkNamespace is Required, but no network namespace is possible here: {why}"
     if plan.landlock and machine not in SUPPORTED_MACHINES:  # the launcher's filter; checks always need it
         return f"no seccomp filter for machine {machine} (only {', '.join(SUPPORTED_MACHINES)})"
     if plan.landlock and plan.exposed:
@@ -281,9 +320,10 @@ def sandbox_refusal(
 
 
 def _limits_policy(plan: SandboxPlan) -> dict[str, Any]:
+    cgroup = {"cgroup": list(plan.cgroup_procs)} if plan.cgroup_procs else {}
     if plan.limits is None:
-        return {}
-    return {"rlimits": plan.limits.rlimits(), "userNamespace": plan.limits.user_namespace}
+        return cgroup
+    return {"rlimits": plan.limits.rlimits(), "userNamespace": plan.limits.user_namespace, **cgroup}
 
 
 def build_landlock_policy(plan: SandboxPlan) -> dict[str, Any]:
@@ -295,6 +335,7 @@ def build_landlock_policy(plan: SandboxPlan) -> dict[str, Any]:
         "tcpConnect": None if plan.tcp_connect is None else list(plan.tcp_connect),
         "datagrams": plan.datagrams,
         **_limits_policy(plan),
+        **({"relay": {"port": plan.egress_port, "socket": plan.relay_socket}} if plan.relay_socket else {}),
     }
 
 

@@ -1,0 +1,158 @@
+"""The heartbeat hold, pure: after the operator lost the API server, a stale Lease is not Offline yet.
+
+:func:`helmhive.policy.runners.decide_heartbeat_hold` (how long the hold lasts, on a monotonic
+clock), :func:`decide_runner_status` with a :class:`HeartbeatHold` (what a held runner looks
+like), routing's answer when every runner that could take a job is held (wait, never fail closed
+for it), and :class:`helmhive.controller.contact.ApiContact` on an injected clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+
+from routing_builders import BOUND_AT, runner
+from test_routing import route
+from test_runner_status import GRACE, NAME, NOW, derive, lease, report
+
+from helmhive.api.reasons import Reason
+from helmhive.api.runner import ReportedStatus, RunnerSpec, build_report_digest
+from helmhive.controller.contact import ApiContact
+from helmhive.policy.routing import RouteOutcome
+from helmhive.policy.runners import (
+    HeartbeatHold,
+    LeaseView,
+    PoolFacts,
+    RunnerDerived,
+    decide_heartbeat_hold,
+    decide_runner_status,
+)
+
+STALE = 60.0  # seconds since the last renewal: far past a 20 s Lease and its grace
+
+
+def test_the_hold_lasts_while_contact_is_lost_and_one_lease_plus_grace_after_it_returns() -> None:
+    assert decide_heartbeat_hold(contact=False, returned_at=0, now=500, lease_duration_s=20, grace_s=2) == math.inf
+    assert decide_heartbeat_hold(contact=True, returned_at=100, now=110, lease_duration_s=20, grace_s=2) == 12
+    assert decide_heartbeat_hold(contact=True, returned_at=100, now=122, lease_duration_s=20, grace_s=2) is None
+
+
+def _held(stored: ReportedStatus | None = ReportedStatus.ONLINE, until: dt.datetime | None = None) -> HeartbeatHold:
+    return HeartbeatHold(until=until if until is not None else NOW + dt.timedelta(seconds=5), stored=stored)
+
+
+def test_a_runner_whose_only_fault_is_heartbeat_age_is_held_not_offline() -> None:
+    plain = derive(the_report=report(), the_lease=lease(age=STALE))
+    assert plain.reported_status is ReportedStatus.OFFLINE and plain.online.reason == Reason.HEARTBEAT_STALE
+
+    held = derive_with(_held(), age=STALE)
+    assert held.reported_status is ReportedStatus.ONLINE, "the stored status is kept: no flip, nothing audited"
+    assert (held.online.status, held.online.reason) == (None, Reason.HEARTBEAT_HELD)
+    assert (held.schedulable.status, held.schedulable.reason) == (False, Reason.HEARTBEAT_HELD)
+    assert held.review_at == NOW + dt.timedelta(seconds=5, microseconds=1), "derived again when the hold ends"
+
+    unknown_end = derive_with(_held(until=None), age=STALE)  # contact still lost: no end known yet
+    assert unknown_end.online.reason == Reason.HEARTBEAT_HELD
+
+    over = derive_with(_held(until=NOW - dt.timedelta(seconds=1)), age=STALE)
+    assert over.reported_status is ReportedStatus.OFFLINE and over.online.reason == Reason.HEARTBEAT_STALE
+
+
+def test_the_hold_never_covers_a_missing_lease_another_holder_or_a_runner_already_offline() -> None:
+    assert derive_with(_held(), the_lease=None).online.reason == Reason.LEASE_MISSING
+    other = derive_with(_held(), the_lease=lease(age=STALE, holder="someone-else"))
+    assert other.reported_status is ReportedStatus.OFFLINE
+    already = derive_with(_held(stored=ReportedStatus.OFFLINE), age=STALE)
+    assert already.reported_status is ReportedStatus.OFFLINE and already.online.reason == Reason.HEARTBEAT_STALE
+    fresh = derive_with(_held(), age=1.0)
+    assert fresh.reported_status is ReportedStatus.ONLINE and fresh.online.reason == Reason.HEARTBEAT_FRESH
+
+
+_DEFAULT = object()
+
+
+def derive_with(
+    hold: HeartbeatHold, *, age: float = 1.0, the_lease: LeaseView | object | None = _DEFAULT
+) -> RunnerDerived:
+    """A runner with a current, confirmed report, derived under ``hold``."""
+    the_report = report()
+    chosen = lease(age=age) if the_lease is _DEFAULT else the_lease
+    assert chosen is None or isinstance(chosen, LeaseView)
+    if chosen is not None:
+        chosen = dataclasses.replace(chosen, digest=build_report_digest(the_report))
+    return decide_runner_status(
+        name=NAME,
+        spec=RunnerSpec.model_validate({"poolRef": {"name": "pool-a"}}),
+        report=the_report,
+        pool=PoolFacts(credential_generation=1),
+        lease=chosen,
+        now=NOW,
+        grace=GRACE,
+        hold=hold,
+    )
+
+
+def test_routing_waits_for_held_runners_instead_of_failing_closed() -> None:
+    held = [
+        runner("a", schedulable=False, reason="HeartbeatHeld"),
+        runner("b", schedulable=False, reason="HeartbeatHeld"),
+    ]
+    decision = route(held)
+    assert decision.outcome is RouteOutcome.WAITING and decision.reason is Reason.WAITING_FOR_CAPACITY
+    assert "held (HeartbeatHeld" in decision.message and "a, b" in decision.message
+    assert decision.capacity_blocked == frozenset({("team", "a"), ("team", "b")})
+    assert decision.retry_after == 2.0
+
+    dead = route([runner("a", schedulable=False, reason="HeartbeatStale")])
+    assert decision.outcome is RouteOutcome.WAITING and dead.outcome is RouteOutcome.FAILED
+    assert dead.reason is Reason.NO_ELIGIBLE_RUNNER, "a runner that is really Offline still fails the job closed"
+
+    late = route(held, now=BOUND_AT + dt.timedelta(seconds=900))
+    assert late.outcome is RouteOutcome.FAILED and late.reason is Reason.CAPACITY_DEADLINE_EXCEEDED
+
+    mixed = route([*held, runner("c")])
+    assert mixed.outcome is RouteOutcome.ASSIGNED and mixed.choice is not None and mixed.choice.runner == "c"
+
+
+def test_contact_is_lost_after_failures_outlast_the_threshold_and_returns_with_the_lease_watch() -> None:
+    clock = [100.0]
+    contact = ApiContact(monotonic=lambda: clock[0], lost_after_s=2.0, watch_wait_s=30.0)
+    returned: list[float] = []
+    contact.on_return(lambda: returned.append(clock[0]))
+    assert contact.hold_left(lease_duration_s=5, grace_s=2) == 7, "the operator's start counts as a return"
+    clock[0] = 108.0
+    contact.succeeded()
+    assert contact.hold_left(lease_duration_s=5, grace_s=2) is None
+    clock[0] = 109.0
+    contact.failed()  # one second after the last success: a blip, not a gap
+    assert contact.contact and contact.losses == 0
+    clock[0] = 111.0
+    contact.failed()
+    assert not contact.contact and contact.hold_left(lease_duration_s=5, grace_s=2) == math.inf
+    contact.watched()  # a stale event while reads fail proves nothing
+    assert not contact.contact
+    clock[0] = 130.0
+    contact.succeeded()  # reads work again, but the Lease watch has not spoken yet
+    assert not contact.contact and returned == []
+    clock[0] = 131.0
+    contact.watched()
+    assert contact.contact and returned == [131.0] and contact.losses == 1
+    clock[0] = 134.0
+    assert contact.hold_left(lease_duration_s=5, grace_s=2) == 4.0
+
+
+def test_without_any_lease_event_contact_returns_at_the_bound_so_dead_runners_are_not_held_forever() -> None:
+    clock = [0.0]
+    contact = ApiContact(monotonic=lambda: clock[0], lost_after_s=2.0, watch_wait_s=30.0)
+    clock[0] = 5.0
+    contact.failed()
+    clock[0] = 50.0
+    contact.succeeded()
+    clock[0] = 79.0
+    contact.succeeded()
+    assert not contact.contact
+    clock[0] = 81.0
+    contact.succeeded()
+    assert contact.contact and contact.returned_at == 80.0
+    assert contact.hold_left(lease_duration_s=5, grace_s=2) == 6.0
