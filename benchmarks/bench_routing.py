@@ -379,21 +379,61 @@ async def restart_and_route_one(
     fresh, health = start_operator(workdir / "operator.kubeconfig", workdir, env)
     await asyncio.to_thread(wait, lambda: httpx.get(health, timeout=2).status_code == 200, 600, "liveness again")
     live = time.monotonic() - started
+    print(f"  liveness after {live:.1f} s", flush=True)
     (await admin.post(f"{GROUP_PATH}/namespaces/{NS}/agentjobs", json=job_body("after-restart"))).raise_for_status()
+    synced: float | None = None
+    last_note = time.monotonic()
     while True:
+        if synced is None and _store_synced(health):
+            synced = time.monotonic() - started
+            print(f"  job store synced after {synced:.1f} s", flush=True)
         job = (await admin.get(f"{GROUP_PATH}/namespaces/{NS}/agentjobs/after-restart")).json()
         if (job.get("status") or {}).get("assignment") or _routed_false(job):
             break
+        if time.monotonic() - last_note > 15:
+            last_note = time.monotonic()
+            rss, cpu = rss_kib(fresh.pid)[0] / 1024, cpu_seconds(fresh.pid)
+            print(f"  {last_note - started:.0f} s after the restart: the new job is not routed yet "
+                  f"(RSS {rss:.0f} MiB, CPU {cpu:.1f} s)", flush=True)  # fmt: skip
         await asyncio.sleep(0.2)
+    routed = time.monotonic() - started
+    if synced is None and _store_synced(health):
+        synced = routed
     result["restart"] = {
         "liveness_seconds": live,
-        "first_job_assigned_seconds": time.monotonic() - started,
+        "store_synced_seconds": synced,
+        "first_job_assigned_seconds": routed,
         "first_job_outcome": "assigned" if (job.get("status") or {}).get("assignment") else "not assigned",
+        "first_job_reason": _routed_reason(job),
         "operator_rss_kib": rss_kib(fresh.pid)[0],
+        "operator_rss_peak_kib": rss_kib(fresh.pid)[1],
         "operator_cpu_seconds": cpu_seconds(fresh.pid),
     }
     print(f"  {result['restart']}", flush=True)
     return fresh
+
+
+async def note_while(what: str, pid: int, every: float = 15.0) -> None:
+    """Print a line every ``every`` seconds until cancelled, so a long phase shows it is alive."""
+    started = time.monotonic()
+    while True:
+        await asyncio.sleep(every)
+        rss = rss_kib(pid)[0] / 1024
+        print(f"  {what}: {time.monotonic() - started:.0f} s (operator RSS {rss:.0f} MiB)", flush=True)
+
+
+def _store_synced(health: str) -> bool:
+    """The routing probe says the operator's job store is synced (it routes nothing before)."""
+    try:
+        probes = httpx.get(health, timeout=2).json()
+    except (httpx.HTTPError, ValueError):
+        return False
+    return bool((probes.get("routing") or {}).get("synced"))
+
+
+def _routed_reason(job: dict[str, Any]) -> str:
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return next((str(c.get("reason")) for c in conditions if c.get("type") == "Routed"), "")
 
 
 def _routed_false(job: dict[str, Any]) -> bool:
@@ -420,7 +460,7 @@ async def run(  # noqa: PLR0915
     api = config.new_client_from_config(config_file=str(info.kubeconfig))
     admin_tls = client_tls(ca_file=info.ca_file, cert_file=layout.pki.cert("admin"), key_file=layout.pki.key("admin"))
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-    result: dict[str, Any] = {"args": vars(args)}
+    result: dict[str, Any] = {"args": vars(args), "load_average_start": os.getloadavg()}
     async with (
         httpx.AsyncClient(base_url=info.server, verify=admin_tls, limits=limits, timeout=60) as admin,
         httpx.AsyncClient(
@@ -492,6 +532,7 @@ async def run(  # noqa: PLR0915
             pace = f"at {args.rate:g} a second" if args.rate else "as fast as the client can"
             print(f"creating {args.jobs} jobs {pace} ...", flush=True)
             result["burst"] = await burst(admin, jobs=args.jobs, limit=args.timeout, rate=args.rate)
+            waiting_note = asyncio.create_task(note_while("waiting for every routing audit record", operator.pid))
             # Audits are written off the assignment path: count the writes once every one is there.
             audits_url = f"{GROUP_PATH}/namespaces/{NS}/auditrecords"
             selector = {"labelSelector": "helmhive.dev/audit-action=RoutingDecisions"}
@@ -504,6 +545,7 @@ async def run(  # noqa: PLR0915
             while await routed_decisions() < result["burst"]["assigned"]:  # noqa: ASYNC110
                 await asyncio.sleep(1)
             result["burst"]["audits_done_seconds"] = time.monotonic() - result["burst"].pop("started")
+            waiting_note.cancel()
             result["operator_cpu_seconds"] = cpu_seconds(operator.pid) - cpu_before
             # Each runner's aggregated JobsRouted Event has its count patched at most every 30 s:
             # wait one interval so those writes are counted too (the CPU figure stops before it).
@@ -515,12 +557,18 @@ async def run(  # noqa: PLR0915
             if args.idle_seconds > 0:
                 print(f"idle window: {args.idle_seconds:g} s with every job assigned, only heartbeats ...", flush=True)
                 idle_cpu = cpu_seconds(operator.pid)
+                idle_writes = await write_counts(admin)
                 await asyncio.sleep(args.idle_seconds)
+                during = await write_counts(admin) - idle_writes
                 result["idle"] = {
                     "seconds": args.idle_seconds,
                     "operator_cpu_seconds": cpu_seconds(operator.pid) - idle_cpu,
                     "operator_rss_kib": rss_kib(operator.pid)[0],
+                    "writes": dict(during),
+                    "heartbeat_writes_per_second": sum(during[k] for k in ("leases", "runners/status"))
+                    / args.idle_seconds,
                 }
+                print(f"  {result['idle']}", flush=True)
             if args.restart:
                 operator = await restart_and_route_one(workdir, env, operator, admin, result)
             fleet.stop.set()
@@ -537,6 +585,7 @@ async def run(  # noqa: PLR0915
             with contextlib.suppress(subprocess.TimeoutExpired):
                 operator.wait(timeout=30)
     result["decide_route"] = [time_decide_route(n) for n in (200, 1000)]
+    result["load_average_end"] = os.getloadavg()
     return result
 
 
@@ -582,15 +631,25 @@ def render(result: dict[str, Any]) -> str:
             f"at rest ({idle['seconds']:g} s, every job assigned, heartbeats only): operator CPU "
             f"{idle['operator_cpu_seconds']:.2f} s "
             f"({100 * idle['operator_cpu_seconds'] / idle['seconds']:.1f}% of a core), "
-            f"RSS {idle['operator_rss_kib'] / 1024:.0f} MiB"
+            f"RSS {idle['operator_rss_kib'] / 1024:.0f} MiB; runner heartbeat writes (Leases, reports) "
+            f"{idle['heartbeat_writes_per_second']:.1f}/s with {args['runners']} runners renewing every 60 s "
+            f"(the default renewal is every 5 s: {args['runners'] / 5:.0f} Lease writes/s)"
         )
     if "restart" in result:
         again = result["restart"]
         lines.append(
-            f"restart over everything: live after {again['liveness_seconds']:.1f} s, a new job "
-            f"{again['first_job_outcome']} {again['first_job_assigned_seconds']:.1f} s after the start; "
-            f"RSS {again['operator_rss_kib'] / 1024:.0f} MiB, CPU {again['operator_cpu_seconds']:.1f} s"
+            f"restart over everything: live after {again['liveness_seconds']:.1f} s, job store synced after "
+            f"{again['store_synced_seconds'] or float('nan'):.1f} s, a new job routed "
+            f"({again['first_job_outcome']}: {again['first_job_reason'] or '-'}) "
+            f"{again['first_job_assigned_seconds']:.1f} s after the start; "
+            f"RSS {again['operator_rss_kib'] / 1024:.0f} MiB (peak {again['operator_rss_peak_kib'] / 1024:.0f} MiB), "
+            f"CPU {again['operator_cpu_seconds']:.1f} s"
         )
+    lines.append(
+        "load average (1, 5, 15 min) at the start: {:.1f} {:.1f} {:.1f}; at the end: {:.1f} {:.1f} {:.1f}".format(
+            *result["load_average_start"], *result["load_average_end"]
+        )
+    )
     for timing in result["decide_route"]:
         lines.append(
             f"decide_route alone, {timing['runners']} runners: "

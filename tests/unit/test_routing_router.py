@@ -25,12 +25,11 @@ def router() -> Router:
             "routing_runners": {},
             "routing_pools": {},
             "routing_namespaces": {},
-            "routing_jobs": {("runners", "r1"): [("team", "a"), ("team", "b")]},
             "routing_memory": {},
-            "routing_implementations": {},
             "routing_sessions": {},
         }
     )
+    made.jobs_by_runner = {("runners", "r1"): {("team", "a"), ("team", "b")}}  # the job store's view
     return made
 
 

@@ -6,10 +6,16 @@ profile for the job kind), requires it to be Valid at its current revision, and 
 Workspace and the Profile and writes nothing, so the operator's queue step
 (:mod:`helmhive.controller.jobs`) and ``helmhive explain-routing`` bind the same way. No Kopf
 here: the CLI imports it.
+
+A profile's verdict (its parse, the envelope check and its hash) is a function of the object, so
+it is kept per ``(namespace, name, resourceVersion)`` (:func:`_profile_verdict`, a small
+bounded cache): a burst of jobs on one profile parses it once, not once per job.
 """
 
 from __future__ import annotations
 
+import copy
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -18,6 +24,7 @@ from pydantic import ValidationError
 from helmhive.api.job import AgentJobSpec
 from helmhive.api.kinds import kind_by_name
 from helmhive.api.memory import WorkspaceSpec
+from helmhive.api.profile import ProfileSpec
 from helmhive.api.reasons import Reason
 from helmhive.controller.kube import NotFound
 from helmhive.controller.runtime import Runtime
@@ -37,6 +44,39 @@ __all__ = ["Expect", "FailClosed", "ProfileRevisionPending", "bind_profile"]
 PROFILE = kind_by_name("Profile")
 WORKSPACE = kind_by_name("Workspace")
 Expect = Callable[[Reference], None]
+
+_VERDICTS: OrderedDict[tuple[str, str, str], tuple[ProfileSpec | None, str, dict[str, Any] | None, str]] = OrderedDict()
+_VERDICTS_KEPT = 256
+
+
+def _profile_verdict(
+    profile: Mapping[str, Any],
+) -> tuple[ProfileSpec | None, str, dict[str, Any] | None, str]:
+    """(the parsed spec, why it is invalid or "", the effective snapshot's wire form, its hash) of a Profile object.
+
+    Kept per (namespace, name, resourceVersion): an object with the same resourceVersion is the same.
+    """
+    meta = profile.get("metadata") or {}
+    version = str(meta.get("resourceVersion") or "")
+    key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""), version)
+    if version and key in _VERDICTS:
+        _VERDICTS.move_to_end(key)
+        return _VERDICTS[key]
+    parsed, verdict = decide_profile_body(profile.get("spec") or {})
+    if parsed is None or verdict.effective is None:
+        found: tuple[ProfileSpec | None, str, dict[str, Any] | None, str] = (
+            None,
+            format_violations(verdict.violations),
+            None,
+            "",
+        )
+    else:
+        found = (parsed, "", verdict.effective.to_wire(), profile_hash(parsed))
+    if version:
+        _VERDICTS[key] = found
+        while len(_VERDICTS) > _VERDICTS_KEPT:
+            _VERDICTS.popitem(last=False)
+    return found
 
 
 class FailClosed(Exception):
@@ -108,26 +148,22 @@ async def bind_profile(
         profile = await runtime.kube.get(PROFILE, name, namespace=namespace)
     except NotFound:
         raise _missing(absent) from None
-    parsed, verdict = decide_profile_body(profile.get("spec") or {})
-    if parsed is None or verdict.effective is None:
-        raise FailClosed(
-            Reason.PROFILE_NOT_VALID, f"profile {name} is not valid: {format_violations(verdict.violations)}"
-        )
+    parsed, invalid, snapshot, digest = _profile_verdict(profile)
+    if parsed is None or snapshot is None:
+        raise FailClosed(Reason.PROFILE_NOT_VALID, f"profile {name} is not valid: {invalid}")
     if parsed.envelope != spec.job_kind:
         raise FailClosed(
             Reason.PROFILE_NOT_VALID,
             f"profile {name} is for envelope {parsed.envelope.value}, not job kind {spec.job_kind.value}",
         )
-    digest = profile_hash(parsed)
     status = profile.get("status") or {}
     if status.get("currentHash") != digest:
         # The profile reconciler makes the revision; its status write wakes this job.
         raise ProfileRevisionPending(pending_profile_revision(namespace=namespace, name=name))
-    effective = verdict.effective
     return {
         "name": name,
         "revision": revision_name(name, digest),
         "hash": digest,
-        "snapshot": effective.to_wire(),
+        "snapshot": copy.deepcopy(snapshot),  # the cached copy is never handed out
         "boundAt": runtime.clock().strftime("%Y-%m-%dT%H:%M:%SZ"),
     }

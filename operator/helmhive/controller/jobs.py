@@ -213,6 +213,8 @@ def register(runtime: Runtime) -> JobQueue:
     # The operator's one event handler on AgentJobs: every step subscribes to runtime.job_events.
     @kopf.on.event(GROUP, VERSION, "agentjobs", id="agentjob-events")
     async def agentjob_events(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        # The store first, as Kopf's indexes took an event in before any handler: steps read it.
+        runtime.job_store.observe(event.get("type"), body)
         await runtime.job_events.dispatch(event.get("type"), body)
 
     async def job_queued(event_type: str | None, body: Mapping[str, Any]) -> None:
@@ -236,8 +238,13 @@ def register(runtime: Runtime) -> JobQueue:
             meta = body["metadata"]
             jobs.wake(Reference(kind=ReferenceKind.PROFILE, namespace=meta["namespace"], name=meta["name"]))
 
+    @kopf.on.startup()
+    async def start_job_store(**_: Any) -> None:
+        runtime.job_store.start(runtime.kube)
+
     @kopf.on.cleanup()
     async def stop_job_deadlines(**_: Any) -> None:
         await runtime.deadlines.stop()
+        await runtime.job_store.stop()
 
     return jobs

@@ -5,16 +5,20 @@ controller (:mod:`helmhive.controller.runners`) derives ``status.reportedStatus 
 or its Runner is deleted. Either is an event on the **runner**, so this module reacts to
 runners, not to jobs, and reads nothing from the API server while no runner is lost:
 
-* index ``lost_jobs_by_runner``: every assigned, unfinished job (running or not) by its runner;
+* the operator's AgentJob store (:class:`~helmhive.policy.job_store.JobStore`, not a Kopf index:
+  those are O(N²) at start-up over thousands of jobs): every assigned, unfinished job (running
+  or not) by its runner;
 * index ``lost_runner_liveness``: every Runner's derived status, by ``(namespace, name)``;
-* on a Runner event that says ``Offline``, or its deletion: every job in the first index under
-  that runner is ended;
-* on a job's own event (its assignment observed, and every job at start-up): one look at the
-  second index, so a job held on a runner that was already Offline or absent (while the
-  operator was down, or just before the assignment was seen) is ended too.
+* on a Runner event that says ``Offline``, or its deletion: every job in the store under that
+  runner is ended;
+* on a job's own event (its assignment observed, and every job at start-up, as Kopf lists
+  them): one look at the runners' index, so a job held on a runner that was already Offline
+  or absent (while the operator was down, or before the store held the job) is ended too.
 
 Kopf runs no handler before every index is filled from its initial list, so "absent from the
-index" means absent from the cluster. Ending a job reads it once (a GET), makes sure the run being
+index" means absent from the cluster. The store takes every job event before this module's
+reaction to it, so a job is either in the store when its runner's transition arrives or
+checked by its own event afterwards. Ending a job reads it once (a GET), makes sure the run being
 ended has its routing audit records (a re-queue clears the assignment they are built from), builds the lost step's
 status patch with :func:`helmhive.policy.lost_runners.build_lost_job_status` (from
 :func:`helmhive.policy.agentjob.decide_lost`: ended, or re-queued when
@@ -65,14 +69,13 @@ class LostJobs:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
-        self.jobs: kopf.Index[RunnerKey, JobKey] | None = None
+        self.jobs = runtime.job_store.store
         self.runners: kopf.Index[RunnerKey, RunnerLiveness] | None = None
         self.tasks: dict[JobKey, asyncio.Task[None]] = {}
         self._gate = asyncio.Semaphore(_WRITERS)
 
     def bind(self, indexes: dict[str, Any]) -> None:
-        """Keep Kopf's live index views (handlers receive them as keyword arguments)."""
-        self.jobs = indexes["lost_jobs_by_runner"]
+        """Keep Kopf's live index view of runners (handlers receive it as a keyword argument)."""
         self.runners = indexes["lost_runner_liveness"]
 
     def lost(self, runner: RunnerKey) -> str | None:
@@ -82,9 +85,7 @@ class LostJobs:
         return decide_runner_lost(next(iter(self.runners.get(runner, ())), None))
 
     def held_on(self, runner: RunnerKey) -> list[JobKey]:
-        if self.jobs is None:
-            return []
-        return list(self.jobs.get(runner, ()))
+        return list(self.jobs.held_on(runner))
 
     def runner_lost_with_jobs(self, body: Mapping[str, Any], *, deleted: bool) -> RunnerKey | None:
         """A Runner's event (``deleted``: its deletion): the runner, if it is lost and jobs are held on it."""
@@ -177,7 +178,7 @@ class LostJobs:
 
 
 def register(runtime: Runtime, lost: LostJobs | None = None) -> LostJobs:
-    """Register the two indexes and the runner and job reactions; return the handler state (tests read it)."""
+    """Register the runners' index and the runner and job reactions; return the handler state (tests read it)."""
     lost = lost or LostJobs(runtime)
 
     @kopf.on.startup()
@@ -189,14 +190,6 @@ def register(runtime: Runtime, lost: LostJobs | None = None) -> LostJobs:
         await lost.stop()
 
     # Index functions return {} (not None) when an object no longer belongs: None keeps the old value.
-    @kopf.index(GROUP, VERSION, "agentjobs", id="lost_jobs_by_runner")
-    async def lost_jobs_by_runner(body: kopf.Body, **_: Any) -> dict[RunnerKey, JobKey]:
-        runner = decide_held_runner(body)
-        if runner is None:
-            return {}
-        meta = body["metadata"]
-        return {runner: (str(meta["namespace"]), str(meta["name"]))}
-
     @kopf.index(GROUP, VERSION, "runners", id="lost_runner_liveness")
     async def lost_runner_liveness(body: kopf.Body, **_: Any) -> dict[RunnerKey, RunnerLiveness]:
         liveness = build_runner_liveness(body)

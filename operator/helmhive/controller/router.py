@@ -83,7 +83,7 @@ class Router(RouterIndexes):
         *,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        super().__init__(monotonic=monotonic)
+        super().__init__(monotonic=monotonic, job_store=runtime.job_store.store)
         self.runtime = runtime
         self.settings = settings or RouterSettings.from_env()
         self.lock = asyncio.Lock()
@@ -187,6 +187,8 @@ class Router(RouterIndexes):
 
     # Work queue --------------------------------------------------------------------------
     async def _worker(self, number: int) -> None:
+        # No decision before the AgentJob store holds every job: it would undercount busy runners.
+        await self.runtime.job_store.synced.wait()
         while True:
             key, trigger = await self._next()
             try:

@@ -4,8 +4,9 @@ Owns, for one operator process (:class:`Capacity`, the base of
 :class:`~helmhive.controller.router.Router`, on top of its
 :class:`~helmhive.controller.router_queue.WorkQueue`):
 
-- **reservations** (``pending``): slots this process assigned that the jobs index does not show
-  yet; :meth:`Capacity.active_jobs` counts the index plus these, so no runner is over-committed
+- **reservations** (``pending``): slots this process assigned that the AgentJob store
+  (:class:`~helmhive.policy.job_store.JobStore`) does not show yet; :meth:`Capacity.active_jobs`
+  counts the store plus these, so no runner is over-committed
   between a write and its watch event;
 - **held slots** (``holding``): which runner each assigned, unfinished job holds, so a job that
   finishes or is deleted frees exactly that runner's slot;
@@ -50,7 +51,7 @@ class Capacity(WorkQueue):
         super().__init__()
         self.monotonic = monotonic
         self.jobs_by_runner: Mapping[Any, Collection[JobKey]] = {}
-        """Kopf's index of jobs by the runner they hold a slot on (bound by the router)."""
+        """Jobs by the runner they hold a slot on: the AgentJob store's view (set by the router)."""
         self.pending: dict[JobKey, RunnerKey] = {}
         self.pending_by_runner: dict[RunnerKey, set[JobKey]] = {}
         self.waiting: dict[JobKey, _Waiting] = {}
@@ -85,12 +86,12 @@ class Capacity(WorkQueue):
                     del self.pending_by_runner[runner]
 
     def active_jobs(self, runners: Iterable[RunnerKey]) -> dict[RunnerKey, int]:
-        """Active jobs per runner: the jobs index (assigned, unfinished) plus this process's in-flight writes."""
+        """Active jobs per runner: the job store (assigned, unfinished) plus this process's in-flight writes."""
         counts: dict[RunnerKey, int] = {}
         for runner in runners:
             indexed = self.jobs_by_runner.get(runner, ())
             pending = self.pending_by_runner.get(runner)
-            # A Kopf index store holds one value per job object, so its length is the count.
+            # The store holds each job once, so its length is the count.
             total = len(set(indexed) | pending) if pending else len(indexed)
             if total:
                 counts[runner] = total

@@ -1,11 +1,13 @@
-"""The router's read side of Kopf's indexes: the fleet as a job's namespace sees it.
+"""The router's read side of Kopf's indexes and the AgentJob store: the fleet as a job's namespace sees it.
 
 Owns (:class:`RouterIndexes`, between :class:`~helmhive.controller.router_capacity.Capacity`
 and :class:`~helmhive.controller.router.Router`): the index stores the routing handlers fill
 (:mod:`helmhive.controller.routing` hands them over once, :meth:`RouterIndexes.bind`), the
 runner views per job namespace, cached until a runner, pool or namespace changes
 (:meth:`RouterIndexes.changed_topology`), and which provider a change's implementation ran on
-(the index, or this process's own write, known before its watch event).
+(the operator's AgentJob store, :class:`~helmhive.policy.job_store.JobStore`, or this process's
+own write, known before its watch event). Jobs are not in Kopf's indexes: an index on a kind
+with thousands of objects makes Kopf's start-up O(N²).
 
 Pure reads of memory: no API call, no clock.
 """
@@ -16,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from helmhive.controller.router_capacity import Capacity
+from helmhive.policy.job_store import JobStore
 from helmhive.policy.memory import NamedMemoryRecord
 from helmhive.policy.routing import RunnerView, SessionBindingView
 from helmhive.policy.routing_inputs import PoolServing, RunnerFacts, build_runner_views
@@ -26,14 +29,15 @@ __all__ = ["RouterIndexes"]
 class RouterIndexes(Capacity):
     """Kopf's routing indexes and the runner views built from them (see the module docstring)."""
 
-    def __init__(self, *, monotonic: Callable[[], float]) -> None:
+    def __init__(self, *, monotonic: Callable[[], float], job_store: JobStore) -> None:
         super().__init__(monotonic=monotonic)
+        self.job_store = job_store
+        self.jobs_by_runner = job_store.jobs_by_runner
         # Empty until Kopf hands the indexes over.
         self.runners: Mapping[Any, Iterable[RunnerFacts]] = {}
         self.pools: Mapping[Any, Iterable[PoolServing]] = {}
         self.namespaces: Mapping[Any, Iterable[dict[str, str]]] = {}
         self.memory: Mapping[Any, Iterable[NamedMemoryRecord]] = {}
-        self.implementations: Mapping[Any, Iterable[str]] = {}
         self.sessions: Mapping[Any, Iterable[SessionBindingView]] = {}
         self.implementations_written: dict[tuple[str, str, int], str] = {}  # (namespace, change, iteration) -> provider
         self.topology = 0  # bumped when runners, pools or namespaces change
@@ -44,9 +48,7 @@ class RouterIndexes(Capacity):
         self.runners = indexes["routing_runners"]
         self.pools = indexes["routing_pools"]
         self.namespaces = indexes["routing_namespaces"]
-        self.jobs_by_runner = indexes["routing_jobs"]
         self.memory = indexes["routing_memory"]
-        self.implementations = indexes["routing_implementations"]
         self.sessions = indexes["routing_sessions"]
 
     def changed_topology(self) -> None:
@@ -65,7 +67,7 @@ class RouterIndexes(Capacity):
         return views
 
     def _implementation_provider(self, key: tuple[str, str, int]) -> str | None:
-        indexed = next(iter(self.implementations.get(key, ())), None)
-        # The index learns of an implementation's assignment from its watch event; this process's own
+        indexed = self.job_store.implementation_provider(key)
+        # The store learns of an implementation's assignment from its watch event; this process's own
         # write is known at once, so a review queued right behind it cannot miss it.
         return indexed or self.implementations_written.get(key)

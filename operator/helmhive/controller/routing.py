@@ -4,9 +4,11 @@ The routing engine (work queue, reservations, waiting and backoff, audit recover
 :mod:`helmhive.controller.router`; this module only connects it to Kopf:
 
 - **Indexes** (Kopf fills them before any handler runs, also after a restart): runners, runner
-  pools, namespaces' labels, jobs by the runner they hold a slot on (assigned and not finished,
-  :attr:`helmhive.policy.agentjob.AgentJob.held_runner`), memory records by namespace, stored
-  session bindings, and each change's implementation provider.
+  pools, namespaces' labels, memory records by namespace and stored session bindings. Jobs by
+  the runner they hold a slot on and each change's implementation provider are in the
+  operator's AgentJob store instead (:mod:`helmhive.controller.job_store_sync`: one LIST, then
+  the watch events), which the router waits for before its first decision; Kopf's indexes on
+  AgentJobs made a restart over 10,000 jobs O(N²).
 - **AgentJob events** (through the operator's one AgentJob handler, ``Runtime.job_events``): the
   router queues every job that awaits a decision (profile bound, no assignment, not failed
   closed), and notices a job finishing: the job waiting longest on that runner is re-decided at
@@ -26,15 +28,13 @@ from typing import Any
 import kopf
 
 from helmhive.api.kinds import GROUP, VERSION
-from helmhive.controller.router import AGENT_JOB, JobKey, Router, RouterSettings, RouterStats, TokenBucket
+from helmhive.controller.router import AGENT_JOB, Router, RouterSettings, RouterStats, TokenBucket
 from helmhive.controller.runtime import Runtime
-from helmhive.policy.agentjob import decide_held_runner
 from helmhive.policy.memory import NamedMemoryRecord
-from helmhive.policy.routing import RunnerKey, SessionBindingView
+from helmhive.policy.routing import SessionBindingView
 from helmhive.policy.routing_inputs import (
     PoolServing,
     RunnerFacts,
-    decide_implementation_provider,
     parse_memory_record,
     parse_pool,
     parse_runner,
@@ -61,6 +61,8 @@ def register(runtime: Runtime, router: Router | None = None) -> Router:
     async def routing_probe(**_: Any) -> dict[str, int]:
         stats = router.stats
         return {
+            "synced": int(runtime.job_store.synced.is_set()),  # 0: not routing yet (the job store is listing)
+            "storedJobs": len(runtime.job_store.store),
             "assigned": stats.assigned,
             "waiting": len(router.waiting),
             "failed": stats.failed,
@@ -84,18 +86,6 @@ def register(runtime: Runtime, router: Router | None = None) -> Router:
     @kopf.index("", "v1", "namespaces", id="routing_namespaces")
     async def routing_namespaces(name: str, labels: kopf.Labels, **_: Any) -> dict[str, dict[str, str]]:
         return {name: dict(labels)}
-
-    @kopf.index(GROUP, VERSION, "agentjobs", id="routing_jobs")
-    async def routing_jobs(body: kopf.Body, **_: Any) -> dict[RunnerKey, JobKey]:
-        runner = decide_held_runner(body)
-        if runner is None:
-            return {}
-        return {runner: (str(body["metadata"]["namespace"]), str(body["metadata"]["name"]))}
-
-    @kopf.index(GROUP, VERSION, "agentjobs", id="routing_implementations")
-    async def routing_implementations(body: kopf.Body, **_: Any) -> dict[tuple[str, str, int], str]:
-        found = decide_implementation_provider(body)
-        return {found[0]: found[1]} if found is not None else {}
 
     @kopf.index(GROUP, VERSION, "memoryrecords", id="routing_memory")
     async def routing_memory(namespace: str | None, body: kopf.Body, **_: Any) -> dict[str, NamedMemoryRecord]:

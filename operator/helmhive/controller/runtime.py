@@ -15,6 +15,7 @@ from typing import Any
 
 from helmhive.controller.contact import ApiContact
 from helmhive.controller.deadlines import DeadlineScheduler
+from helmhive.controller.job_store_sync import JobStoreSync
 from helmhive.controller.kube import Kube
 from helmhive.policy.waiting import DEFAULT_REFERENCE_WAIT
 
@@ -104,6 +105,8 @@ class Runtime:
     config: OperatorConfig = field(default_factory=OperatorConfig)
     deadlines: DeadlineScheduler = field(init=False)
     job_events: JobEvents = field(default_factory=JobEvents)
+    job_store: JobStoreSync = field(default_factory=JobStoreSync)
+    """The operator's AgentJob store (jobs by runner, implementations by change), filled by the AgentJob handler."""
     contact: ApiContact = field(default_factory=ApiContact)
     """Contact with the API server since the process started (the heartbeat hold's clock)."""
 

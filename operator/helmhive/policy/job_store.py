@@ -1,0 +1,185 @@
+"""The operator's own store of AgentJob facts: jobs by the runner they hold, implementations by change. Pure.
+
+Kopf's indexes on AgentJobs cost O(N²) at start-up (Kopf makes a readiness toggle per listed
+object and every toggle change wakes every waiting worker: over 10,000 jobs a restarted operator
+routed nothing for 12 minutes), so the operator keeps these facts itself. A
+:class:`JobStore` is filled by one paginated LIST when the operator starts
+(:mod:`helmhive.controller.job_store_sync`) and then by the AgentJob watch events the operator
+already receives; it answers what the routing and lost-runner indexes used to:
+
+- :meth:`JobStore.held_on`: the jobs holding a slot on a runner (assigned, not finished;
+  :attr:`helmhive.policy.agentjob.AgentJob.held_runner`);
+- :meth:`JobStore.implementation_provider`: which provider ran a change's implementation
+  (:func:`helmhive.policy.routing_inputs.decide_implementation_provider`).
+
+It holds only these slim facts and each job's ``resourceVersion``, never whole objects.
+
+**Order.** The LIST and Kopf's watch are independent streams, so a job's events may arrive
+older than what the store already holds (an event Kopf delivers after the LIST that predates
+it). Every job keeps the ``resourceVersion`` it was last updated from, and an older copy is
+ignored. This assumes what etcd gives today and Kubernetes documents as opaque: that the
+resourceVersions of one kind compare as integers (etcd's revision counter). A version that is
+not an integer is applied as if newest. A deleted job leaves the store at once; until the LIST
+is complete, its deletion is remembered (a tombstone) so the LIST's older copy of it cannot
+bring it back.
+
+The store never undercounts a runner's jobs because of the LIST: a copy is only ever replaced
+by a newer one. Slots the router assigned and not yet seen here are the router's own
+reservations (:mod:`helmhive.controller.router_capacity`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+from helmhive.policy.agentjob import parse_agent_job
+from helmhive.policy.routing import RunnerKey
+from helmhive.policy.routing_inputs import decide_implementation_provider
+
+__all__ = ["ImplementationKey", "JobFacts", "JobKey", "JobStore", "build_job_facts", "parse_resource_version"]
+
+JobKey = tuple[str, str]
+ImplementationKey = tuple[str, str, int]
+"""(namespace, change, iteration)."""
+
+
+class JobFacts(NamedTuple):
+    """What the store keeps of one job."""
+
+    version: int | None
+    """``metadata.resourceVersion`` as an integer; None when it is not one (then applied as newest)."""
+    runner: RunnerKey | None
+    """The runner it holds a slot on (assigned, not finished)."""
+    implementation: tuple[ImplementationKey, str] | None
+    """For a change's assigned implementation job: its key and the provider it ran on."""
+
+
+def parse_resource_version(body: Mapping[str, Any]) -> int | None:
+    """``metadata.resourceVersion`` as an integer (see the module docstring), None if it is not one."""
+    raw = (body.get("metadata") or {}).get("resourceVersion")
+    try:
+        return int(str(raw))
+    except (TypeError, ValueError):
+        return None
+
+
+def _intern_key(key: tuple[str, str]) -> tuple[str, str]:
+    # Runner namespaces and names repeat across thousands of jobs: share the strings.
+    return (sys.intern(key[0]), sys.intern(key[1]))
+
+
+def build_job_facts(body: Mapping[str, Any]) -> JobFacts:
+    """The slim facts of one job object."""
+    runner = parse_agent_job(body).held_runner
+    return JobFacts(
+        version=parse_resource_version(body),
+        runner=_intern_key(runner) if runner is not None else None,
+        implementation=decide_implementation_provider(body),
+    )
+
+
+def _job_key(body: Mapping[str, Any]) -> JobKey:
+    meta = body.get("metadata") or {}
+    return (sys.intern(str(meta.get("namespace") or "")), str(meta.get("name") or ""))
+
+
+def _newer(version: int | None, than: int | None) -> bool:
+    """True unless ``version`` is known to be older than ``than`` (equal re-applies: harmless)."""
+    return version is None or than is None or version >= than
+
+
+class JobStore:
+    """Jobs by runner and implementations by change, kept from a LIST and watch events (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._facts: dict[JobKey, JobFacts] = {}
+        self._by_runner: dict[RunnerKey, set[JobKey]] = {}
+        self._implementations: dict[ImplementationKey, dict[JobKey, str]] = {}
+        self._tombstones: dict[JobKey, int | None] = {}
+        self.listing = False
+        self.synced = False
+
+    # Reads ------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._facts)
+
+    def facts(self, key: JobKey) -> JobFacts | None:
+        return self._facts.get(key)
+
+    @property
+    def jobs_by_runner(self) -> Mapping[RunnerKey, set[JobKey]]:
+        """Runner -> the jobs holding a slot on it (a live view; do not modify)."""
+        return self._by_runner
+
+    def held_on(self, runner: RunnerKey) -> set[JobKey]:
+        return self._by_runner.get(runner) or set()
+
+    def implementation_provider(self, key: ImplementationKey) -> str | None:
+        providers = self._implementations.get(key)
+        return next(iter(providers.values()), None) if providers else None
+
+    # Writes -----------------------------------------------------------------------------------
+    def observe(self, event_type: str | None, body: Mapping[str, Any]) -> bool:
+        """Take one watch event (type None: a listed object). False when it was older than the store's copy."""
+        key = _job_key(body)
+        if event_type == "DELETED":
+            version = parse_resource_version(body)
+            current = self._facts.get(key)
+            if current is not None and not _newer(version, current.version):
+                return False
+            self._drop(key)
+            if not self.synced:
+                self._tombstones[key] = version
+            return True
+        return self._put(key, build_job_facts(body))
+
+    def begin_listing(self) -> None:
+        """The LIST starts: deletions seen from now on are remembered until :meth:`finish_listing`."""
+        self.listing = True
+
+    def add_listed(self, items: Iterable[Mapping[str, Any]]) -> int:
+        """Take one page of the LIST; returns how many copies were newer than the store's."""
+        return sum(1 for item in items if self._put(_job_key(item), build_job_facts(item)))
+
+    def finish_listing(self) -> None:
+        """Every page is in: the store is synced, and its tombstones are no longer needed."""
+        self.listing = False
+        self.synced = True
+        self._tombstones.clear()
+
+    def _put(self, key: JobKey, facts: JobFacts) -> bool:
+        if key in self._tombstones and not _newer(facts.version, self._tombstones[key]):
+            return False
+        if key in self._tombstones and facts.version is not None:
+            del self._tombstones[key]  # re-created under the same name
+        current = self._facts.get(key)
+        if current is not None and not _newer(facts.version, current.version):
+            return False
+        self._drop(key)
+        self._facts[key] = facts
+        if facts.runner is not None:
+            self._by_runner.setdefault(facts.runner, set()).add(key)
+        if facts.implementation is not None:
+            change, provider = facts.implementation
+            self._implementations.setdefault(change, {})[key] = provider
+        return True
+
+    def _drop(self, key: JobKey) -> None:
+        current = self._facts.pop(key, None)
+        if current is None:
+            return
+        if current.runner is not None:
+            jobs = self._by_runner.get(current.runner)
+            if jobs is not None:
+                jobs.discard(key)
+                if not jobs:
+                    del self._by_runner[current.runner]
+        if current.implementation is not None:
+            change = current.implementation[0]
+            providers = self._implementations.get(change)
+            if providers is not None:
+                providers.pop(key, None)
+                if not providers:
+                    del self._implementations[change]
