@@ -320,6 +320,7 @@ def _every_step_on_every_sample() -> list[tuple[AgentJob, StatusPatch]]:
             agentjob.finish(job, succeeded=False, reason="AgentFailed", message="m", result={}, now=NOW),
             agentjob.lost(job, message="m", why_not_rerun="w", now=NOW),
             agentjob.requeue(job, message="m", retry_message="r", now=NOW),
+            agentjob.close(job, why_not_rerun="w"),
         ]
         pairs += [(job, p) for p in made if p is not None]
     return pairs

@@ -189,13 +189,18 @@ def test_a_job_that_waits_is_not_a_failure(reason: str) -> None:
     assert cond(d, "Planned") == ("Unknown", "StageRunning") and not d.finished
 
 
-def test_a_planning_job_whose_runner_was_lost_and_will_be_re_queued_still_runs() -> None:
-    lost = job(ChangeStage.PLANNING, state="failed", reason="RunnerLost")
+@pytest.mark.parametrize("reason", ["RunnerLost", "AgentCrashed", "AgentUnresponsive", "Interrupted"])
+def test_a_planning_job_that_failed_for_the_infrastructure_and_will_be_re_queued_still_runs(reason: str) -> None:
+    lost = job(ChangeStage.PLANNING, state="failed", reason=reason)
     lost["status"]["profile"] = {"snapshot": {"filesystem": "read"}}
     d = decide(change(), lost)
     assert cond(d, "Planned") == ("Unknown", "StageRunning") and not d.finished
-    impl_lost = job(ChangeStage.PLANNING, state="failed", reason="AgentCrashed")
-    assert cond(decide(change(), impl_lost), "Ready") == ("False", "PlanningFailed")
+    # Once the operator recorded that it is not re-run (here: the re-run was spent), the stage failed.
+    spent = job(ChangeStage.PLANNING, state="failed", reason=reason)
+    spent["status"]["attempts"] = 1
+    assert cond(decide(change(), spent), "Ready") == ("False", "PlanningFailed")
+    spent["status"]["conditions"][0]["message"] += "; not re-run: already re-run 1 time(s)"
+    assert cond(decide(change(), spent), "Ready") == ("False", "PlanningFailed")
 
 
 def test_a_plan_without_steps_is_an_invalid_stage_output() -> None:

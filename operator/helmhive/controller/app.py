@@ -28,6 +28,7 @@ import kopf
 from helmhive.controller import (
     changes,
     envelopes,
+    failed,
     jobs,
     lost,
     memory,
@@ -132,6 +133,7 @@ def register_handlers(runtime: Runtime, *, webhook: WebhookConfig | None = None)
     queue = jobs.register(runtime)
     workspaces.register(runtime)
     lost.register(runtime)
+    failed.register(runtime)
     router = routing.register(runtime)
     queue.handoff, router.rebind = router.submit_bound, queue.requeue  # bind and route in one write
     changes.register(runtime)

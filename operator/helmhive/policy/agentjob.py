@@ -23,8 +23,12 @@ A job's life, and the step that writes each move (each returns a :class:`StatusP
   ``result``.
 - **lost** (operator, for a runner that cannot): the runner went Offline or was deleted while
   it held the job: ended ``RunnerLost``.
-- **requeue** (operator): a lost job that :func:`helmhive.policy.retry.decide_job_retry` lets
-  run again: only the binding is kept, ``attempts`` grows by one, ``Routed=Unknown/RunnerLost``.
+- **requeue** (operator): a job lost, or ended by its runner with an infrastructure reason, that
+  :func:`helmhive.policy.retry.decide_job_retry` lets run again: only the binding is kept,
+  ``attempts`` grows by one, ``Routed=Unknown`` with the failure's reason
+  (:mod:`helmhive.policy.failed_jobs` decides it for a job the runner ended).
+- **close** (operator): a job its runner ended with an infrastructure reason that is not run
+  again: the verdict (``not re-run: <why>``) is added to its ``Succeeded`` and ``Ready`` messages.
 
 Every write is a JSON merge patch of only the fields its step owns (``None`` deletes a field),
 made conditional by the caller with :meth:`StatusPatch.conditional` (the resourceVersion the
@@ -32,8 +36,8 @@ decision was made from; a 409 means re-read and decide again).
 
 Status fields and their writers (one writer per step; a field with two writers has them in
 turn: the operator until the runner starts the job, the runner until it ends it, the operator
-again only when the runner is lost). ``observedGeneration`` is written by no step; re-queue
-keeps it. :data:`STATUS_WRITERS` is this table as data (a unit test keeps them equal)::
+again only when the runner is lost or the job is re-queued or closed). ``observedGeneration`` is
+written by no step; re-queue keeps it. :data:`STATUS_WRITERS` is this table as data (a unit test keeps them equal)::
 
     field                  writer    steps
     profile                operator  bind, route
@@ -45,12 +49,12 @@ keeps it. :data:`STATUS_WRITERS` is this table as data (a unit test keeps them e
     result                 runner    start, finish
     result                 operator  lost, requeue
     conditions[Routed]     operator  bind, wait, fail, route, requeue
-    conditions[Ready]      operator  bind, wait, fail, route, lost, requeue
+    conditions[Ready]      operator  bind, wait, fail, route, lost, requeue, close
     conditions[Ready]      runner    start, finish
     conditions[Running]    runner    start, finish
     conditions[Running]    operator  lost, requeue
     conditions[Succeeded]  runner    finish
-    conditions[Succeeded]  operator  lost, requeue
+    conditions[Succeeded]  operator  lost, requeue, close
 
 (``requeue`` writes a field by deleting it: the job starts over as a bound job.)
 """
@@ -74,6 +78,7 @@ from helmhive.policy.routing import RouteOutcome, RoutingDecision, build_status_
 from helmhive.policy.waiting import WAITING_REASONS, build_bound_conditions, build_unbound_conditions
 
 __all__ = [
+    "NOT_RERUN",
     "STATUS_WRITERS",
     "STEP_WRITERS",
     "AgentJob",
@@ -83,6 +88,7 @@ __all__ = [
     "Writer",
     "apply_merge_patch",
     "bind",
+    "close",
     "decide_finished",
     "decide_held_runner",
     "decide_lost",
@@ -121,6 +127,7 @@ class Step(enum.StrEnum):
     FINISH = "finish"
     LOST = "lost"
     REQUEUE = "requeue"
+    CLOSE = "close"
 
 
 STEP_WRITERS: Mapping[Step, Writer] = {
@@ -132,6 +139,7 @@ STEP_WRITERS: Mapping[Step, Writer] = {
     Step.FINISH: Writer.RUNNER,
     Step.LOST: Writer.OPERATOR,
     Step.REQUEUE: Writer.OPERATOR,
+    Step.CLOSE: Writer.OPERATOR,
 }
 
 _O, _R = Writer.OPERATOR, Writer.RUNNER
@@ -144,11 +152,11 @@ STATUS_WRITERS: Mapping[str, Mapping[Writer, frozenset[Step]]] = {
     "result": {_R: frozenset({Step.START, Step.FINISH}), _O: frozenset({Step.LOST, Step.REQUEUE})},
     "conditions[Routed]": {_O: frozenset({Step.BIND, Step.WAIT, Step.FAIL, Step.ROUTE, Step.REQUEUE})},
     "conditions[Ready]": {
-        _O: frozenset({Step.BIND, Step.WAIT, Step.FAIL, Step.ROUTE, Step.LOST, Step.REQUEUE}),
+        _O: frozenset({Step.BIND, Step.WAIT, Step.FAIL, Step.ROUTE, Step.LOST, Step.REQUEUE, Step.CLOSE}),
         _R: frozenset({Step.START, Step.FINISH}),
     },
     "conditions[Running]": {_R: frozenset({Step.START, Step.FINISH}), _O: frozenset({Step.LOST, Step.REQUEUE})},
-    "conditions[Succeeded]": {_R: frozenset({Step.FINISH}), _O: frozenset({Step.LOST, Step.REQUEUE})},
+    "conditions[Succeeded]": {_R: frozenset({Step.FINISH}), _O: frozenset({Step.LOST, Step.REQUEUE, Step.CLOSE})},
 }
 """Every status field a step writes, by writer, with the steps that write it (the docstring's table)."""
 
@@ -589,25 +597,51 @@ def lost(job: AgentJob, *, message: str, why_not_rerun: str, now: dt.datetime) -
 
     The assignment and the rest of the result stay (a job that may have written keeps its history).
     """
-    conditions = _lost_conditions(job, message=message, now=now)
+    conditions = _with_verdict(_lost_conditions(job, message=message, now=now), message, why_not_rerun)
+    return StatusPatch(step=Step.LOST, status={"conditions": conditions, "result": _lost_result(job, now)})
+
+
+NOT_RERUN = "; not re-run: "
+"""What separates an ended job's message from the operator's verdict; its presence means "decided"."""
+
+_MESSAGE_MAX = 1024
+
+
+def _with_verdict(conditions: list[dict[str, Any]], message: str, why: str) -> list[dict[str, Any]]:
+    """``Succeeded`` and ``Ready`` say ``<message>; not re-run: <why>``; the message is shortened first,
+    so the verdict (which later events look for) always fits."""
+    verdict = f"{NOT_RERUN}{why}"[: _MESSAGE_MAX // 2]
+    text = message[: _MESSAGE_MAX - len(verdict)] + verdict
     for cond in conditions:
         if cond["type"] in (ConditionType.SUCCEEDED, ConditionType.READY):
-            cond["message"] = f"{message}; not re-run: {why_not_rerun}"[:1024]
-    return StatusPatch(step=Step.LOST, status={"conditions": conditions, "result": _lost_result(job, now)})
+            cond["message"] = text
+    return conditions
+
+
+def close(job: AgentJob, *, why_not_rerun: str) -> StatusPatch:
+    """Its runner ended it with an infrastructure reason and it is not run again: the verdict is added to
+    the ``Succeeded`` and ``Ready`` messages (status, reason and times stay the runner's)."""
+    succeeded = next((c for c in job.conditions if c.get("type") == ConditionType.SUCCEEDED), {})
+    message = str(succeeded.get("message") or "")
+    conditions = _with_verdict([dict(c) for c in job.conditions], message, why_not_rerun)
+    return StatusPatch(step=Step.CLOSE, status={"conditions": conditions})
 
 
 _KEPT_ON_REQUEUE = frozenset({"profile", "observedGeneration"})
 
 
-def requeue(job: AgentJob, *, message: str, retry_message: str, now: dt.datetime) -> StatusPatch:
-    """Its runner was lost and it may run again: every status field but the binding and
-    ``observedGeneration`` is deleted, ``attempts`` grows by one, ``Routed=Unknown/RunnerLost`` says why.
+def requeue(
+    job: AgentJob, *, message: str, retry_message: str, now: dt.datetime, reason: Reason = Reason.RUNNER_LOST
+) -> StatusPatch:
+    """It failed for the infrastructure (``reason``: its runner was lost, by default) and may run again:
+    every status field but the binding and ``observedGeneration`` is deleted, ``attempts`` grows by one,
+    ``Routed=Unknown`` with ``reason`` says why.
     """
     conditions = set_condition(
         [],
         type=ConditionType.ROUTED,
         status=None,
-        reason=Reason.RUNNER_LOST,
+        reason=reason,
         message=f"{message}; re-queued: {retry_message}",
         generation=job.generation,
         now=now,

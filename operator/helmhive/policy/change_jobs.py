@@ -1,8 +1,8 @@
 """A Change's jobs: their deterministic names, what each one's status means, and its stage output. Pure.
 
 :func:`view_stage_job` reads one AgentJob the Change owns into a :class:`StageJob`: its
-stage and iteration, whether it runs, succeeded or failed (a job whose runner was lost and
-that will be re-queued still counts as running), the provider and model it was routed to,
+stage and iteration, whether it runs, succeeded or failed (a job that failed for the
+infrastructure and that the operator will re-queue still counts as running), the provider and model it was routed to,
 and the outputs the next stage needs (the plan or the review document, the patch, the check
 evidence). :func:`parse_plan` and :func:`parse_review` bound those outputs for the Change's status.
 """
@@ -22,8 +22,9 @@ from helmhive.api.change import CriterionVerdict, Finding, PlanStatus, PlanStep,
 from helmhive.api.common import JobKind
 from helmhive.api.governed import ChangeStage, CheckEvidence, PatchRef
 from helmhive.api.reasons import ConditionType, Reason
+from helmhive.policy.agentjob import parse_agent_job
 from helmhive.policy.conditions import find_condition
-from helmhive.policy.retry import decide_job_retry
+from helmhive.policy.failed_jobs import decide_pending_requeue
 
 __all__ = [
     "LABEL_CHANGE",
@@ -117,9 +118,8 @@ def view_stage_job(body: Mapping[str, Any]) -> StageJob | None:
         state, reason, message = JobState.SUCCEEDED, str(succeeded.get("reason")), str(succeeded.get("message") or "")
     elif succeeded is not None and succeeded.get("status") == "False":
         reason, message = str(succeeded.get("reason")), str(succeeded.get("message") or "")
-        retry = decide_job_retry(job=body)
-        requeue = reason.split(":", 1)[0] == Reason.RUNNER_LOST.value and retry is not None and retry.retry
-        state = JobState.RUNNING if requeue else JobState.FAILED
+        # The operator re-queues an infrastructure failure it may re-run: the Change waits for that run.
+        state = JobState.RUNNING if decide_pending_requeue(parse_agent_job(body)) else JobState.FAILED
     elif routed is not None and routed.get("status") == "False" and routed.get("reason") not in _STILL_QUEUED:
         state, reason, message = JobState.FAILED, str(routed.get("reason")), str(routed.get("message") or "")
     assignment = status.get("assignment") or {}

@@ -55,7 +55,8 @@ class ClusterJobSource:
         self.ctx = ctx
         self._pending: OrderedDict[str, str] = OrderedDict()  # uid -> name, oldest first
         self._in_flight: dict[str, JobExecution] = {}
-        self._done: OrderedDict[str, None] = OrderedDict()
+        self._done: OrderedDict[str, int | None] = OrderedDict()
+        """uid -> the attempt (``status.attempts``) this process ended; None: not known (any attempt)."""
         self._lost: set[str] = set()
         self._ready = asyncio.Event()
         self._stop = threading.Event()
@@ -129,7 +130,7 @@ class ClusterJobSource:
             runner=self.ctx.runner,
             namespace=self.ctx.config.env.namespace,
             in_flight=execution is not None,
-            done=view.uid in self._done,
+            done=self._ended(view.uid, view.attempts),
         )
         if action is JobAction.RUN and view.uid not in self._pending:
             self._pending[view.uid] = view.name
@@ -141,18 +142,18 @@ class ClusterJobSource:
             self._pending.pop(view.uid, None)
         elif action is JobAction.CANCEL_PENDING:
             self._pending.pop(view.uid, None)
-            self._spawn(self._end_unstarted(view.uid, view.name, lost=False))
+            self._spawn(self._end_unstarted(view.uid, view.name, lost=False, seen=view.attempts))
         elif action is JobAction.MARK_LOST and view.uid not in self._lost:
             self._pending.pop(view.uid, None)
             self._lost.add(view.uid)
-            self._spawn(self._end_unstarted(view.uid, view.name, lost=True))
+            self._spawn(self._end_unstarted(view.uid, view.name, lost=True, seen=view.attempts))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _end_unstarted(self, uid: str, name: str, *, lost: bool) -> None:
+    async def _end_unstarted(self, uid: str, name: str, *, lost: bool, seen: int | None = None) -> None:
         """End a job this process is not running: cancelled while queued, or Running here without a turn.
 
         A job Running here is ended as its journal entry says (:func:`~helmhive.runner.journal.decide_recovery`):
@@ -191,7 +192,7 @@ class ClusterJobSource:
                 reason=verdict.reason,
             )
             self._forget_entry(uid)
-        self._remember(uid)
+        self._remember(uid, entry.attempt if entry is not None else seen)
 
     def _journal_entry(self, uid: str) -> JournalEntry | None:
         if self.ctx.journal is None:
@@ -228,8 +229,15 @@ class ClusterJobSource:
             self._lost.add(entry.uid)
             self._spawn(self._end_unstarted(entry.uid, entry.name, lost=True))
 
-    def _remember(self, uid: str) -> None:
-        self._done[uid] = None
+    def _ended(self, uid: str, attempts: int) -> bool:
+        """This process ended the job at this attempt (a late event of it): an operator's re-queue is a later one."""
+        if uid not in self._done:
+            return False
+        ended = self._done[uid]
+        return ended is None or attempts <= ended
+
+    def _remember(self, uid: str, attempt: int | None) -> None:
+        self._done[uid] = attempt
         while len(self._done) > _DONE_MEMORY:
             self._done.popitem(last=False)
 
@@ -250,7 +258,7 @@ class ClusterJobSource:
         if execution is None:
             return
         if execution.ended:
-            self._remember(execution.uid)
+            self._remember(execution.uid, execution.attempt)
         elif execution.kept:  # the API server stayed away: the next list writes the journal's result
             self._log(logging.WARNING, "a job's final status waits in the journal", job=execution.name)
         elif execution.started:  # its end was never written: the next list ends it from the journal

@@ -33,6 +33,7 @@ every path of a runner's adapter can be exercised:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -60,6 +61,8 @@ ENV_LEAK_ON_CRASH = "HELMHIVE_REFERENCE_AGENT_LEAK_ON_CRASH"
 ENV_SESSION_PREFIX = "HELMHIVE_REFERENCE_AGENT_SESSION_PREFIX"
 ENV_CONTEXT_SIZE = "HELMHIVE_REFERENCE_AGENT_CONTEXT_SIZE"
 CRASH_EXIT_CODE = 70
+CRASH_ONCE_MARK = ".helmhive-reference-agent-crashed-once"
+"""``REFERENCE-AGENT: crash-once`` crashes only while ``$HOME/<this>`` is absent, and writes it first."""
 LIMIT_EXIT_CODE = 1
 AUTH_METHOD_ID = "reference-token"
 
@@ -136,6 +139,22 @@ class Session:
 
 
 AnyConfigOption = schema.SessionConfigOptionSelect | schema.SessionConfigOptionBoolean
+
+
+def _first_crash() -> bool:
+    """True the first time (no mark in ``$HOME`` yet, or no HOME at all): leave the mark, then crash.
+
+    A job re-run with the same HOME (a session binding's, kept on its runner) then runs normally.
+    """
+    home = os.environ.get("HOME", "")
+    if not os.path.isabs(home):
+        return True
+    mark = Path(home) / CRASH_ONCE_MARK
+    if mark.exists():
+        return False
+    with contextlib.suppress(OSError):  # cannot remember: crash anyway
+        mark.write_text("crashed once\n", encoding="utf-8")
+    return True
 
 
 def config_options(session: Session) -> list[AnyConfigOption]:
@@ -367,7 +386,7 @@ class ReferenceAgent:
         if behaviour == "stall":
             await session.cancelled.wait()
             return cancelled
-        if behaviour == "crash":
+        if behaviour == "crash" or (behaviour == "crash-once" and _first_crash()):
             self._crash(session_id)
         if behaviour == "slow" and await self._slow(session_id, session):
             return cancelled

@@ -76,8 +76,8 @@ MAGIC_PREFIXES: Final = (
 _FENCE: Final = re.compile(r"```json\s*\n(.*?)\n```", re.DOTALL)
 _SAFE_NAME: Final = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
-Behaviour = Literal["normal", "hang", "stall", "crash", "slow"]
-BEHAVIOURS: Final[tuple[Behaviour, ...]] = ("normal", "hang", "stall", "crash", "slow")
+Behaviour = Literal["normal", "hang", "stall", "crash", "crash-once", "slow"]
+BEHAVIOURS: Final[tuple[Behaviour, ...]] = ("normal", "hang", "stall", "crash", "crash-once", "slow")
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +122,8 @@ def parse_directives(prompt: str) -> Directives:
 
     * ``OUTPUT-CONTRACT: json`` asks for a JSON object reply;
     * ``USE-TOOL: <name>`` asks for a permission to use the tool ``<name>`` (in order, once each);
-    * ``REFERENCE-AGENT: hang|stall|crash|slow|normal`` overrides the agent's behaviour for this prompt;
+    * ``REFERENCE-AGENT: hang|stall|crash|crash-once|slow|normal`` overrides the agent's behaviour for
+      this prompt (``crash-once`` crashes only while no earlier crash-once left its mark in ``$HOME``);
       ``REFERENCE-AGENT: invalid-output`` makes this prompt's answer break the output contract;
     * ``WRITE-FILE: <name>`` writes the file ``<name>`` in the session's cwd itself (a direct write);
     * ``ACP-WRITE-FILE: <name>`` asks the client to write it (ACP ``fs/write_text_file``);
