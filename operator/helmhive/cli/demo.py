@@ -57,6 +57,19 @@ def _governed_change(kubectl: Kubectl, state: Path, namespace: str, kubeconfig: 
     run_pod(name=pod, namespace=namespace, admin_kubeconfig=kubeconfig, state_dir=state)
     kubectl.wait_for(f"runner/{pod}", "create", namespace=namespace)
     kubectl.wait_for(f"runner/{pod}", "condition=Schedulable", namespace=namespace, timeout=90)
+    # A Change's source is immutable, and a re-run serves a new repository: start the change afresh.
+    _say(f"removing Change {DEMO_CHANGE} of an earlier demo run, if any (its jobs first)")
+    kubectl.run(
+        "delete",
+        "change",
+        DEMO_CHANGE,
+        "-n",
+        namespace,
+        "--ignore-not-found",
+        "--cascade=foreground",
+        "--wait=true",
+        timeout=180,
+    )
     _say(f"applying Change {DEMO_CHANGE}: plan, automatic approval, implementation, checks, review")
     typer.echo(kubectl.apply([d for d in docs if d["kind"] == "Change"], namespace=namespace), err=True)
     last = ""
