@@ -135,6 +135,7 @@ def test_the_default_operator_is_restricted_and_wired_to_its_services(helm: Path
         "--liveness=http://0.0.0.0:8080/healthz",
         "--revision-history=10",
         "--reference-wait-seconds=600",
+        "--retry-window-seconds=900",
         "--metrics-port=9090",
         "--webhook-port=9443",
         "--webhook-service-name=helmhive-webhook",
@@ -200,6 +201,7 @@ def test_production_values_reach_every_object(helm: Path) -> None:
     assert container["resources"] == op["resources"]
     assert "--verbose" in container["args"]
     assert "--revision-history=20" in container["args"]
+    assert "--retry-window-seconds=1800" in container["args"]
     env = _env(container)
     assert (env["HELMHIVE_ROUTING_WORKERS"], env["HELMHIVE_ROUTING_QPS"], env["HELMHIVE_ROUTING_BURST"]) == (
         "16",

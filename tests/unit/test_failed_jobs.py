@@ -12,7 +12,8 @@ from helmhive.policy.agentjob import NOT_RERUN, Step, apply_merge_patch, parse_a
 from helmhive.policy.change_jobs import JobState, view_stage_job
 from helmhive.policy.failed_jobs import decide_failed_requeue, decide_pending_requeue
 
-NOW = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
+# Five minutes after the failures `_ended` writes (11:00): inside the default 15-minute re-run window.
+NOW = dt.datetime(2026, 3, 1, 11, 5, tzinfo=dt.UTC)
 BINDING = {"name": "probe", "revision": "probe-1", "hash": "sha256:x", "snapshot": {"filesystem": "read"}}
 RETRYABLE = ["AgentCrashed", "AgentUnresponsive", "Interrupted", "RunnerLost"]
 FINAL = ["OutputContractViolated", "Cancelled", "TimedOut", "AgentFailed:AuthRequired", "Completed"]

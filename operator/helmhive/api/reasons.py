@@ -170,6 +170,7 @@ class Reason(enum.StrEnum):
     MAY_HAVE_SIDE_EFFECTS = "MayHaveSideEffects"
     NOT_RETRYABLE = "NotRetryable"
     RETRY_LIMIT_REACHED = "RetryLimitReached"
+    RETRY_WINDOW_PASSED = "RetryWindowPassed"
     # The exact source, fetched by the runner (added with governed changes)
     REPOSITORY_NOT_FOUND = "RepositoryNotFound"
     COMMIT_NOT_FOUND = "CommitNotFound"

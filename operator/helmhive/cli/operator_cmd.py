@@ -94,6 +94,16 @@ def run(
             "that does not exist yet before it fails closed.",
         ),
     ] = 600.0,
+    retry_window_seconds: Annotated[
+        float,
+        typer.Option(
+            envvar="HELMHIVE_RETRY_WINDOW_SECONDS",
+            min=0.0,
+            help="A job its runner ended with a retryable failure (AgentCrashed, ...) is re-run "
+            "automatically only if it failed at most this long ago; older failures are closed "
+            "with RetryWindowPassed (docs/execution.md).",
+        ),
+    ] = 900.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run the operator until interrupted (SIGINT/SIGTERM stop it gracefully)."""
@@ -136,6 +146,7 @@ def run(
             metrics_port=metrics_port,
             revision_history_limit=revision_history,
             reference_wait_seconds=reference_wait_seconds,
+            retry_window_seconds=retry_window_seconds,
         ),
         verbose=verbose,
     )

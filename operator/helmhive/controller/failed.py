@@ -13,7 +13,11 @@ the lost-runner step (:mod:`helmhive.controller.lost`):
 2. the status patch (``requeue``, or ``close`` with the verdict) is merge-patched conditionally on
    the resourceVersion the decision was made from; a 409 re-reads the job and decides again;
 3. a Warning Event says what was decided (reason ``RetryAllowed``, ``MayHaveSideEffects``,
-   ``RetryLimitReached`` or ``NotRetryable``).
+   ``RetryLimitReached``, ``RetryWindowPassed`` or ``NotRetryable``).
+
+A failure is re-run only within the operator's re-run window (``--retry-window-seconds``,
+``HELMHIVE_RETRY_WINDOW_SECONDS``, default 15 minutes): the initial listing of an operator started
+after an upgrade closes older undecided failures instead of re-running them.
 
 No polling and no timers: an API error is retried a few times with a short backoff within the
 same task, then logged; the job's next event (or the operator's restart, whose initial listing is
@@ -57,7 +61,7 @@ class FailedJobs:
         if event_type == "DELETED":
             return
         job = parse_agent_job(body)
-        if decide_failed_requeue(job, now=self.runtime.clock()) is None:
+        if decide_failed_requeue(job, now=self.runtime.clock(), window=self.runtime.config.retry_window) is None:
             return
         current = self.tasks.get(job.key)
         if current is not None and not current.done():
@@ -94,7 +98,7 @@ class FailedJobs:
         """One decide-write pass on ``body``. True when done (written, or nothing to write); False on a 409."""
         now = self.runtime.clock()
         job = parse_agent_job(body)
-        outcome = decide_failed_requeue(job, now=now)
+        outcome = decide_failed_requeue(job, now=now, window=self.runtime.config.retry_window)
         if outcome is None:
             return True
         kube = self.runtime.kube

@@ -17,6 +17,7 @@ from helmhive.controller.contact import ApiContact
 from helmhive.controller.deadlines import DeadlineScheduler
 from helmhive.controller.job_store_sync import JobStoreSync
 from helmhive.controller.kube import Kube
+from helmhive.policy.failed_jobs import DEFAULT_RETRY_WINDOW
 from helmhive.policy.waiting import DEFAULT_REFERENCE_WAIT
 
 __all__ = ["Clock", "JobEvents", "JobObserver", "OperatorConfig", "Runtime", "utc_now"]
@@ -59,11 +60,19 @@ class OperatorConfig:
     # How long after its creation a job or memory record waits for a Workspace or Profile that does
     # not exist yet (``WaitingForWorkspace``/``WaitingForProfile``) before it fails closed.
     reference_wait_seconds: float = DEFAULT_REFERENCE_WAIT.total_seconds()
+    # A job its runner ended with a retryable failure is re-run only if it failed this recently
+    # (so an operator started after an upgrade does not re-run last week's failures).
+    retry_window_seconds: float = DEFAULT_RETRY_WINDOW.total_seconds()
 
     @property
     def reference_wait(self) -> dt.timedelta:
         """``reference_wait_seconds`` as a duration."""
         return dt.timedelta(seconds=self.reference_wait_seconds)
+
+    @property
+    def retry_window(self) -> dt.timedelta:
+        """``retry_window_seconds`` as a duration."""
+        return dt.timedelta(seconds=self.retry_window_seconds)
 
     @property
     def username(self) -> str:
