@@ -459,4 +459,11 @@ def test_a_root_runner_limits_processes_with_the_jobs_cgroup(execution: Executio
     assert condition(after, "Succeeded")["status"] == "True", after["status"]
     parents = str(probed["cgroupsReason"]).removeprefix("job cgroups under ").split(", ")
     uids = [str(j["metadata"]["uid"]).replace("-", "") for j in (job, fork, after)]
-    assert [c for p in parents for u in uids for c in Path(p).glob(f"helmhive-*-{u}")] == []
+
+    # The runner removes a job's cgroup after it writes the job's final status: wait for it.
+    def none_left() -> bool:
+        found = [c for p in parents for u in uids for c in Path(p).glob(f"helmhive-*-{u}")]
+        assert found == [], found
+        return True
+
+    wait_for(none_left, timeout=60, describe="no job cgroup left behind")
