@@ -1,8 +1,8 @@
 """The reference agent's governed-change stages (plan, implement, review). Pure.
 
 :func:`parse_governed` reads a stage prompt the operator wrote; :func:`parse_edits` the edit
-directives of its change request; :func:`build_stage_document` the stage's document (the plan,
-what became of each edit, the review verdict). Applying an edit to disk is
+directives of its change request; :func:`review_reasons` why a review asks for changes. The
+stage's document is :mod:`helmhive.runner.reference_stages`'. Applying an edit to disk is
 :mod:`helmhive.runner.reference_actions`' job; :mod:`helmhive.runner.reference_rules` re-exports
 this module and answers with the document.
 """
@@ -13,7 +13,7 @@ import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from helmhive.runner.reference_directives import (
     EDIT_ACTIONS,
@@ -71,7 +71,7 @@ class Edit:
 
     def label(self) -> str:
         prefix = {"always": "", "if-findings": f"{IF_FINDINGS} ", "unless-findings": f"{UNLESS_FINDINGS} "}
-        return f"{prefix[self.condition]}{self.action} {_bound(self.path, 100)}"
+        return f"{prefix[self.condition]}{self.action} {bound_text(self.path, 100)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,17 +308,17 @@ def review_reasons(governed: GovernedPrompt) -> tuple[str, ...]:
     (every review) or ``REVIEW-VERDICT: request-changes-once`` (iteration 1 only) each count.
     """
     reasons = [f"check {c.name} ended {c.outcome}" for c in governed.checks if not c.passed]
-    if not _has_patch(governed):
+    if not has_patch(governed):
         reasons.append("there is no patch to review")
-    reasons.extend(f"the request says {VERDICT_PREFIX} {value}" for value in _verdict_directives(governed))
+    reasons.extend(f"the request says {VERDICT_PREFIX} {value}" for value in verdict_directives(governed))
     return tuple(reasons)
 
 
-def _has_patch(governed: GovernedPrompt) -> bool:
+def has_patch(governed: GovernedPrompt) -> bool:
     return governed.patch is not None and bool(governed.patch.strip())
 
 
-def _verdict_directives(governed: GovernedPrompt) -> tuple[str, ...]:
+def verdict_directives(governed: GovernedPrompt) -> tuple[str, ...]:
     """The request's ``REVIEW-VERDICT`` values that apply to this review, each once."""
     return tuple(
         value
@@ -344,103 +344,6 @@ def patch_files(patch: str) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def build_stage_document(governed: GovernedPrompt, *, edit_results: Sequence[EditOutcome] = ()) -> dict[str, Any]:
-    """The stage's answer: a plan, an implementation report or a review. Depends on nothing else,
-    so the same prompt (and the same edit results) always gives the same document."""
-    if governed.stage == "planning":
-        return _plan(governed)
-    if governed.stage == "implementation":
-        return _implementation(governed, edit_results)
-    return _review(governed)
-
-
-def _title(governed: GovernedPrompt) -> str:
-    return _bound(governed.title or governed.change or "(untitled)", 256)
-
-
-def _plan(governed: GovernedPrompt) -> dict[str, Any]:
-    paths = sorted({e.path for e in governed.edits if not e.problem})
-    files = (
-        f"Files the request's edit directives touch: {', '.join(paths)}."
-        if paths
-        else "The request holds no edit directives naming files."
-    )
-    criteria = governed.criteria[:MAX_STEPS]
-    steps = [
-        {"title": f"Criterion {i}: {_bound(text, 200)}", "detail": _bound(f"Make it hold. {files}", 2000)}
-        for i, text in enumerate(criteria, start=1)
-    ] or [{"title": "Implement the change request", "detail": _bound(files, 2000)}]
-    concerns = []
-    if not governed.criteria:
-        concerns.append("no confirmed criteria, so the review has nothing to hold the change to")
-    if len(governed.criteria) > MAX_STEPS:
-        concerns.append(f"only the first {MAX_STEPS} of {len(governed.criteria)} criteria have a step")
-    unsafe = sum(1 for e in governed.edits if e.problem)
-    if unsafe:
-        concerns.append(f"{unsafe} edit directive(s) in the request will be ignored")
-    summary = (
-        f'Plan for "{_title(governed)}" (change {governed.change or "-"}): '
-        f"{len(steps)} step(s), one per confirmed criterion. {files}"
-    )
-    return {
-        "summary": _bound(summary, 4000),
-        "steps": steps,
-        "risks": [_bound("Risk: " + "; ".join(concerns) + ".", 1000)] if concerns else [],
-    }
-
-
-def _implementation(governed: GovernedPrompt, edit_results: Sequence[EditOutcome]) -> dict[str, Any]:
-    changed = sorted({o.edit.path for o in edit_results if o.changed})[:MAX_EDITS]
-    applied = sum(1 for o in edit_results if o.changed)
-    summary = (
-        f'Implemented "{_title(governed)}" (change {governed.change or "-"}, iteration {governed.iteration}) '
-        f"from the request's edit directives: {applied} of {len(edit_results)} changed a file; "
-        f"{len(changed)} file(s) changed."
-    )
-    if governed.has_findings:
-        summary += " Review findings were present."
-    notes = [f"{o.label()}: {o.result}" for o in edit_results] or ["The request holds no edit directives."]
-    return {"summary": _bound(summary, 4000), "filesChanged": changed, "notes": _bound("\n".join(notes), 4000)}
-
-
-def _review(governed: GovernedPrompt) -> dict[str, Any]:
-    reasons = review_reasons(governed)
-    verdict: Verdict = "request-changes" if reasons else "approve"
-    findings: list[dict[str, Any]] = [
-        {"severity": "major", "message": _bound(f"Check {c.name} ended {c.outcome}; it must pass.", 1000)}
-        for c in governed.checks
-        if not c.passed
-    ]
-    if not _has_patch(governed):
-        findings.append({"severity": "major", "message": "No patch to review: the patch is missing or empty."})
-    findings.extend(
-        {"severity": "major", "message": f"The request asks for changes ({VERDICT_PREFIX} {value})."}
-        for value in _verdict_directives(governed)
-    )
-    if governed.patch is not None and _has_patch(governed):
-        files = patch_files(governed.patch)
-        listed = f": {', '.join(files)}" if files else ""
-        findings.append(
-            {"severity": "info", "message": _bound(f"The patch changes {len(files)} file(s){listed}.", 1000)}
-        )
-    checks = f"{len(governed.checks)} check(s)" if governed.checks else "no checks were declared"
-    summary = (
-        f'Approve "{_title(governed)}" (iteration {governed.iteration}): {checks}, all passed.'
-        if verdict == "approve"
-        else f'Request changes to "{_title(governed)}" (iteration {governed.iteration}): {"; ".join(reasons)}.'
-    )
-    note = "met: approved" if verdict == "approve" else _bound(f"not met: {'; '.join(reasons)}", 200)
-    return {
-        "verdict": verdict,
-        "summary": _bound(summary, 4000),
-        "findings": findings[:MAX_FINDINGS],
-        "criteria": [
-            {"criterion": i, "met": verdict == "approve", "note": note}
-            for i in range(min(len(governed.criteria), MAX_CRITERIA))
-        ],
-    }
-
-
-def _bound(text: str, limit: int) -> str:
+def bound_text(text: str, limit: int) -> str:
     """``text`` cut to ``limit`` characters, the last one an ellipsis when cut."""
     return text if len(text) <= limit else text[: limit - 1] + "…"

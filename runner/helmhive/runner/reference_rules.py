@@ -4,8 +4,9 @@ Everything here is a pure function of its arguments, so the rule documented in
 ``docs/reference-agent.md`` can be tested without spawning the agent. The rules live by family:
 the catalogue and magic prompt lines in :mod:`helmhive.runner.reference_directives`, the output
 contract in :mod:`helmhive.runner.reference_contract`, the governed-change stages (plan,
-implement, review: which edits a request's directives ask for, and the stage documents) in
-:mod:`helmhive.runner.reference_governed`; this module renders the reply (:func:`render_reply`)
+implement, review: which edits a request's directives ask for) in
+:mod:`helmhive.runner.reference_governed` and their documents in
+:mod:`helmhive.runner.reference_stages`; this module renders the reply (:func:`render_reply`)
 and re-exports them. Applying an edit to disk is :mod:`reference_actions`' job.
 """
 
@@ -81,7 +82,6 @@ from helmhive.runner.reference_governed import (
     GovernedPrompt,
     Stage,
     Verdict,
-    build_stage_document,
     edit_skip_reason,
     parse_edits,
     parse_governed,
@@ -90,6 +90,7 @@ from helmhive.runner.reference_governed import (
     review_reasons,
     safe_relpath,
 )
+from helmhive.runner.reference_stages import build_stage_document
 
 __all__ = [
     "ACP_TOOL_KINDS",
