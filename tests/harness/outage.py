@@ -83,7 +83,6 @@ class ApiServerOutage:
             raise
         down = time.monotonic() - (self.down_since or time.monotonic())
         self.down_since = None
-        self._wait_controllers(timeout=timeout)
         return down
 
     def _wait_controllers(self, *, timeout: float) -> None:
@@ -110,6 +109,10 @@ class ApiServerOutage:
                     core.delete_namespace(name)
 
     def ensure_up(self) -> None:
-        """Bring it back if a failed test left it down (teardown)."""
+        """Teardown: bring it back if a failed test left it down, and once it was stopped, wait
+        until kube-controller-manager serves new namespaces again (not in :meth:`start`: a test
+        may be timing what the operator does right after the server returns)."""
         if self.down_since is not None:
             self.start()
+        if self.stops:
+            self._wait_controllers(timeout=180.0)

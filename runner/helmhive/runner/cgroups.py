@@ -300,8 +300,15 @@ def _kill_all(directory: Path) -> None:
                 os.kill(int(pid), signal.SIGKILL)
 
 
-def _remove(directory: Path, *, attempts: int = 50) -> bool:
-    for _ in range(attempts):
+REMOVE_SECONDS = 30.0
+"""How long removing a job cgroup keeps trying: killed processes leave it only once the kernel
+has reaped them, which on a loaded node took more than the 2.5 s this waited before."""
+
+
+def _remove(directory: Path, *, within: float = REMOVE_SECONDS) -> bool:
+    deadline = time.monotonic() + within
+    pause = 0.05
+    while True:
         _kill_all(directory)
         try:
             directory.rmdir()
@@ -309,8 +316,10 @@ def _remove(directory: Path, *, attempts: int = 50) -> bool:
         except FileNotFoundError:
             return True
         except OSError:
-            time.sleep(0.05)  # killed processes leave the cgroup when the kernel has reaped them
-    return False
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(pause)  # killed processes leave the cgroup when the kernel has reaped them
+            pause = min(pause * 2, 0.5)
 
 
 def remove_job_cgroup(cgroup: JobCgroup) -> bool:
