@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import socket
 import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -315,7 +316,12 @@ def test_a_commit_that_does_not_exist(jobs: Jobs, repo: GitRepo, server: GitDaem
 def test_a_server_that_is_down(jobs: Jobs, repo: GitRepo, server: GitDaemon | GitHttpServer) -> None:
     url = server.url_for(repo)
     server.stop()
-    error = jobs.fails(url, repo.head)
+    # Hold the freed port (bound, not listening) so no other server of a parallel test can take it
+    # and serve the same deterministic repository there: a connection to it is refused.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind(("127.0.0.1", server.port))
+        error = jobs.fails(url, repo.head)
     assert error.reason is Reason.SOURCE_UNAVAILABLE
 
 

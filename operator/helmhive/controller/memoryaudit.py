@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from helmhive.api.kinds import GROUP, VERSION, kind_by_name
-from helmhive.controller.audit import ensure_audit
+from helmhive.controller.audit import ensure_audit_unless_terminating
 from helmhive.controller.kube import Conflict, NotFound
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.memory_audit import build_memory_report_audit
@@ -52,10 +52,12 @@ async def ensure_memory_report_audit(runtime: Runtime, job: Mapping[str, Any], *
         "metadata": {k: meta.get(k) for k in ("name", "namespace", "uid")},
     }
     try:
-        await ensure_audit(runtime.kube, record, involved=involved, event_reason="MemoryInjected", now=now)
+        # A namespace being deleted refuses new records for good; its trail goes with it.
+        return await ensure_audit_unless_terminating(
+            runtime.kube, record, involved=involved, event_reason="MemoryInjected", now=now
+        )
     except Conflict:
         return False
-    return True
 
 
 class MemoryReports:

@@ -16,7 +16,7 @@ from typing import Any
 from helmhive.controller.contact import ApiContact
 from helmhive.controller.deadlines import DeadlineScheduler
 from helmhive.controller.job_store_sync import JobStoreSync
-from helmhive.controller.kube import Kube
+from helmhive.controller.kube import Kube, KubeError
 from helmhive.policy.failed_jobs import DEFAULT_RETRY_WINDOW
 from helmhive.policy.waiting import DEFAULT_REFERENCE_WAIT
 
@@ -102,6 +102,15 @@ class JobEvents:
         for name, observer in self.observers:
             try:
                 await observer(event_type, body)
+            except KubeError as exc:  # the API refused or was away: the job's next event tries again
+                meta = body.get("metadata") or {}
+                log.warning(
+                    "agentjob %s/%s: step %s failed on the API: %s",
+                    meta.get("namespace"),
+                    meta.get("name"),
+                    name,
+                    exc,
+                )
             except Exception:
                 meta = body.get("metadata") or {}
                 log.exception("agentjob %s/%s: step %s failed", meta.get("namespace"), meta.get("name"), name)
