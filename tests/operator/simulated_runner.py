@@ -135,10 +135,12 @@ class SimulatedRunner:
         return result
 
     # Heartbeat ----------------------------------------------------------------------------
-    def renew(self, *, name: str | None = None) -> None:
-        """Create or renew the Lease ``name`` (default: this runner's) by server-side apply."""
+    def renew(self, *, name: str | None = None, at: dt.datetime | None = None) -> None:
+        """Create or renew the Lease ``name`` (default: this runner's) by server-side apply.
+
+        ``at``: the renewTime to write instead of now (a runner that died long ago)."""
         lease_name = name or self.name
-        now = dt.datetime.now(dt.UTC)
+        now = at or dt.datetime.now(dt.UTC)
         metadata: dict[str, Any] = {"name": lease_name, "labels": {"helmhive.dev/runner": lease_name}}
         if self.digest is not None:
             metadata["annotations"] = {REPORT_DIGEST_ANNOTATION: self.digest}

@@ -10,6 +10,7 @@ real runner process killed mid-job.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -185,3 +186,49 @@ def test_jobs_whose_runner_was_lost_while_the_operator_was_down_end_when_it_star
     _wait_event(
         kube, namespace, "offline", lambda m: f"runner {offline_on} went Offline" in m, f"{offline_on} went Offline"
     )
+
+
+def test_a_runner_lost_longer_ago_than_the_retry_window_has_its_jobs_ended_not_rerun(
+    operator: OperatorProcess, kube: Kube, namespace: str, service_account_identity: IdentityFactory
+) -> None:
+    """The operator was down while two runners died: one three hours ago, one a moment ago.
+
+    Both are found Offline at its start (after the heartbeat hold). The read-only job of the one
+    that died a moment ago is re-queued; the same kind of job on the one that died three hours ago
+    is ended with ``RetryWindowPassed`` (default window 15 minutes): the loss counts from the
+    runner's last heartbeat, as a failure counts from its end.
+    """
+    fleet = make_fleet(
+        kube, service_account_identity, namespace, name="window", replicas=2, slots=1, lease_seconds=10, renew_seconds=2
+    )
+    try:
+        create_profile(kube, namespace, "review", "review-probe")
+        old_on = _place(kube, namespace, "old", profile="review", kind="review-probe")
+        _start(fleet, kube, namespace, "old")
+        recent_on = _place(kube, namespace, "recent", profile="review", kind="review-probe")
+        _start(fleet, kube, namespace, "recent")
+        assert old_on != recent_on
+
+        operator.stop()
+        try:
+            fleet.stop()
+            # The Lease still names its runner, but its last renewal is three hours old.
+            fleet.runners[old_on].renew(at=dt.datetime.now(dt.UTC) - dt.timedelta(hours=3))
+        finally:
+            operator.start()
+
+        old = condition(_ended(kube, namespace, "old"), "Succeeded")
+        assert old["message"].startswith(f"runner {old_on} went Offline"), old
+        assert "; not re-run: its runner last renewed its Lease 3h" in old["message"], old
+        assert old["message"].endswith("ago, outside the 15m re-run window (RetryWindowPassed)"), old
+        assert not (get_job(kube, namespace, "old")["status"].get("attempts")), "not re-run"
+
+        def requeued() -> dict[str, Any]:
+            status = get_job(kube, namespace, "recent").get("status") or {}
+            assert status.get("attempts") == 1, status
+            return status
+
+        wait_for(requeued, timeout=90, describe="job recent re-queued: its runner died a moment ago")
+        _wait_event(kube, namespace, "old", lambda m: "RetryWindowPassed" in m, "not re-run: RetryWindowPassed")
+    finally:
+        fleet.stop()

@@ -182,3 +182,65 @@ def test_an_unknown_job_kind_ends_and_says_why() -> None:
     update = build_lost_job_status(job=_job("no-such-kind"), message=MESSAGE, now=NOW)
     assert update.verdict is LostVerdict.ENDED
     assert _conds(update.body)["Succeeded"]["message"] == f"{MESSAGE}; not re-run: the job kind is unknown"
+
+
+# The re-run window: a loss long ago is not re-run -------------------------------------------------------
+
+WINDOW = dt.timedelta(minutes=15)
+
+
+def _runner(last_heartbeat: str | None) -> RunnerLiveness:
+    status: dict[str, Any] = {"reportedStatus": "Offline"}
+    if last_heartbeat is not None:
+        status["lastHeartbeatTime"] = last_heartbeat
+    return build_runner_liveness({"metadata": {"name": "claude-0", "namespace": "team"}, "status": status})
+
+
+def test_liveness_reads_the_last_heartbeat_and_distrusts_an_unreadable_one() -> None:
+    assert _runner("2026-03-01T11:59:00Z").last_heartbeat == dt.datetime(2026, 3, 1, 11, 59, tzinfo=dt.UTC)
+    assert _runner("yesterday").last_heartbeat is None
+    assert _runner(None).last_heartbeat is None
+
+
+@pytest.mark.parametrize("heartbeat", ["2026-03-01T11:45:00Z", "2026-03-01T11:59:48Z", "2026-03-01T12:00:05Z"])
+def test_a_loss_within_the_window_is_rerun(heartbeat: str) -> None:
+    """Exactly at the bound, a moment ago, and a heartbeat after the operator's clock (skew) are inside."""
+    update = build_lost_job_status(job=_job(), message=MESSAGE, now=NOW, runner=_runner(heartbeat), window=WINDOW)
+    assert update.verdict is LostVerdict.REQUEUED
+
+
+def test_a_loss_older_than_the_window_ends_with_retry_window_passed() -> None:
+    runner = _runner("2026-03-01T09:00:00Z")  # three hours before NOW: the operator was down meanwhile
+    update = build_lost_job_status(job=_job(), message=MESSAGE, now=NOW, runner=runner, window=WINDOW)
+    assert update.verdict is LostVerdict.ENDED
+    succeeded = _conds(update.body)["Succeeded"]
+    assert (succeeded["status"], succeeded["reason"]) == ("False", "RunnerLost")
+    assert succeeded["message"] == (
+        f"{MESSAGE}; not re-run: its runner last renewed its Lease 3h ago, outside the 15m re-run window "
+        "(RetryWindowPassed)"
+    )
+    assert update.body["status"]["attempts"] == 0
+
+
+def test_a_loss_without_a_time_counts_as_seen_now() -> None:
+    """A deleted Runner (None) or one with no heartbeat time: the operator sees the loss as it happens."""
+    for runner in (None, _runner(None)):
+        update = build_lost_job_status(job=_job(), message=MESSAGE, now=NOW, runner=runner, window=WINDOW)
+        assert update.verdict is LostVerdict.REQUEUED
+
+
+def test_the_window_never_turns_a_job_that_may_not_rerun_into_one_that_may() -> None:
+    job = _job("implementation-probe", filesystem="write")
+    runner = _runner("2026-03-01T09:00:00Z")
+    update = build_lost_job_status(job=job, message=MESSAGE, now=NOW, runner=runner, window=WINDOW)
+    assert update.verdict is LostVerdict.ENDED
+    assert "side effects" in _conds(update.body)["Succeeded"]["message"]
+    assert "RetryWindowPassed" not in _conds(update.body)["Succeeded"]["message"]
+
+
+def test_the_event_summary_says_why_an_ended_job_is_not_rerun() -> None:
+    runner = _runner("2026-03-01T09:00:00Z")
+    ended = build_lost_job_status(job=_job(), message=MESSAGE, now=NOW, runner=runner, window=WINDOW)
+    assert ended.summary.startswith("ended; not re-run: its runner last renewed its Lease 3h ago")
+    requeued = build_lost_job_status(job=_job(), message=MESSAGE, now=NOW, runner=_runner(None), window=WINDOW)
+    assert requeued.summary == "re-queued"

@@ -24,7 +24,9 @@ status patch with :func:`helmhive.policy.lost_runners.build_lost_job_status` (fr
 :func:`helmhive.policy.agentjob.decide_lost`: ended, or re-queued when
 :func:`helmhive.policy.retry.decide_job_retry` allows it) and merge-patches only the fields that
 step owns, conditionally on the resourceVersion just read, so a retried attempt never ends or
-re-queues a job twice and a field another writer owns is never overwritten with a stale copy. A write
+re-queues a job twice and a field another writer owns is never overwritten with a stale copy.
+The re-run window applies as to any failure: the runner's last heartbeat in the index
+(``status.lastHeartbeatTime``) is when the loss happened. A write
 that loses a race re-reads and decides again; one that fails is retried with a backoff, for as
 long as the job is still held on a runner that is still lost.
 """
@@ -78,11 +80,17 @@ class LostJobs:
         """Keep Kopf's live index view of runners (handlers receive it as a keyword argument)."""
         self.runners = indexes["lost_runner_liveness"]
 
+    def liveness(self, runner: RunnerKey) -> RunnerLiveness | None:
+        """The runner as the index holds it (None: absent, or the indexes are not bound yet)."""
+        if self.runners is None:
+            return None
+        return next(iter(self.runners.get(runner, ())), None)
+
     def lost(self, runner: RunnerKey) -> str | None:
         """Why ``runner`` counts as lost, from the index alone (None before the indexes are bound)."""
         if self.runners is None:
             return None
-        return decide_runner_lost(next(iter(self.runners.get(runner, ())), None))
+        return decide_runner_lost(self.liveness(runner))
 
     def held_on(self, runner: RunnerKey) -> list[JobKey]:
         return list(self.jobs.held_on(runner))
@@ -143,7 +151,8 @@ class LostJobs:
         if decide_held_runner(fresh) != runner:
             return True  # finished meanwhile, or re-queued and placed elsewhere
         now = self.runtime.clock()
-        update = build_lost_job_status(job=fresh, message=message, now=now)
+        window = self.runtime.config.retry_window
+        update = build_lost_job_status(job=fresh, message=message, now=now, runner=self.liveness(runner), window=window)
         await self._record_outgoing_run(fresh, now)
         try:
             await kube.patch_status(AGENT_JOB, job[1], update.patch, namespace=job[0])
@@ -155,7 +164,7 @@ class LostJobs:
         await kube.post_event(
             involved=fresh,
             reason=Reason.RUNNER_LOST,
-            message=f"{message} ({update.verdict.value})",
+            message=f"{message} ({update.summary})",
             event_type="Warning",
             now=now,
         )

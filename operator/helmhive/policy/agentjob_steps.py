@@ -17,7 +17,7 @@ from helmhive.api.reasons import ConditionType, Reason
 from helmhive.policy.agentjob_patch import StatusPatch, Step
 from helmhive.policy.agentjob_state import AgentJob
 from helmhive.policy.conditions import set_condition
-from helmhive.policy.retry import RetryDecision, decide_job_retry
+from helmhive.policy.retry import RetryDecision, decide_job_retry, decide_retry_window
 from helmhive.policy.routing import RouteOutcome, RoutingDecision, build_status_patch
 from helmhive.policy.waiting import build_bound_conditions, build_unbound_conditions
 
@@ -256,10 +256,21 @@ class LostOutcome:
         return self.patch.step is Step.REQUEUE
 
 
-def decide_lost(job: AgentJob, *, message: str, now: dt.datetime) -> LostOutcome:
+def decide_lost(
+    job: AgentJob,
+    *,
+    message: str,
+    now: dt.datetime,
+    lost_since: dt.datetime | None = None,
+    window: dt.timedelta | None = None,
+) -> LostOutcome:
     """End a job whose runner was lost, or re-queue it when :func:`decide_job_retry` allows it.
 
     The retry decision reads the job as it would be once ended (``Succeeded=False/RunnerLost``).
+    ``lost_since`` (the runner's last heartbeat) more than ``window`` before ``now`` turns an
+    allowed re-run into ``RetryWindowPassed``, as for any other failure: an operator that was down
+    for hours does not re-run, at its start, the jobs of runners that died long ago. Without a
+    known time the loss counts as seen now (a Runner deleted while the operator watches).
     """
     ended_status = {
         **job.raw_status,
@@ -267,6 +278,9 @@ def decide_lost(job: AgentJob, *, message: str, now: dt.datetime) -> LostOutcome
         "result": {**(job.raw_status.get("result") or {}), **_lost_result(job, now)},
     }
     decision = decide_job_retry(job={"spec": job.raw_spec, "status": ended_status})
+    if decision is not None and decision.retry and lost_since is not None and window is not None:
+        what = "its runner last renewed its Lease"
+        decision = decide_retry_window(lost_since, now=now, window=window, what=what) or decision
     if decision is not None and decision.retry:
         return LostOutcome(patch=requeue(job, message=message, retry_message=decision.message, now=now), retry=decision)
     why = decision.message if decision is not None else "not re-run"

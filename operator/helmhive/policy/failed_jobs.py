@@ -37,7 +37,13 @@ from dataclasses import dataclass
 
 from helmhive.api.reasons import ConditionType, Reason
 from helmhive.policy.agentjob import NOT_RERUN, AgentJob, StatusPatch, Step, close, requeue
-from helmhive.policy.retry import RETRYABLE_REASONS, RetryDecision, decide_job_retry
+from helmhive.policy.retry import (
+    RETRYABLE_REASONS,
+    RetryDecision,
+    decide_job_retry,
+    decide_retry_window,
+    format_span,
+)
 
 __all__ = ["DEFAULT_RETRY_WINDOW", "FailedOutcome", "decide_failed_requeue", "decide_pending_requeue", "failed_at"]
 
@@ -92,41 +98,20 @@ def failed_at(job: AgentJob) -> dt.datetime | None:
     return _parse_time(succeeded.get("lastTransitionTime"))
 
 
-def _span(delta: dt.timedelta) -> str:
-    """``3h``, ``15m``, ``1h30m``, ``2d4h``: the two largest units, rounded down."""
-    seconds = max(int(delta.total_seconds()), 0)
-    units = [("d", 86400), ("h", 3600), ("m", 60), ("s", 1)]
-    parts: list[str] = []
-    for name, size in units:
-        count, seconds = divmod(seconds, size)
-        if count and len(parts) < 2:
-            parts.append(f"{count}{name}")
-        elif parts:
-            break
-    return "".join(parts) or "0s"
-
-
 def _outside_window(job: AgentJob, *, now: dt.datetime, window: dt.timedelta) -> RetryDecision | None:
     """The ``RetryWindowPassed`` verdict when the failure ended before ``now - window`` or has no time."""
-    reason = Reason.RETRY_WINDOW_PASSED
     ended = failed_at(job)
     if ended is None:
+        reason = Reason.RETRY_WINDOW_PASSED
         return RetryDecision(
             retry=False,
             reason=reason,
             message=(
                 "the failure has no time (status.result.completedAt, Succeeded lastTransitionTime), so it is not "
-                f"known to be within the {_span(window)} re-run window ({reason.value})"
+                f"known to be within the {format_span(window)} re-run window ({reason.value})"
             ),
         )
-    age = now - ended
-    if age <= window:
-        return None
-    return RetryDecision(
-        retry=False,
-        reason=reason,
-        message=f"failed {_span(age)} ago, outside the {_span(window)} re-run window ({reason.value})",
-    )
+    return decide_retry_window(ended, now=now, window=window, what="failed")
 
 
 def _decide(job: AgentJob) -> RetryDecision | None:

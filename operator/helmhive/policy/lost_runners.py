@@ -26,6 +26,7 @@ from enum import StrEnum
 from typing import Any
 
 from helmhive.policy.agentjob import apply_merge_patch, decide_lost, parse_agent_job
+from helmhive.policy.waiting import parse_timestamp
 
 __all__ = [
     "JobKey",
@@ -49,11 +50,13 @@ OFFLINE = "Offline"
 
 @dataclass(frozen=True, kw_only=True)
 class RunnerLiveness:
-    """What the lost-runner decision needs of a Runner: its name and the operator's derived status."""
+    """What the lost-runner decision needs of a Runner: its name, the operator's derived status and
+    its last heartbeat (``status.lastHeartbeatTime``, the Lease's renewTime the operator last wrote)."""
 
     namespace: str
     name: str
     reported_status: str | None
+    last_heartbeat: dt.datetime | None = None
 
     @property
     def key(self) -> RunnerKey:
@@ -74,16 +77,27 @@ class LostJobUpdate:
     patch: dict[str, Any]
     body: dict[str, Any]
     verdict: LostVerdict
+    why_not_rerun: str | None = None
+    """For an ended job: why it is not re-run (the retry decision's message)."""
+
+    @property
+    def summary(self) -> str:
+        """The verdict as the Warning Event says it: ``re-queued``, or ``ended; not re-run: <why>``."""
+        if self.verdict is LostVerdict.ENDED and self.why_not_rerun:
+            return f"{self.verdict.value}; not re-run: {self.why_not_rerun}"
+        return self.verdict.value
 
 
 def build_runner_liveness(body: Mapping[str, Any]) -> RunnerLiveness:
     """A Runner object as :func:`decide_runner_lost` reads it (any spec or report: only the status counts)."""
     meta = body.get("metadata") or {}
-    reported = (body.get("status") or {}).get("reportedStatus")
+    status = body.get("status") or {}
+    reported = status.get("reportedStatus")
     return RunnerLiveness(
         namespace=str(meta.get("namespace") or ""),
         name=str(meta.get("name") or ""),
         reported_status=str(reported) if reported is not None else None,
+        last_heartbeat=parse_timestamp(status.get("lastHeartbeatTime")),
     )
 
 
@@ -99,17 +113,29 @@ def decide_runner_lost(runner: RunnerLiveness | None) -> str | None:
     return None
 
 
-def build_lost_job_status(*, job: Mapping[str, Any], message: str, now: dt.datetime) -> LostJobUpdate:
+def build_lost_job_status(
+    *,
+    job: Mapping[str, Any],
+    message: str,
+    now: dt.datetime,
+    runner: RunnerLiveness | None = None,
+    window: dt.timedelta | None = None,
+) -> LostJobUpdate:
     """The lost step for ``job``: ended ``RunnerLost``, or re-queued (see :func:`helmhive.policy.agentjob.decide_lost`).
+
+    ``runner`` (None: deleted) gives the loss its time, its last heartbeat; a loss older than
+    ``window`` is not re-run (``RetryWindowPassed``).
 
     ``patch`` is the conditional merge patch to write (only what the step owns, conditional on the
     ``resourceVersion`` read); ``body`` is the job as it will be once the patch is applied.
     """
     state = parse_agent_job(job)
-    outcome = decide_lost(state, message=message, now=now)
+    lost_since = runner.last_heartbeat if runner is not None else None
+    outcome = decide_lost(state, message=message, now=now, lost_since=lost_since, window=window)
     body = {**job, "status": apply_merge_patch(job.get("status") or {}, outcome.patch.status)}
     return LostJobUpdate(
         patch=outcome.patch.conditional(state.resource_version),
         body=body,
         verdict=LostVerdict.REQUEUED if outcome.requeued else LostVerdict.ENDED,
+        why_not_rerun=None if outcome.requeued or outcome.retry is None else outcome.retry.message,
     )

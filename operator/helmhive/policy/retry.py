@@ -19,6 +19,7 @@ runner never re-runs anything on its own.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,15 @@ from helmhive.api.reasons import ConditionType, Reason
 from helmhive.policy.conditions import find_condition
 from helmhive.policy.envelopes import ENVELOPES, is_implementation
 
-__all__ = ["MAX_AUTOMATIC_RETRIES", "RETRYABLE_REASONS", "RetryDecision", "decide_job_retry", "decide_retry"]
+__all__ = [
+    "MAX_AUTOMATIC_RETRIES",
+    "RETRYABLE_REASONS",
+    "RetryDecision",
+    "decide_job_retry",
+    "decide_retry",
+    "decide_retry_window",
+    "format_span",
+]
 
 MAX_AUTOMATIC_RETRIES = 1
 """A job is re-run automatically at most this many times."""
@@ -44,6 +53,39 @@ class RetryDecision:
     retry: bool
     reason: Reason
     message: str
+
+
+def format_span(delta: dt.timedelta) -> str:
+    """``3h``, ``15m``, ``1h30m``, ``2d4h``: the two largest units, rounded down."""
+    seconds = max(int(delta.total_seconds()), 0)
+    units = [("d", 86400), ("h", 3600), ("m", 60), ("s", 1)]
+    parts: list[str] = []
+    for name, size in units:
+        count, seconds = divmod(seconds, size)
+        if count and len(parts) < 2:
+            parts.append(f"{count}{name}")
+        elif parts:
+            break
+    return "".join(parts) or "0s"
+
+
+def decide_retry_window(
+    since: dt.datetime, *, now: dt.datetime, window: dt.timedelta, what: str
+) -> RetryDecision | None:
+    """The ``RetryWindowPassed`` verdict when ``since`` (the failure) is more than ``window`` before ``now``.
+
+    ``what`` starts the message (``"failed"``: "failed 3h ago, outside the 15m re-run window").
+    Exactly at the bound is inside; a time after ``now`` (clock skew) is inside.
+    """
+    age = now - since
+    if age <= window:
+        return None
+    reason = Reason.RETRY_WINDOW_PASSED
+    return RetryDecision(
+        retry=False,
+        reason=reason,
+        message=f"{what} {format_span(age)} ago, outside the {format_span(window)} re-run window ({reason.value})",
+    )
 
 
 def _base(reason: str) -> str:
