@@ -49,14 +49,6 @@ from helmhive.runner import reference_rules as rules
 from helmhive.runner.reference_session import (
     AUTH_METHOD_ID,
     CRASH_EXIT_CODE,
-    CRASH_ONCE_MARK,
-    ENV_CONTEXT_SIZE,
-    ENV_LEAK_ON_CRASH,
-    ENV_MODE,
-    ENV_SESSION_PREFIX,
-    ENV_SLOW_INTERVAL,
-    ENV_SLOW_STEPS,
-    ENV_STATE_DIR,
     ENV_TOKEN,
     LIMIT_EXIT_CODE,
     Session,
@@ -67,26 +59,7 @@ from helmhive.runner.reference_session import (
 )
 from helmhive.runner.version import helmhive_version
 
-# The settings and constants live in reference_session; they are named here too, where the
-# environment variables are documented and where tests have always imported them from.
-__all__ = [
-    "AUTH_METHOD_ID",
-    "CRASH_EXIT_CODE",
-    "CRASH_ONCE_MARK",
-    "ENV_CONTEXT_SIZE",
-    "ENV_LEAK_ON_CRASH",
-    "ENV_MODE",
-    "ENV_SESSION_PREFIX",
-    "ENV_SLOW_INTERVAL",
-    "ENV_SLOW_STEPS",
-    "ENV_STATE_DIR",
-    "ENV_TOKEN",
-    "LIMIT_EXIT_CODE",
-    "ReferenceAgent",
-    "Settings",
-    "main",
-    "serve",
-]
+__all__ = ["ReferenceAgent", "main", "serve"]
 
 
 class ReferenceAgent:
