@@ -25,7 +25,16 @@ from harness.operator import OperatorProcess
 from harness.wait import wait_for
 from helmhive.devcluster.localpod import LocalPod, run_pod, stop_pod
 
-__all__ = ["API", "TOKEN_SECRET", "PodStarter", "pool_docs", "running_pod", "start_reference_pod", "workspace_doc"]
+__all__ = [
+    "API",
+    "TOKEN_SECRET",
+    "PodStarter",
+    "pool_docs",
+    "profile_doc",
+    "running_pod",
+    "start_reference_pod",
+    "workspace_doc",
+]
 
 GROUP, VERSION = "helmhive.dev", "v1alpha1"
 API = f"{GROUP}/{VERSION}"
@@ -81,6 +90,30 @@ def workspace_doc(name: str, profiles: dict[str, str]) -> dict[str, Any]:
         "spec": {
             "repository": {"url": f"https://git.example.com/{name}.git"},
             "profiles": [{"jobKind": kind, "profile": profile} for kind, profile in profiles.items()],
+        },
+    }
+
+
+def profile_doc(
+    name: str,
+    envelope: str,
+    *,
+    purpose: str,
+    instructions: str = "Answer briefly.",
+    provider: str = "reference",
+    **spec: Any,
+) -> dict[str, Any]:
+    """A Profile ``name`` on ``envelope`` mapped to ``provider``; ``spec`` adds fields (session, memory)."""
+    return {
+        "apiVersion": API,
+        "kind": "Profile",
+        "metadata": {"name": name},
+        "spec": {
+            "envelope": envelope,
+            **spec,
+            "purpose": purpose,
+            "instructions": instructions,
+            "providerMappings": [{"provider": provider}],
         },
     }
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from reference_pool import PodStarter, pool_docs, workspace_doc
+from reference_pool import PodStarter, pool_docs, profile_doc, workspace_doc
 
 from harness.kube import Kube
 from harness.kubectl import Kubectl
@@ -26,26 +26,11 @@ API = "helmhive.dev/v1alpha1"
 
 
 def _docs() -> list[dict[str, Any]]:
-    profile = {
-        "purpose": "End-to-end test.",
-        "instructions": "Answer briefly.",
-        "providerMappings": [{"provider": "reference"}],
-    }
     return [
         *pool_docs(token="e2e-stand-in", lease_seconds=5, renew_seconds=1),
         workspace_doc("payments", {"connection-test": "ref-check", "implementation-probe": "ref-impl"}),
-        {
-            "apiVersion": API,
-            "kind": "Profile",
-            "metadata": {"name": "ref-check"},
-            "spec": {"envelope": "connection-test", **profile},
-        },
-        {
-            "apiVersion": API,
-            "kind": "Profile",
-            "metadata": {"name": "ref-impl"},
-            "spec": {"envelope": "implementation-probe", **profile},
-        },
+        profile_doc("ref-check", "connection-test", purpose="End-to-end test."),
+        profile_doc("ref-impl", "implementation-probe", purpose="End-to-end test."),
     ]
 
 

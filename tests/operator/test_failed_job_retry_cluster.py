@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from reference_pool import PodStarter, pool_docs, workspace_doc
+from reference_pool import PodStarter, pool_docs, profile_doc, workspace_doc
 
 from harness.kube import Kube
 from harness.kubectl import Kubectl
@@ -30,11 +30,6 @@ CANARY = "canary-pool-token-4d81be"
 
 
 def _docs() -> list[dict[str, Any]]:
-    profile = {
-        "purpose": "Retry test.",
-        "instructions": "Answer briefly.",
-        "providerMappings": [{"provider": "reference"}],
-    }
     return [
         *pool_docs(
             token=CANARY,
@@ -43,19 +38,9 @@ def _docs() -> list[dict[str, Any]]:
             agent_env={"HELMHIVE_REFERENCE_AGENT_LEAK_ON_CRASH": "1"},
         ),
         workspace_doc("payments", {"review-probe": "ref-review", "implementation-probe": "ref-impl"}),
-        {
-            "apiVersion": API,
-            "kind": "Profile",
-            "metadata": {"name": "ref-review"},
-            # A session binding: its HOME is kept on the runner, so the re-run finds crash-once's mark.
-            "spec": {"envelope": "review-probe", "session": {"policy": "resume"}, **profile},
-        },
-        {
-            "apiVersion": API,
-            "kind": "Profile",
-            "metadata": {"name": "ref-impl"},
-            "spec": {"envelope": "implementation-probe", **profile},
-        },
+        # A session binding: its HOME is kept on the runner, so the re-run finds crash-once's mark.
+        profile_doc("ref-review", "review-probe", purpose="Retry test.", session={"policy": "resume"}),
+        profile_doc("ref-impl", "implementation-probe", purpose="Retry test."),
     ]
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes.client.rest import ApiException
-from reference_pool import PodStarter, pool_docs, workspace_doc
+from reference_pool import PodStarter, pool_docs, profile_doc, workspace_doc
 
 from harness.kube import Kube
 from harness.kubectl import Kubectl
@@ -54,18 +54,13 @@ def _docs() -> list[dict[str, Any]]:
         # A long Lease: the runner stays Online while the test holds it paused.
         *pool_docs(token="x", name="remember", lease_seconds=300, renew_seconds=1),
         workspace_doc("payments", {"review-probe": "remembering"}),
-        {
-            "apiVersion": API,
-            "kind": "Profile",
-            "metadata": {"name": "remembering"},
-            "spec": {
-                "envelope": "review-probe",
-                "purpose": "Review with the workspace's memory.",
-                "instructions": "Review briefly.",
-                "providerMappings": [{"provider": "reference"}],
-                "memory": {"enabled": True, "maxSensitivity": "internal"},
-            },
-        },
+        profile_doc(
+            "remembering",
+            "review-probe",
+            purpose="Review with the workspace's memory.",
+            instructions="Review briefly.",
+            memory={"enabled": True, "maxSensitivity": "internal"},
+        ),
         *memory,
     ]
 

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from reference_pool import PodStarter, pool_docs, workspace_doc
+from reference_pool import PodStarter, pool_docs, profile_doc, workspace_doc
 
 from harness.kube import Kube
 from harness.kubectl import Kubectl
@@ -34,22 +34,11 @@ POD = "reference-0"
 
 
 def _docs() -> list[dict[str, Any]]:
-    mapping = {"purpose": "Metrics test.", "instructions": "Answer briefly."}
     return [
         *pool_docs(token="metrics-stand-in", provider=PROVIDER, lease_seconds=5, renew_seconds=1),
         workspace_doc("shop", {"connection-test": "ref-check"}),
-        {
-            "apiVersion": API,
-            "kind": "Profile",
-            "metadata": {"name": "ref-check"},
-            "spec": {"envelope": "connection-test", "providerMappings": [{"provider": PROVIDER}], **mapping},
-        },
-        {
-            "apiVersion": API,
-            "kind": "Profile",
-            "metadata": {"name": "nobody-check"},
-            "spec": {"envelope": "connection-test", "providerMappings": [{"provider": "nobody"}], **mapping},
-        },
+        profile_doc("ref-check", "connection-test", purpose="Metrics test.", provider=PROVIDER),
+        profile_doc("nobody-check", "connection-test", purpose="Metrics test.", provider="nobody"),
     ]
 
 
