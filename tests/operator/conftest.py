@@ -1,5 +1,7 @@
 """Operator fixtures for this directory (see :mod:`harness.operator`)."""
 
+from reference_pool import start_reference_pod
+
 from harness.operator import helmhive_install, operator, operator_factory
 
-__all__ = ["helmhive_install", "operator", "operator_factory"]
+__all__ = ["helmhive_install", "operator", "operator_factory", "start_reference_pod"]

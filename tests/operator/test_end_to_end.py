@@ -11,77 +11,26 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from reference_pool import PodStarter, pool_docs, profile_doc, workspace_doc
 
-from harness.cluster import ClusterHandle
 from harness.kube import Kube
 from harness.kubectl import Kubectl
-from harness.operator import OperatorProcess
 from harness.wait import wait_for
-from helmhive.devcluster.localpod import LocalPod, run_pod, stop_pod
+from helmhive.devcluster.localpod import LocalPod
 
 API = "helmhive.dev/v1alpha1"
 
 
 def _docs() -> list[dict[str, Any]]:
-    profile = {
-        "purpose": "End-to-end test.",
-        "instructions": "Answer briefly.",
-        "providerMappings": [{"provider": "reference"}],
-    }
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "reference-token"},
-            "stringData": {"token": "e2e-stand-in"},
-        },
-        {
-            "apiVersion": API,
-            "kind": "RunnerPool",
-            "metadata": {"name": "reference"},
-            "spec": {
-                "provider": "reference",
-                "adapter": {"type": "acp", "acp": {"command": "helmhive-reference-agent"}},
-                "image": "ghcr.io/helmhive/helmhive:test",
-                "credential": {
-                    "secretRef": {"name": "reference-token", "key": "token"},
-                    "envName": "HELMHIVE_REFERENCE_AGENT_TOKEN",
-                },
-                "capabilities": ["structured-output", "diff-review", "workspace-write"],
-                "concurrency": 1,
-                "replicas": 1,
-                "heartbeat": {"leaseDurationSeconds": 5, "renewIntervalSeconds": 1, "reportRefreshSeconds": 60},
-            },
-        },
-        {
-            "apiVersion": API,
-            "kind": "Workspace",
-            "metadata": {"name": "payments"},
-            "spec": {
-                "repository": {"url": "https://git.example.com/payments.git"},
-                "profiles": [
-                    {"jobKind": "connection-test", "profile": "ref-check"},
-                    {"jobKind": "implementation-probe", "profile": "ref-impl"},
-                ],
-            },
-        },
-        {
-            "apiVersion": API,
-            "kind": "Profile",
-            "metadata": {"name": "ref-check"},
-            "spec": {"envelope": "connection-test", **profile},
-        },
-        {
-            "apiVersion": API,
-            "kind": "Profile",
-            "metadata": {"name": "ref-impl"},
-            "spec": {"envelope": "implementation-probe", **profile},
-        },
+        *pool_docs(token="e2e-stand-in", lease_seconds=5, renew_seconds=1),
+        workspace_doc("payments", {"connection-test": "ref-check", "implementation-probe": "ref-impl"}),
+        profile_doc("ref-check", "connection-test", purpose="End-to-end test."),
+        profile_doc("ref-impl", "implementation-probe", purpose="End-to-end test."),
     ]
 
 
@@ -105,31 +54,9 @@ def _condition(kube: Kube, namespace: str, name: str, ctype: str) -> dict[str, A
 
 
 @pytest.fixture
-def runner_pod(
-    operator: OperatorProcess, cluster: ClusterHandle, kube: Kube, kubectl: Kubectl, namespace: str, tmp_path: Path
-) -> Iterator[LocalPod]:
-    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(_docs()))
-    wait_for(lambda: kube.core.read_namespaced_pod("reference-0", namespace), timeout=60, describe="pod reference-0")
-    pod = run_pod(
-        name="reference-0",
-        namespace=namespace,
-        admin_kubeconfig=cluster.kubeconfig,
-        state_dir=tmp_path,
-        tie_to_parent=True,
-    )
-    try:
-
-        def schedulable() -> bool:
-            runner = kube.custom.get_namespaced_custom_object(
-                "helmhive.dev", "v1alpha1", namespace, "runners", "reference-0"
-            )
-            conds = (runner.get("status") or {}).get("conditions") or []
-            return any(c["type"] == "Schedulable" and c["status"] == "True" for c in conds)
-
-        wait_for(schedulable, timeout=90, describe=f"runner reference-0 Schedulable (log {pod.root / 'container.log'})")
+def runner_pod(start_reference_pod: PodStarter) -> Iterator[LocalPod]:
+    with start_reference_pod(_docs(), "reference-0") as pod:
         yield pod
-    finally:
-        stop_pod(name="reference-0", namespace=namespace, state_dir=tmp_path)
 
 
 def test_a_connection_test_is_routed_run_and_answered(

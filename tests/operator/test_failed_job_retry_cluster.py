@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from reference_pool import PodStarter, pool_docs, profile_doc, workspace_doc
 
-from harness.cluster import ClusterHandle
 from harness.kube import Kube
 from harness.kubectl import Kubectl
-from harness.operator import OperatorProcess
 from harness.wait import wait_for
-from helmhive.devcluster.localpod import LocalPod, run_pod, stop_pod
+from helmhive.devcluster.localpod import LocalPod
 from helmhive.policy.routing_audit import iter_routing_decisions, job_audit_label
 
 API = "helmhive.dev/v1alpha1"
@@ -32,67 +30,17 @@ CANARY = "canary-pool-token-4d81be"
 
 
 def _docs() -> list[dict[str, Any]]:
-    profile = {
-        "purpose": "Retry test.",
-        "instructions": "Answer briefly.",
-        "providerMappings": [{"provider": "reference"}],
-    }
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "reference-token"},
-            "stringData": {"token": CANARY},
-        },
-        {
-            "apiVersion": API,
-            "kind": "RunnerPool",
-            "metadata": {"name": "reference"},
-            "spec": {
-                "provider": "reference",
-                "adapter": {
-                    "type": "acp",
-                    "acp": {
-                        "command": "helmhive-reference-agent",
-                        "env": [{"name": "HELMHIVE_REFERENCE_AGENT_LEAK_ON_CRASH", "value": "1"}],
-                    },
-                },
-                "image": "ghcr.io/helmhive/helmhive:test",
-                "credential": {
-                    "secretRef": {"name": "reference-token", "key": "token"},
-                    "envName": "HELMHIVE_REFERENCE_AGENT_TOKEN",
-                },
-                "capabilities": ["structured-output", "diff-review", "workspace-write"],
-                "concurrency": 1,
-                "replicas": 1,
-                "heartbeat": {"leaseDurationSeconds": 10, "renewIntervalSeconds": 2, "reportRefreshSeconds": 60},
-            },
-        },
-        {
-            "apiVersion": API,
-            "kind": "Workspace",
-            "metadata": {"name": "payments"},
-            "spec": {
-                "repository": {"url": "https://git.example.com/payments.git"},
-                "profiles": [
-                    {"jobKind": "review-probe", "profile": "ref-review"},
-                    {"jobKind": "implementation-probe", "profile": "ref-impl"},
-                ],
-            },
-        },
-        {
-            "apiVersion": API,
-            "kind": "Profile",
-            "metadata": {"name": "ref-review"},
-            # A session binding: its HOME is kept on the runner, so the re-run finds crash-once's mark.
-            "spec": {"envelope": "review-probe", "session": {"policy": "resume"}, **profile},
-        },
-        {
-            "apiVersion": API,
-            "kind": "Profile",
-            "metadata": {"name": "ref-impl"},
-            "spec": {"envelope": "implementation-probe", **profile},
-        },
+        *pool_docs(
+            token=CANARY,
+            lease_seconds=10,
+            renew_seconds=2,
+            agent_env={"HELMHIVE_REFERENCE_AGENT_LEAK_ON_CRASH": "1"},
+        ),
+        workspace_doc("payments", {"review-probe": "ref-review", "implementation-probe": "ref-impl"}),
+        # A session binding: its HOME is kept on the runner, so the re-run finds crash-once's mark.
+        profile_doc("ref-review", "review-probe", purpose="Retry test.", session={"policy": "resume"}),
+        profile_doc("ref-impl", "implementation-probe", purpose="Retry test."),
     ]
 
 
@@ -127,29 +75,9 @@ def _wait_event(kube: Kube, namespace: str, name: str, reason: str) -> str:
 
 
 @pytest.fixture
-def runner_pod(
-    operator: OperatorProcess, cluster: ClusterHandle, kube: Kube, kubectl: Kubectl, namespace: str, tmp_path: Path
-) -> Iterator[LocalPod]:
-    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(_docs()))
-    wait_for(lambda: kube.core.read_namespaced_pod("reference-0", namespace), timeout=60, describe="pod reference-0")
-    pod = run_pod(
-        name="reference-0",
-        namespace=namespace,
-        admin_kubeconfig=cluster.kubeconfig,
-        state_dir=tmp_path,
-        tie_to_parent=True,
-    )
-    try:
-
-        def schedulable() -> bool:
-            runner = kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "runners", "reference-0")
-            conds = (runner.get("status") or {}).get("conditions") or []
-            return any(c["type"] == "Schedulable" and c["status"] == "True" for c in conds)
-
-        wait_for(schedulable, timeout=90, describe=f"runner reference-0 Schedulable (log {pod.root / 'container.log'})")
+def runner_pod(start_reference_pod: PodStarter) -> Iterator[LocalPod]:
+    with start_reference_pod(_docs(), "reference-0") as pod:
         yield pod
-    finally:
-        stop_pod(name="reference-0", namespace=namespace, state_dir=tmp_path)
 
 
 @pytest.mark.timeout(600)

@@ -13,19 +13,17 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from kubernetes.client.rest import ApiException
+from reference_pool import PodStarter, pool_docs, profile_doc, workspace_doc
 
-from harness.cluster import ClusterHandle
 from harness.kube import Kube
 from harness.kubectl import Kubectl
-from harness.operator import OperatorProcess
 from harness.wait import wait_for
-from helmhive.devcluster.localpod import LocalPod, run_pod, stop_pod
+from helmhive.devcluster.localpod import LocalPod
 from helmhive.policy.memory_audit import memory_report_audit_name
 from helmhive.policy.routing_audit import iter_routing_decisions, job_audit_label
 
@@ -53,47 +51,16 @@ def _docs() -> list[dict[str, Any]]:
         for name in RECORDS
     ]
     return [
-        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "reference-token"}, "stringData": {"token": "x"}},
-        {
-            "apiVersion": API,
-            "kind": "RunnerPool",
-            "metadata": {"name": "remember"},
-            "spec": {
-                "provider": "reference",
-                "adapter": {"type": "acp", "acp": {"command": "helmhive-reference-agent"}},
-                "image": "ghcr.io/helmhive/helmhive:test",
-                "credential": {
-                    "secretRef": {"name": "reference-token", "key": "token"},
-                    "envName": "HELMHIVE_REFERENCE_AGENT_TOKEN",
-                },
-                "capabilities": ["structured-output", "diff-review", "workspace-write"],
-                "concurrency": 1,
-                "replicas": 1,
-                # A long Lease: the runner stays Online while the test holds it paused.
-                "heartbeat": {"leaseDurationSeconds": 300, "renewIntervalSeconds": 1, "reportRefreshSeconds": 60},
-            },
-        },
-        {
-            "apiVersion": API,
-            "kind": "Workspace",
-            "metadata": {"name": "payments"},
-            "spec": {
-                "repository": {"url": "https://git.example.com/payments.git"},
-                "profiles": [{"jobKind": "review-probe", "profile": "remembering"}],
-            },
-        },
-        {
-            "apiVersion": API,
-            "kind": "Profile",
-            "metadata": {"name": "remembering"},
-            "spec": {
-                "envelope": "review-probe",
-                "purpose": "Review with the workspace's memory.",
-                "instructions": "Review briefly.",
-                "providerMappings": [{"provider": "reference"}],
-                "memory": {"enabled": True, "maxSensitivity": "internal"},
-            },
-        },
+        # A long Lease: the runner stays Online while the test holds it paused.
+        *pool_docs(token="x", name="remember", lease_seconds=300, renew_seconds=1),
+        workspace_doc("payments", {"review-probe": "remembering"}),
+        profile_doc(
+            "remembering",
+            "review-probe",
+            purpose="Review with the workspace's memory.",
+            instructions="Review briefly.",
+            memory={"enabled": True, "maxSensitivity": "internal"},
+        ),
         *memory,
     ]
 
@@ -108,24 +75,12 @@ def _condition(obj: dict[str, Any], ctype: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def runner_pod(
-    operator: OperatorProcess, cluster: ClusterHandle, kube: Kube, kubectl: Kubectl, namespace: str, tmp_path: Path
-) -> Iterator[LocalPod]:
-    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(_docs()))
-    wait_for(lambda: kube.core.read_namespaced_pod(POD, namespace), timeout=60, describe=f"pod {POD}")
-    pod = run_pod(
-        name=POD, namespace=namespace, admin_kubeconfig=cluster.kubeconfig, state_dir=tmp_path, tie_to_parent=True
-    )
-    try:
-        wait_for(
-            lambda: _condition(_get(kube, namespace, "runners", POD), "Schedulable").get("status") == "True",
-            timeout=90,
-            describe=f"runner {POD} Schedulable (log {pod.root / 'container.log'})",
-        )
-        yield pod
-    finally:
-        os.kill(pod.record.pid, signal.SIGCONT)
-        stop_pod(name=POD, namespace=namespace, state_dir=tmp_path)
+def runner_pod(start_reference_pod: PodStarter) -> Iterator[LocalPod]:
+    with start_reference_pod(_docs(), POD) as pod:
+        try:
+            yield pod
+        finally:
+            os.kill(pod.record.pid, signal.SIGCONT)  # the test may have left it stopped
 
 
 def test_a_record_dropped_between_routing_and_running_is_audited_as_dropped(

@@ -14,20 +14,19 @@ that any job could move are compared with ``>=``; counts under this module's own
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import yaml
+from reference_pool import PodStarter, pool_docs, profile_doc, workspace_doc
 
-from harness.cluster import ClusterHandle
 from harness.kube import Kube
 from harness.kubectl import Kubectl
 from harness.metrics import Scrape, scrape
 from harness.operator import OperatorProcess
 from harness.wait import wait_for
-from helmhive.devcluster.localpod import LocalPod, run_pod, stop_pod
+from helmhive.devcluster.localpod import LocalPod
 
 API = "helmhive.dev/v1alpha1"
 PROVIDER = "reference"
@@ -35,53 +34,11 @@ POD = "reference-0"
 
 
 def _docs() -> list[dict[str, Any]]:
-    mapping = {"purpose": "Metrics test.", "instructions": "Answer briefly."}
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "reference-token"},
-            "stringData": {"token": "metrics-stand-in"},
-        },
-        {
-            "apiVersion": API,
-            "kind": "RunnerPool",
-            "metadata": {"name": "reference"},
-            "spec": {
-                "provider": PROVIDER,
-                "adapter": {"type": "acp", "acp": {"command": "helmhive-reference-agent"}},
-                "image": "ghcr.io/helmhive/helmhive:test",
-                "credential": {
-                    "secretRef": {"name": "reference-token", "key": "token"},
-                    "envName": "HELMHIVE_REFERENCE_AGENT_TOKEN",
-                },
-                "capabilities": ["structured-output", "diff-review", "workspace-write"],
-                "concurrency": 1,
-                "replicas": 1,
-                "heartbeat": {"leaseDurationSeconds": 5, "renewIntervalSeconds": 1, "reportRefreshSeconds": 60},
-            },
-        },
-        {
-            "apiVersion": API,
-            "kind": "Workspace",
-            "metadata": {"name": "shop"},
-            "spec": {
-                "repository": {"url": "https://git.example.com/shop.git"},
-                "profiles": [{"jobKind": "connection-test", "profile": "ref-check"}],
-            },
-        },
-        {
-            "apiVersion": API,
-            "kind": "Profile",
-            "metadata": {"name": "ref-check"},
-            "spec": {"envelope": "connection-test", "providerMappings": [{"provider": PROVIDER}], **mapping},
-        },
-        {
-            "apiVersion": API,
-            "kind": "Profile",
-            "metadata": {"name": "nobody-check"},
-            "spec": {"envelope": "connection-test", "providerMappings": [{"provider": "nobody"}], **mapping},
-        },
+        *pool_docs(token="metrics-stand-in", provider=PROVIDER, lease_seconds=5, renew_seconds=1),
+        workspace_doc("shop", {"connection-test": "ref-check"}),
+        profile_doc("ref-check", "connection-test", purpose="Metrics test.", provider=PROVIDER),
+        profile_doc("nobody-check", "connection-test", purpose="Metrics test.", provider="nobody"),
     ]
 
 
@@ -103,24 +60,10 @@ def _condition(kube: Kube, namespace: str, name: str, ctype: str) -> dict[str, A
 
 
 @pytest.fixture
-def reference_pod(
-    operator: OperatorProcess, cluster: ClusterHandle, kube: Kube, kubectl: Kubectl, namespace: str, tmp_path: Path
-) -> Iterator[LocalPod]:
+def reference_pod(start_reference_pod: PodStarter) -> Iterator[LocalPod]:
     """The pool's pod, run locally; returned once its Runner is Schedulable and its /metrics answers."""
-    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(_docs()))
-    wait_for(lambda: kube.core.read_namespaced_pod(POD, namespace), timeout=60, describe=f"pod {POD}")
-    pod = run_pod(
-        name=POD, namespace=namespace, admin_kubeconfig=cluster.kubeconfig, state_dir=tmp_path, tie_to_parent=True
-    )
-    try:
+    with start_reference_pod(_docs(), POD) as pod:
         assert pod.metrics_port, "the pool's pod template declares a metrics port"
-
-        def schedulable() -> bool:
-            runner = kube.custom.get_namespaced_custom_object("helmhive.dev", "v1alpha1", namespace, "runners", POD)
-            conds = (runner.get("status") or {}).get("conditions") or []
-            return any(c["type"] == "Schedulable" and c["status"] == "True" for c in conds)
-
-        wait_for(schedulable, timeout=90, describe=f"runner {POD} Schedulable (log {pod.root / 'container.log'})")
         wait_for(
             lambda: scrape(_runner_url(pod)).series("helmhive_runner_info"),
             timeout=30,
@@ -128,8 +71,6 @@ def reference_pod(
             describe=f"the runner's /metrics on port {pod.metrics_port}",
         )
         yield pod
-    finally:
-        stop_pod(name=POD, namespace=namespace, state_dir=tmp_path)
 
 
 def _runner_url(pod: LocalPod) -> str:

@@ -10,7 +10,7 @@ import pytest
 from pydantic import SecretStr
 
 from helmhive.runner.adapters import AcpAdapter, AcpAdapterConfig
-from helmhive.runner.reference_agent import ENV_MODE, ENV_STATE_DIR
+from helmhive.runner.reference_session import ENV_MODE, ENV_STATE_DIR
 
 from .agent_harness import REFERENCE_AGENT, AdapterFactory, MethodLog
 

@@ -24,7 +24,7 @@ from kubernetes.client.rest import ApiException
 
 from harness import wait_for
 from harness.kube import IdentityFactory, Kube
-from helmhive.runner.reference_agent import ENV_STATE_DIR
+from helmhive.runner.reference_session import ENV_STATE_DIR
 
 from .agent_harness import REFERENCE_AGENT
 from .execution_rbac import as_policy_rules, execution_role_rules

@@ -22,7 +22,7 @@ from helmhive.runner.codex_config import build_codex_config, ensure_codex_config
 from helmhive.runner.config import RunnerConfig, load_config
 from helmhive.runner.credentials import CredentialHolder
 from helmhive.runner.egress import PLACEHOLDER
-from helmhive.runner.reference_agent import AUTH_METHOD_ID, ENV_TOKEN
+from helmhive.runner.reference_session import AUTH_METHOD_ID, ENV_TOKEN
 
 from .agent_harness import AdapterFactory, MethodLog
 

@@ -15,7 +15,7 @@ import pytest
 
 from helmhive.runner.adapters import AuthReason, AuthState, CancelOrigin, TurnOutcome, TurnRequest
 from helmhive.runner.adapters.decisions import REDACTED
-from helmhive.runner.reference_agent import (
+from helmhive.runner.reference_session import (
     CRASH_EXIT_CODE,
     ENV_LEAK_ON_CRASH,
     ENV_SLOW_INTERVAL,

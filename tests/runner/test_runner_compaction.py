@@ -21,7 +21,7 @@ from helmhive.api.session import CompactionMethod
 from helmhive.runner.adapters import AcpAdapter, TurnOutcome, TurnRequest, TurnResult
 from helmhive.runner.compaction import run_compaction
 from helmhive.runner.config import ConfigError, load_config
-from helmhive.runner.reference_agent import ENV_CONTEXT_SIZE
+from helmhive.runner.reference_session import ENV_CONTEXT_SIZE
 
 from .agent_harness import AdapterFactory, MethodLog
 

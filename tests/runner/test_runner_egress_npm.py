@@ -37,7 +37,7 @@ import logging
 import tomllib
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -148,22 +148,8 @@ def _assert_key_only_upstream(upstream: FakeProvider, plan: SandboxPlan, out: by
     assert CANARY.encode() not in out + err + written
 
 
-async def test_the_claude_cli_answers_through_the_proxy_without_ever_holding_the_key(tmp_path: Path) -> None:
-    claude = npm_bin(*CLAUDE_CODE)
-    upstream, plan, code, out, err = await _run_behind_proxy(
-        tmp_path,
-        provider="anthropic",
-        key_env="ANTHROPIC_API_KEY",
-        extra_env={"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"},
-        argv=lambda plan, env: (str(claude), "-p", "Say hello.", "--max-turns", "1"),
-        adapter=AdapterType.CLAUDE_CLI,
-    )
-    assert code == 0, err.decode(errors="replace")[-2000:]
-    assert out.decode().strip() == ANSWER
-    assert upstream.requests, "the CLI never reached the provider"
-    assert {(r.method, r.path) for r in upstream.requests} == {("POST", "/v1/messages")}
-    assert all(r.auth == {"x-api-key": "canary"} for r in upstream.requests), [r.auth for r in upstream.requests]
-    _assert_key_only_upstream(upstream, plan, out, err)
+def _claude_argv(claude: Path) -> Argv:
+    return lambda plan, env: (str(claude), "-p", "Say hello.", "--max-turns", "1")
 
 
 _GEMINI_SETTINGS = {
@@ -181,26 +167,6 @@ def _gemini_argv(gemini: Path) -> Argv:
         return (str(gemini), "--skip-trust", "-m", "gemini-2.5-flash", "-p", "Say hello.")
 
     return argv
-
-
-async def test_the_gemini_cli_answers_through_the_proxy_without_ever_holding_the_key(tmp_path: Path) -> None:
-    gemini = npm_bin(*GEMINI_CLI)
-    upstream, plan, code, out, err = await _run_behind_proxy(
-        tmp_path,
-        provider="google",
-        key_env="GEMINI_API_KEY",
-        extra_env={},
-        argv=_gemini_argv(gemini),
-        adapter=AdapterType.ACP,
-    )
-    assert code == 0, err.decode(errors="replace")[-2000:]
-    assert out.decode().strip() == ANSWER
-    assert upstream.requests, "the CLI never reached the provider"
-    paths = {(r.method, r.path) for r in upstream.requests}
-    assert ("POST", "/v1beta/models/gemini-2.5-flash:streamGenerateContent") in paths, paths
-    assert all(r.path.startswith("/v1beta/models/") for r in upstream.requests), paths
-    assert all(r.auth == {"x-goog-api-key": "canary"} for r in upstream.requests), [r.auth for r in upstream.requests]
-    _assert_key_only_upstream(upstream, plan, out, err)
 
 
 def _codex_argv(codex: Path) -> Argv:
@@ -223,22 +189,92 @@ def _codex_argv(codex: Path) -> Argv:
     return argv
 
 
-async def test_codex_answers_through_the_proxy_without_ever_holding_the_key(tmp_path: Path) -> None:
-    codex = npm_bin(*CODEX)
-    upstream, plan, code, out, err = await _run_behind_proxy(
-        tmp_path,
-        provider="openai",
-        key_env="CODEX_API_KEY",
-        extra_env={},
-        argv=_codex_argv(codex),
-        adapter=AdapterType.ACP,
-    )
-    assert code == 0, err.decode(errors="replace")[-2000:]
-    assert out.decode().strip().splitlines()[-1] == ANSWER, out.decode()[-2000:]
-    paths = {(r.method, r.path) for r in upstream.requests}
+Paths = set[tuple[str, str]]
+
+
+def _claude_paths(paths: Paths) -> None:
+    assert paths == {("POST", "/v1/messages")}, paths
+
+
+def _gemini_paths(paths: Paths) -> None:
+    assert ("POST", "/v1beta/models/gemini-2.5-flash:streamGenerateContent") in paths, paths
+    assert all(path.startswith("/v1beta/models/") for _, path in paths), paths
+
+
+def _codex_paths(paths: Paths) -> None:
     assert ("POST", "/v1/responses") in paths, paths
     assert paths <= {("POST", "/v1/responses"), ("GET", "/v1/responses")}, paths
-    assert all(r.auth == {"authorization": "canary"} for r in upstream.requests), [r.auth for r in upstream.requests]
+
+
+@dataclass(frozen=True)
+class HeadlessCli:
+    """One npm CLI run headless in a job's sandbox behind the proxy, and what its provider must see."""
+
+    package: tuple[str, str, str]
+    argv: Callable[[Path], Argv]
+    provider: str
+    key_env: str
+    adapter: AdapterType
+    auth: dict[str, str]
+    """The one key header every request reached the provider with (the proxy's, never the placeholder)."""
+    check_paths: Callable[[Paths], None]
+    extra_env: dict[str, str] = field(default_factory=dict)
+    answer_on_last_line: bool = False
+    """Codex prints its progress before the answer; the others print only the answer."""
+
+
+_HEADLESS = {
+    "claude": HeadlessCli(
+        package=CLAUDE_CODE,
+        argv=_claude_argv,
+        provider="anthropic",
+        key_env="ANTHROPIC_API_KEY",
+        adapter=AdapterType.CLAUDE_CLI,
+        auth={"x-api-key": "canary"},
+        check_paths=_claude_paths,
+        extra_env={"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"},
+    ),
+    "gemini": HeadlessCli(
+        package=GEMINI_CLI,
+        argv=_gemini_argv,
+        provider="google",
+        key_env="GEMINI_API_KEY",
+        adapter=AdapterType.ACP,
+        auth={"x-goog-api-key": "canary"},
+        check_paths=_gemini_paths,
+    ),
+    "codex": HeadlessCli(
+        package=CODEX,
+        argv=_codex_argv,
+        provider="openai",
+        key_env="CODEX_API_KEY",  # Codex reads no OPENAI_API_KEY (see the module's docstring)
+        adapter=AdapterType.ACP,
+        auth={"authorization": "canary"},
+        check_paths=_codex_paths,
+        answer_on_last_line=True,
+    ),
+}
+
+
+@pytest.mark.parametrize("cli", list(_HEADLESS.values()), ids=list(_HEADLESS))
+async def test_a_headless_cli_answers_through_the_proxy_without_ever_holding_the_key(
+    tmp_path: Path, cli: HeadlessCli
+) -> None:
+    upstream, plan, code, out, err = await _run_behind_proxy(
+        tmp_path,
+        provider=cli.provider,
+        key_env=cli.key_env,
+        extra_env=dict(cli.extra_env),
+        argv=cli.argv(npm_bin(*cli.package)),
+        adapter=cli.adapter,
+    )
+    assert code == 0, err.decode(errors="replace")[-2000:]
+    printed = out.decode().strip()
+    answer = printed.splitlines()[-1] if cli.answer_on_last_line else printed
+    assert answer == ANSWER, printed[-2000:]
+    assert upstream.requests, "the CLI never reached the provider"
+    cli.check_paths({(r.method, r.path) for r in upstream.requests})
+    assert all(r.auth == cli.auth for r in upstream.requests), [r.auth for r in upstream.requests]
     _assert_key_only_upstream(upstream, plan, out, err)
 
 

@@ -52,12 +52,17 @@ async def ensure_audit_unless_terminating(
     *,
     involved: dict[str, Any] | None = None,
     event_reason: str | None = None,
+    event_type: str = "Normal",
     now: dt.datetime,
 ) -> bool:
-    """:func:`ensure_audit`; False (nothing written) if the record's namespace is being deleted."""
+    """:func:`ensure_audit`; False (nothing written) if the record's namespace is being deleted.
+
+    For every record kept in the namespace of what it is about, which can be deleted under it;
+    any other refusal is raised as by :func:`ensure_audit`.
+    """
     namespace = str(record["metadata"]["namespace"])
     try:
-        await ensure_audit(kube, record, involved=involved, event_reason=event_reason, now=now)
+        await ensure_audit(kube, record, involved=involved, event_reason=event_reason, event_type=event_type, now=now)
     except Forbidden:
         try:
             terminating = bool((await kube.read_namespace(namespace))["metadata"].get("deletionTimestamp"))

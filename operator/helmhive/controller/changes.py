@@ -26,7 +26,7 @@ import kopf
 
 from helmhive.api.kinds import kind_by_name
 from helmhive.api.reasons import ConditionType, Reason
-from helmhive.controller.audit import ensure_audit
+from helmhive.controller.audit import ensure_audit_unless_terminating
 from helmhive.controller.kube import Conflict, NotFound
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.change import TERMINAL_REASONS, ChangeDecision, decide_change
@@ -137,7 +137,9 @@ class ChangeReconciler:
         namespace = change["metadata"]["namespace"]
         for record in decision.audits:
             with contextlib.suppress(Conflict):  # recorded by an earlier pass
-                await ensure_audit(kube, record, involved=dict(change), event_reason=record["spec"]["action"], now=now)
+                await ensure_audit_unless_terminating(
+                    kube, record, involved=dict(change), event_reason=record["spec"]["action"], now=now
+                )
         if decision.create is not None:
             try:
                 await kube.create(AGENT_JOB, decision.create, namespace=namespace)

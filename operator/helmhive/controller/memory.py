@@ -44,7 +44,7 @@ from helmhive.api.audit import AuditAction, AuditState
 from helmhive.api.kinds import GROUP, VERSION, kind_by_name
 from helmhive.api.memory import MemoryRecordSpec, WorkspaceSpec
 from helmhive.api.reasons import ConditionType, Reason
-from helmhive.controller.audit import ensure_audit, ensure_audit_unless_terminating
+from helmhive.controller.audit import ensure_audit_unless_terminating
 from helmhive.controller.deadlines import KeyedLocks
 from helmhive.controller.kube import Conflict, KubeError, NotFound
 from helmhive.controller.profiles import actor_from
@@ -270,7 +270,9 @@ class MemoryReconciler:
                 message=f"memory record {key[1]} expired",
                 now=now,
             )
-            await ensure_audit(self.runtime.kube, record, involved=dict(body), event_reason="Expired", now=now)
+            await ensure_audit_unless_terminating(
+                self.runtime.kube, record, involved=dict(body), event_reason="Expired", now=now
+            )
         return True
 
 

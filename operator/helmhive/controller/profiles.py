@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from helmhive.api.audit import AuditAction, AuditActor, AuditState
 from helmhive.api.kinds import kind_by_name
 from helmhive.api.reasons import ConditionType, Reason
-from helmhive.controller.audit import ensure_audit
+from helmhive.controller.audit import ensure_audit_unless_terminating
 from helmhive.controller.kube import Conflict
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.agentjob import parse_agent_job
@@ -128,7 +128,9 @@ async def reconcile_profile(runtime: Runtime, body: Mapping[str, Any], logger: k
             details={"envelope": parsed.envelope.value},
             now=now,
         )
-        await ensure_audit(runtime.kube, record, involved=dict(body), event_reason="RevisionCreated", now=now)
+        await ensure_audit_unless_terminating(
+            runtime.kube, record, involved=dict(body), event_reason="RevisionCreated", now=now
+        )
         logger.info("profile %s/%s is at revision %s", namespace, name, current)
 
     referenced = await _referenced_revisions(runtime, namespace, name)

@@ -38,7 +38,7 @@ from helmhive.api.audit import AuditAction, AuditState
 from helmhive.api.kinds import GROUP, VERSION, kind_by_name
 from helmhive.api.reasons import ConditionType, Reason
 from helmhive.api.runner import CredentialSpec, RunnerPoolSpec
-from helmhive.controller.audit import ensure_audit
+from helmhive.controller.audit import ensure_audit_unless_terminating
 from helmhive.controller.kube import KubeError, NotFound
 from helmhive.controller.runners import ParsedRunner, RunnerWakes, WriteMemo, patch_runners
 from helmhive.controller.runtime import Runtime
@@ -277,7 +277,7 @@ class PoolLoop:
             details={"secretRef": secret, "credentialGeneration": str(decision.generation)},
             now=now,
         )
-        await ensure_audit(
+        await ensure_audit_unless_terminating(
             self.runtime.kube,
             record,
             involved=pool_obj,

@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from helmhive.api.audit import AuditAction, AuditActor, AuditState
 from helmhive.api.kinds import API_VERSION, GROUP, VERSION, kind_by_name
 from helmhive.api.runner import REPORT_DIGEST_ANNOTATION, ReportedStatus, RunnerSpec, RunnerStatus
-from helmhive.controller.audit import ensure_audit
+from helmhive.controller.audit import ensure_audit_unless_terminating
 from helmhive.controller.contact import run_contact_probe
 from helmhive.controller.kube import Kube, KubeError
 from helmhive.controller.runner_wakes import RunnerWakes
@@ -218,7 +218,7 @@ async def _write_runner(
     for transition in decide_runner_transitions(name=view.name, observed=view.status, derived=derived):
         record = _audit_record(view, transition, pool.name, now)
         event_type = "Warning" if transition.action in _WARNING_ACTIONS else "Normal"
-        await ensure_audit(
+        await ensure_audit_unless_terminating(
             kube, record, involved=view.ref, event_reason=transition.action.value, event_type=event_type, now=now
         )
         logger.info("%s", transition.message)

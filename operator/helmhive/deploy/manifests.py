@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from helmhive.api.kinds import GROUP
+from helmhive.deploy.admission import LABELS as _LABELS
+from helmhive.deploy.admission import build_admission_policy, resource_rule
 from helmhive.deploy.runner_execution import build_runner_execution_policy
 from helmhive.deploy.session_compactions import build_session_compactions_policy
 from helmhive.policy.runnerpool import RUNNER_NAME_PREFIX
@@ -22,7 +24,6 @@ __all__ = [
     "build_runner_identity_policy",
 ]
 
-_LABELS = {"app.kubernetes.io/name": "helmhive", "app.kubernetes.io/part-of": "helmhive"}
 ENVELOPE_POLICY_NAME = "helmhive-envelopes-read-only"
 RUNNER_POLICY_NAME = "helmhive-runner-identity"
 CHANGE_APPROVAL_POLICY_NAME = "helmhive-change-approval"
@@ -42,16 +43,6 @@ class OperatorIdentity:
     @property
     def username(self) -> str:
         return f"system:serviceaccount:{self.namespace}:{self.service_account}"
-
-
-def _deny_binding(policy_name: str) -> dict[str, Any]:
-    """A cluster-wide binding that makes ``policy_name`` deny what it does not allow."""
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": policy_name, "labels": dict(_LABELS)},
-        "spec": {"policyName": policy_name, "validationActions": ["Deny"]},
-    }
 
 
 def _rule(groups: list[str], resources: list[str], verbs: list[str]) -> dict[str, Any]:
@@ -115,36 +106,21 @@ def build_operator_rbac(identity: OperatorIdentity) -> list[dict[str, Any]]:
 def build_envelope_policy(identity: OperatorIdentity) -> list[dict[str, Any]]:
     """A ValidatingAdmissionPolicy (and binding) that lets only the operator write Envelopes."""
     username = identity.username
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": ENVELOPE_POLICY_NAME, "labels": dict(_LABELS)},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [GROUP],
-                        "apiVersions": ["*"],
-                        "operations": ["CREATE", "UPDATE", "DELETE"],
-                        "resources": ["envelopes", "envelopes/status"],
-                    }
-                ]
-            },
-            "validations": [
-                {
-                    "expression": f"request.userInfo.username == '{username}'",
-                    "messageExpression": (
-                        "'envelopes are read-only: the Helmhive operator publishes them from code, so "
-                        "' + request.userInfo.username + ' may not ' + request.operation.lowerAscii() + "
-                        "' envelope ' + request.name"
-                    ),
-                    "reason": "Forbidden",
-                }
-            ],
-        },
-    }
-    return [policy, _deny_binding(ENVELOPE_POLICY_NAME)]
+    return build_admission_policy(
+        ENVELOPE_POLICY_NAME,
+        resource_rules=[resource_rule(GROUP, ["CREATE", "UPDATE", "DELETE"], ["envelopes", "envelopes/status"])],
+        validations=[
+            {
+                "expression": f"request.userInfo.username == '{username}'",
+                "messageExpression": (
+                    "'envelopes are read-only: the Helmhive operator publishes them from code, so "
+                    "' + request.userInfo.username + ' may not ' + request.operation.lowerAscii() + "
+                    "' envelope ' + request.name"
+                ),
+                "reason": "Forbidden",
+            }
+        ],
+    )
 
 
 # The status fields the operator derives; a runner's write must leave each as it was.
@@ -173,102 +149,82 @@ def build_runner_identity_policy() -> list[dict[str, Any]]:
     unchanged = " && ".join(
         f"object.?status.?{field} == oldObject.?status.?{field}" for field in _OPERATOR_RUNNER_FIELDS
     )
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": RUNNER_POLICY_NAME, "labels": dict(_LABELS)},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [GROUP],
-                        "apiVersions": ["*"],
-                        "operations": ["CREATE", "UPDATE", "DELETE"],
-                        "resources": ["runners", "runners/status"],
-                    },
-                    {
-                        "apiGroups": ["coordination.k8s.io"],
-                        "apiVersions": ["*"],
-                        "operations": ["CREATE", "UPDATE", "DELETE"],
-                        "resources": ["leases"],
-                    },
-                ]
+    return build_admission_policy(
+        RUNNER_POLICY_NAME,
+        resource_rules=[
+            resource_rule(GROUP, ["CREATE", "UPDATE", "DELETE"], ["runners", "runners/status"]),
+            resource_rule("coordination.k8s.io", ["CREATE", "UPDATE", "DELETE"], ["leases"]),
+        ],
+        match_conditions=[
+            {
+                "name": "runner-service-account",
+                "expression": (
+                    "request.userInfo.username.matches('^system:serviceaccount:[^:]+:" + RUNNER_NAME_PREFIX + "[^:]+$')"
+                ),
+            }
+        ],
+        variables=[
+            {
+                "name": "podName",
+                "expression": (
+                    f"'{pod_key}' in request.userInfo.extra && "
+                    f"size(request.userInfo.extra['{pod_key}']) > 0 ? "
+                    f"request.userInfo.extra['{pod_key}'][0] : ''"
+                ),
             },
-            "matchConditions": [
-                {
-                    "name": "runner-service-account",
-                    "expression": (
-                        "request.userInfo.username.matches('^system:serviceaccount:[^:]+:"
-                        + RUNNER_NAME_PREFIX
-                        + "[^:]+$')"
-                    ),
-                }
-            ],
-            "variables": [
-                {
-                    "name": "podName",
-                    "expression": (
-                        f"'{pod_key}' in request.userInfo.extra && "
-                        f"size(request.userInfo.extra['{pod_key}']) > 0 ? "
-                        f"request.userInfo.extra['{pod_key}'][0] : ''"
-                    ),
-                },
-                # request.subResource is absent (not empty) for a main resource such as a Lease.
-                {"name": "subresource", "expression": "has(request.subResource) ? request.subResource : ''"},
-                {
-                    "name": "target",
-                    "expression": (
-                        "request.resource.resource + (variables.subresource != '' ? '/' + variables.subresource : '')"
-                        " + ' ' + request.name"
-                    ),
-                },
-            ],
-            "validations": [
-                {
-                    "expression": "variables.podName != ''",
-                    "messageExpression": (
-                        "'runner identity: the token of ' + request.userInfo.username + ' is not bound to a pod; "
-                        "a runner writes only with its pod-bound ServiceAccount token'"
-                    ),
-                    "reason": "Forbidden",
-                },
-                {
-                    "expression": "variables.podName == '' || variables.podName == request.name",
-                    "messageExpression": (
-                        "'runner identity: runner pod ' + variables.podName + ' may write only its own Runner "
-                        "and Lease (named ' + variables.podName + '), not ' + variables.target"
-                    ),
-                    "reason": "Forbidden",
-                },
-                {
-                    "expression": (
-                        "request.resource.resource != 'runners' || request.operation != 'CREATE' || "
-                        "(request.userInfo.username.endsWith(':"
-                        + RUNNER_NAME_PREFIX
-                        + "' + object.spec.poolRef.name) && !has(object.spec.controlState))"
-                    ),
-                    "messageExpression": (
-                        "'runner identity: ' + request.userInfo.username + ' may register a Runner only in its "
-                        "own pool and without a control state (spec.controlState is set by administrators)'"
-                    ),
-                    "reason": "Forbidden",
-                },
-                {
-                    "expression": (
-                        "request.resource.resource != 'runners' || variables.subresource != 'status' || "
-                        "request.operation != 'UPDATE' || (" + unchanged + ")"
-                    ),
-                    "messageExpression": (
-                        "'runner identity: runner pod ' + variables.podName + ' may write only status.report; "
-                        "the other status fields of ' + variables.target + ' are derived by the operator'"
-                    ),
-                    "reason": "Forbidden",
-                },
-            ],
-        },
-    }
-    return [policy, _deny_binding(RUNNER_POLICY_NAME)]
+            # request.subResource is absent (not empty) for a main resource such as a Lease.
+            {"name": "subresource", "expression": "has(request.subResource) ? request.subResource : ''"},
+            {
+                "name": "target",
+                "expression": (
+                    "request.resource.resource + (variables.subresource != '' ? '/' + variables.subresource : '')"
+                    " + ' ' + request.name"
+                ),
+            },
+        ],
+        validations=[
+            {
+                "expression": "variables.podName != ''",
+                "messageExpression": (
+                    "'runner identity: the token of ' + request.userInfo.username + ' is not bound to a pod; "
+                    "a runner writes only with its pod-bound ServiceAccount token'"
+                ),
+                "reason": "Forbidden",
+            },
+            {
+                "expression": "variables.podName == '' || variables.podName == request.name",
+                "messageExpression": (
+                    "'runner identity: runner pod ' + variables.podName + ' may write only its own Runner "
+                    "and Lease (named ' + variables.podName + '), not ' + variables.target"
+                ),
+                "reason": "Forbidden",
+            },
+            {
+                "expression": (
+                    "request.resource.resource != 'runners' || request.operation != 'CREATE' || "
+                    "(request.userInfo.username.endsWith(':"
+                    + RUNNER_NAME_PREFIX
+                    + "' + object.spec.poolRef.name) && !has(object.spec.controlState))"
+                ),
+                "messageExpression": (
+                    "'runner identity: ' + request.userInfo.username + ' may register a Runner only in its "
+                    "own pool and without a control state (spec.controlState is set by administrators)'"
+                ),
+                "reason": "Forbidden",
+            },
+            {
+                "expression": (
+                    "request.resource.resource != 'runners' || variables.subresource != 'status' || "
+                    "request.operation != 'UPDATE' || (" + unchanged + ")"
+                ),
+                "messageExpression": (
+                    "'runner identity: runner pod ' + variables.podName + ' may write only status.report; "
+                    "the other status fields of ' + variables.target + ' are derived by the operator'"
+                ),
+                "reason": "Forbidden",
+            },
+        ],
+    )
 
 
 def build_change_approval(identity: OperatorIdentity) -> list[dict[str, Any]]:
@@ -289,53 +245,39 @@ def build_change_approval(identity: OperatorIdentity) -> list[dict[str, Any]]:
         "authorizer.group('helmhive.dev').resource('changes').namespace(object.metadata.namespace)"
         ".name(object.metadata.name).check('approve').allowed()"
     )
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": CHANGE_APPROVAL_POLICY_NAME, "labels": dict(_LABELS)},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [GROUP],
-                        "apiVersions": ["*"],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": ["changes"],
-                    }
-                ]
+    policy, binding = build_admission_policy(
+        CHANGE_APPROVAL_POLICY_NAME,
+        resource_rules=[resource_rule(GROUP, ["CREATE", "UPDATE"], ["changes"])],
+        variables=[{"name": "approvalChanged", "expression": changed}],
+        validations=[
+            {
+                "expression": f"!variables.approvalChanged || {allowed}",
+                "messageExpression": (
+                    "request.userInfo.username + ' may not approve change ' + object.metadata.name + "
+                    "': approving needs the approve verb on changes.helmhive.dev (ClusterRole "
+                    f"{CHANGE_APPROVER_ROLE})'"
+                ),
+                "reason": "Forbidden",
             },
-            "variables": [{"name": "approvalChanged", "expression": changed}],
-            "validations": [
-                {
-                    "expression": f"!variables.approvalChanged || {allowed}",
-                    "messageExpression": (
-                        "request.userInfo.username + ' may not approve change ' + object.metadata.name + "
-                        "': approving needs the approve verb on changes.helmhive.dev (ClusterRole "
-                        f"{CHANGE_APPROVER_ROLE})'"
-                    ),
-                    "reason": "Forbidden",
-                },
-                {
-                    "expression": (
-                        "!variables.approvalChanged || !has(object.spec.approvedPlan) || "
-                        "object.spec.approvedPlan.by == request.userInfo.username"
-                    ),
-                    "messageExpression": (
-                        "'spec.approvedPlan.by must be your own username (' + request.userInfo.username + ')'"
-                    ),
-                    "reason": "Forbidden",
-                },
-            ],
-        },
-    }
+            {
+                "expression": (
+                    "!variables.approvalChanged || !has(object.spec.approvedPlan) || "
+                    "object.spec.approvedPlan.by == request.userInfo.username"
+                ),
+                "messageExpression": (
+                    "'spec.approvedPlan.by must be your own username (' + request.userInfo.username + ')'"
+                ),
+                "reason": "Forbidden",
+            },
+        ],
+    )
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
         "metadata": {"name": CHANGE_APPROVER_ROLE, "labels": dict(_LABELS)},
         "rules": [_rule([GROUP], ["changes"], ["get", "list", "watch", "patch", "approve"])],
     }
-    return [policy, _deny_binding(CHANGE_APPROVAL_POLICY_NAME), role]
+    return [policy, binding, role]
 
 
 def build_audit_trail_policy(identity: OperatorIdentity) -> list[dict[str, Any]]:
@@ -352,87 +294,69 @@ def build_audit_trail_policy(identity: OperatorIdentity) -> list[dict[str, Any]]
     """
     username = identity.username
     audit = "request.resource.resource == 'auditrecords'"
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": AUDIT_POLICY_NAME, "labels": dict(_LABELS)},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [GROUP],
-                        "apiVersions": ["*"],
-                        "operations": ["CREATE", "UPDATE", "DELETE"],
-                        "resources": ["auditrecords"],
-                    },
-                    {
-                        "apiGroups": [GROUP],
-                        "apiVersions": ["*"],
-                        "operations": ["UPDATE"],
-                        "resources": ["sessionbindings/status"],
-                    },
-                ]
+    return build_admission_policy(
+        AUDIT_POLICY_NAME,
+        resource_rules=[
+            resource_rule(GROUP, ["CREATE", "UPDATE", "DELETE"], ["auditrecords"]),
+            resource_rule(GROUP, ["UPDATE"], ["sessionbindings/status"]),
+        ],
+        variables=[
+            {"name": "operator", "expression": f"request.userInfo.username == '{username}'"},
+            {
+                "name": "namespaceTerminating",
+                "expression": "namespaceObject != null && has(namespaceObject.metadata.deletionTimestamp)",
             },
-            "variables": [
-                {"name": "operator", "expression": f"request.userInfo.username == '{username}'"},
-                {
-                    "name": "namespaceTerminating",
-                    "expression": "namespaceObject != null && has(namespaceObject.metadata.deletionTimestamp)",
-                },
-                # A deletecollection's admission names no object; the record deleted is oldObject.
-                {
-                    "name": "target",
-                    "expression": "oldObject != null ? oldObject.metadata.name : request.name",
-                },
-                {"name": "resetsBefore", "expression": "oldObject.?status.?resets.orValue(0)"},
-                {"name": "resetsAfter", "expression": "object.?status.?resets.orValue(0)"},
-            ],
-            "validations": [
-                {
-                    "expression": f"!({audit}) || request.operation == 'DELETE' || variables.operator",
-                    "messageExpression": (
-                        "'the audit trail is written only by the Helmhive operator (" + username + "): ' + "
-                        "request.userInfo.username + ' may not ' + request.operation.lowerAscii() + ' an AuditRecord'"
-                    ),
-                    "reason": "Forbidden",
-                },
-                {
-                    "expression": (
-                        f"!({audit}) || request.operation != 'DELETE' || variables.operator || "
-                        "variables.namespaceTerminating"
-                    ),
-                    "messageExpression": (
-                        "'the audit trail is append-only: ' + request.userInfo.username + ' may not delete "
-                        "AuditRecord ' + variables.target + '; only the Helmhive operator (" + username + ") "
-                        "deletes records, by its retention, and a namespace takes its own with it'"
-                    ),
-                    "reason": "Forbidden",
-                },
-                {
-                    "expression": f"{audit} || variables.resetsAfter >= variables.resetsBefore",
-                    "messageExpression": (
-                        "'status.resets of session binding ' + request.name + ' only grows (from ' + "
-                        "string(variables.resetsBefore) + '): each reset is audited by its count'"
-                    ),
-                    "reason": "Forbidden",
-                },
-                {
-                    "expression": (
-                        f"{audit} || !(oldObject.?status.?stored.orValue(false) && "
-                        "!object.?status.?stored.orValue(false)) || variables.resetsAfter > variables.resetsBefore"
-                    ),
-                    "messageExpression": (
-                        "'turning off status.stored of session binding ' + request.name + ' is a reset: count it "
-                        "by setting status.resets to ' + string(variables.resetsBefore + 1) + ' in the same write "
-                        "(helmhive sessions reset does both)'"
-                    ),
-                    "reason": "Forbidden",
-                },
-            ],
-        },
-    }
-    return [policy, _deny_binding(AUDIT_POLICY_NAME)]
+            # A deletecollection's admission names no object; the record deleted is oldObject.
+            {
+                "name": "target",
+                "expression": "oldObject != null ? oldObject.metadata.name : request.name",
+            },
+            {"name": "resetsBefore", "expression": "oldObject.?status.?resets.orValue(0)"},
+            {"name": "resetsAfter", "expression": "object.?status.?resets.orValue(0)"},
+        ],
+        validations=[
+            {
+                "expression": f"!({audit}) || request.operation == 'DELETE' || variables.operator",
+                "messageExpression": (
+                    "'the audit trail is written only by the Helmhive operator (" + username + "): ' + "
+                    "request.userInfo.username + ' may not ' + request.operation.lowerAscii() + ' an AuditRecord'"
+                ),
+                "reason": "Forbidden",
+            },
+            {
+                "expression": (
+                    f"!({audit}) || request.operation != 'DELETE' || variables.operator || "
+                    "variables.namespaceTerminating"
+                ),
+                "messageExpression": (
+                    "'the audit trail is append-only: ' + request.userInfo.username + ' may not delete "
+                    "AuditRecord ' + variables.target + '; only the Helmhive operator (" + username + ") "
+                    "deletes records, by its retention, and a namespace takes its own with it'"
+                ),
+                "reason": "Forbidden",
+            },
+            {
+                "expression": f"{audit} || variables.resetsAfter >= variables.resetsBefore",
+                "messageExpression": (
+                    "'status.resets of session binding ' + request.name + ' only grows (from ' + "
+                    "string(variables.resetsBefore) + '): each reset is audited by its count'"
+                ),
+                "reason": "Forbidden",
+            },
+            {
+                "expression": (
+                    f"{audit} || !(oldObject.?status.?stored.orValue(false) && "
+                    "!object.?status.?stored.orValue(false)) || variables.resetsAfter > variables.resetsBefore"
+                ),
+                "messageExpression": (
+                    "'turning off status.stored of session binding ' + request.name + ' is a reset: count it "
+                    "by setting status.resets to ' + string(variables.resetsBefore + 1) + ' in the same write "
+                    "(helmhive sessions reset does both)'"
+                ),
+                "reason": "Forbidden",
+            },
+        ],
+    )
 
 
 def build_install_manifests(identity: OperatorIdentity) -> list[dict[str, Any]]:

@@ -17,11 +17,11 @@ from __future__ import annotations
 from typing import Any
 
 from helmhive.api.kinds import GROUP
+from helmhive.deploy.admission import build_admission_policy, resource_rule
 
 __all__ = ["COMPACTIONS_POLICY_NAME", "build_session_compactions_policy"]
 
 COMPACTIONS_POLICY_NAME = "helmhive-session-compactions"
-_LABELS = {"app.kubernetes.io/name": "helmhive", "app.kubernetes.io/part-of": "helmhive"}
 RUNNER_USERNAME = "^system:serviceaccount:[^:]+:helmhive-runner-[^:]+$"
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 
@@ -29,59 +29,38 @@ POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 def build_session_compactions_policy() -> list[dict[str, Any]]:
     """The policy and its cluster-wide Deny binding."""
     pod = f"request.userInfo.extra['{POD_NAME_EXTRA}']"
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": COMPACTIONS_POLICY_NAME, "labels": dict(_LABELS)},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [GROUP],
-                        "apiVersions": ["*"],
-                        "operations": ["UPDATE"],
-                        "resources": ["sessionbindings/status"],
-                    }
-                ]
+    return build_admission_policy(
+        COMPACTIONS_POLICY_NAME,
+        resource_rules=[resource_rule(GROUP, ["UPDATE"], ["sessionbindings/status"])],
+        variables=[
+            {
+                "name": "changed",
+                "expression": (
+                    "object.?status.?compactions.orValue(0) != oldObject.?status.?compactions.orValue(0) || "
+                    "object.?status.?lastCompaction != oldObject.?status.?lastCompaction"
+                ),
             },
-            "variables": [
-                {
-                    "name": "changed",
-                    "expression": (
-                        "object.?status.?compactions.orValue(0) != oldObject.?status.?compactions.orValue(0) || "
-                        "object.?status.?lastCompaction != oldObject.?status.?lastCompaction"
-                    ),
-                },
-                {
-                    "name": "podName",
-                    "expression": (
-                        f"request.userInfo.username.matches('{RUNNER_USERNAME}') && "
-                        f"'{POD_NAME_EXTRA}' in request.userInfo.extra && size({pod}) > 0 ? {pod}[0] : ''"
-                    ),
-                },
-                {
-                    "name": "owner",
-                    "expression": "variables.podName != '' && oldObject.spec.runner == variables.podName",
-                },
-            ],
-            "validations": [
-                {
-                    "expression": "!variables.changed || variables.owner",
-                    "messageExpression": (
-                        "'the compaction history of session binding ' + request.name + ' (status.compactions, "
-                        "status.lastCompaction) is written only by its runner ' + oldObject.spec.runner + "
-                        "': ' + request.userInfo.username + ' may not change it'"
-                    ),
-                    "reason": "Forbidden",
-                }
-            ],
-        },
-    }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": COMPACTIONS_POLICY_NAME, "labels": dict(_LABELS)},
-        "spec": {"policyName": COMPACTIONS_POLICY_NAME, "validationActions": ["Deny"]},
-    }
-    return [policy, binding]
+            {
+                "name": "podName",
+                "expression": (
+                    f"request.userInfo.username.matches('{RUNNER_USERNAME}') && "
+                    f"'{POD_NAME_EXTRA}' in request.userInfo.extra && size({pod}) > 0 ? {pod}[0] : ''"
+                ),
+            },
+            {
+                "name": "owner",
+                "expression": "variables.podName != '' && oldObject.spec.runner == variables.podName",
+            },
+        ],
+        validations=[
+            {
+                "expression": "!variables.changed || variables.owner",
+                "messageExpression": (
+                    "'the compaction history of session binding ' + request.name + ' (status.compactions, "
+                    "status.lastCompaction) is written only by its runner ' + oldObject.spec.runner + "
+                    "': ' + request.userInfo.username + ' may not change it'"
+                ),
+                "reason": "Forbidden",
+            }
+        ],
+    )

@@ -19,6 +19,7 @@ from helmhive.policy.agentjob_state import AgentJob
 from helmhive.policy.conditions import set_condition
 from helmhive.policy.retry import RetryDecision, decide_job_retry, decide_retry_window
 from helmhive.policy.routing import RouteOutcome, RoutingDecision, build_status_patch
+from helmhive.policy.timestamps import format_timestamp
 from helmhive.policy.waiting import build_bound_conditions, build_unbound_conditions
 
 __all__ = [
@@ -100,10 +101,6 @@ def route(
     return StatusPatch(step=Step.ROUTE, status=status)
 
 
-def _iso(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 _CLEARED_RESULT = {
     "summary": None,
     "output": None,
@@ -136,7 +133,7 @@ def start(
         ),
         "result": {
             "outcome": Reason.STARTED.value,
-            "startedAt": _iso(now),
+            "startedAt": format_timestamp(now),
             **_CLEARED_RESULT,
             "completedAt": None,
             "memory": dict(memory) if memory is not None else None,
@@ -162,7 +159,7 @@ def finish(
     )
     previous = job.raw_status.get("result")
     started = previous.get("startedAt") if isinstance(previous, Mapping) else None
-    body: dict[str, Any] = {**_CLEARED_RESULT, **dict(result), "outcome": reason, "completedAt": _iso(now)}
+    body: dict[str, Any] = {**_CLEARED_RESULT, **dict(result), "outcome": reason, "completedAt": format_timestamp(now)}
     if started and "startedAt" not in result:
         body["startedAt"] = started
     return StatusPatch(step=Step.FINISH, status={"conditions": conditions, "result": body})
@@ -181,7 +178,7 @@ def _lost_conditions(job: AgentJob, *, message: str, now: dt.datetime) -> list[d
 def _lost_result(job: AgentJob, now: dt.datetime) -> dict[str, Any]:
     previous = job.raw_status.get("result")
     summary = previous.get("summary") if isinstance(previous, Mapping) else None
-    return {"outcome": Reason.RUNNER_LOST.value, "completedAt": _iso(now), "summary": summary or ""}
+    return {"outcome": Reason.RUNNER_LOST.value, "completedAt": format_timestamp(now), "summary": summary or ""}
 
 
 def lost(job: AgentJob, *, message: str, why_not_rerun: str, now: dt.datetime) -> StatusPatch:

@@ -11,11 +11,9 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
+from helmhive.policy.timestamps import format_timestamp
+
 __all__ = ["ConditionUpdate", "find_condition", "set_condition"]
-
-
-def _fmt(now: dt.datetime) -> str:
-    return now.astimezone(dt.UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class ConditionUpdate:
@@ -63,12 +61,12 @@ def set_condition(
             "status": status_text,
             "reason": reason,
             "message": message,
-            "lastTransitionTime": cond.get("lastTransitionTime") if same_status else _fmt(now),
+            "lastTransitionTime": cond.get("lastTransitionTime") if same_status else format_timestamp(now),
         }
         if generation is not None:
             new["observedGeneration"] = generation
         if not new.get("lastTransitionTime"):
-            new["lastTransitionTime"] = _fmt(now)
+            new["lastTransitionTime"] = format_timestamp(now)
         changed = new != cond
         result.append(new)
     if not found:
@@ -77,7 +75,7 @@ def set_condition(
             "status": status_text,
             "reason": reason,
             "message": message,
-            "lastTransitionTime": _fmt(now),
+            "lastTransitionTime": format_timestamp(now),
         }
         if generation is not None:
             new["observedGeneration"] = generation

@@ -42,6 +42,7 @@ from helmhive.api.memory import (
 from helmhive.api.profile import MemoryPolicy
 from helmhive.api.reasons import Reason
 from helmhive.policy.envelopes import ENVELOPES, is_governed
+from helmhive.policy.timestamps import format_timestamp
 from helmhive.policy.violations import Violation
 
 __all__ = [
@@ -115,10 +116,6 @@ def _utc(moment: dt.datetime) -> dt.datetime:
     return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment
 
 
-def _iso(moment: dt.datetime) -> str:
-    return _utc(moment).astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def decide_memory_active(*, record: MemoryRecordSpec, now: dt.datetime) -> MemoryActivity:
     """Return the ``Active`` condition of ``record`` at ``now``.
 
@@ -134,13 +131,13 @@ def decide_memory_active(*, record: MemoryRecordSpec, now: dt.datetime) -> Memor
         return MemoryActivity(
             active=False,
             reason=Reason.EXPIRED,
-            message=f"expired at {_iso(expires)}",
+            message=f"expired at {format_timestamp(expires)}",
             next_transition=None,
         )
     return MemoryActivity(
         active=True,
         reason=Reason.IN_EFFECT,
-        message=f"in effect until {_iso(expires)}",
+        message=f"in effect until {format_timestamp(expires)}",
         next_transition=expires,
     )
 

@@ -45,6 +45,7 @@ from helmhive.api.profile import ProviderMapping, SessionScope
 from helmhive.api.reasons import ConditionType, Reason
 from helmhive.policy.conditions import set_condition
 from helmhive.policy.envelopes import is_governed
+from helmhive.policy.timestamps import format_timestamp
 
 __all__ = [
     "MAX_CANDIDATES",
@@ -456,7 +457,7 @@ def decide_route(
                 outcome=RouteOutcome.FAILED,
                 reason=Reason.CAPACITY_DEADLINE_EXCEEDED,
                 message=f"waited for a free slot on {busy} eligible runner{'s' if busy != 1 else ''} "
-                f"from {_iso(binding.bound_at)} until the deadline {_iso(deadline)}",
+                f"from {format_timestamp(binding.bound_at)} until the deadline {format_timestamp(deadline)}",
                 candidates=table,
                 considered_runners=considered,
                 capacity_blocked=frozenset(blocked),
@@ -468,7 +469,7 @@ def decide_route(
             outcome=RouteOutcome.WAITING,
             reason=Reason.WAITING_FOR_CAPACITY,
             message=f"every eligible runner is busy ({busy} at full concurrency); waiting for a free slot "
-            f"until {_iso(deadline)}",
+            f"until {format_timestamp(deadline)}",
             candidates=table,
             considered_runners=considered,
             capacity_blocked=frozenset(blocked),
@@ -614,7 +615,8 @@ def _wait_for_held(
         message=_truncate(
             f"no runner is eligible now; {count} runner{'s' if count != 1 else ''} ({names}) "
             f"{'are' if count != 1 else 'is'} held (HeartbeatHeld: the operator lost contact with the API "
-            f"server and waits for {'their' if count != 1 else 'its'} heartbeat); waiting until {_iso(deadline)}",
+            f"server and waits for {'their' if count != 1 else 'its'} heartbeat); "
+            f"waiting until {format_timestamp(deadline)}",
             1024,
         ),
         candidates=table,
@@ -731,10 +733,6 @@ def _candidates(ordered: Iterable[_Result]) -> tuple[Candidate, ...]:
     return tuple(rows)
 
 
-def _iso(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 # Status builders ----------------------------------------------------------------------
 
 
@@ -744,12 +742,12 @@ def build_routing_status(*, decision: RoutingDecision, attempts: int, now: dt.da
         "consideredRunners": decision.considered_runners,
         "candidates": [c.to_wire() for c in decision.candidates],
         "attempts": attempts,
-        "decidedAt": _iso(now),
+        "decidedAt": format_timestamp(now),
     }
     if decision.retry_after is not None:
-        status["nextAttemptAt"] = _iso(now + dt.timedelta(seconds=decision.retry_after))
+        status["nextAttemptAt"] = format_timestamp(now + dt.timedelta(seconds=decision.retry_after))
     if decision.capacity_deadline is not None:
-        status["capacityDeadline"] = _iso(decision.capacity_deadline)
+        status["capacityDeadline"] = format_timestamp(decision.capacity_deadline)
     if decision.avoided_provider is not None:
         status["avoidedProvider"] = decision.avoided_provider
     return status
@@ -772,7 +770,7 @@ def build_assignment(*, choice: RouteChoice, memory_ids: Sequence[str], now: dt.
         "credentialGeneration": choice.credential_generation,
     }
     if now is not None:
-        assignment["assignedAt"] = _iso(now)
+        assignment["assignedAt"] = format_timestamp(now)
     if choice.effort is not None:
         assignment["reasoningEffort"] = choice.effort.value
     return assignment

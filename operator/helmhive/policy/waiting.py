@@ -39,6 +39,7 @@ from typing import Any, Generic, TypeVar
 from helmhive.api.common import JobKind
 from helmhive.api.reasons import ConditionType, Reason
 from helmhive.policy.conditions import ConditionUpdate, set_condition
+from helmhive.policy.timestamps import as_utc, format_timestamp
 
 __all__ = [
     "DEFAULT_REFERENCE_WAIT",
@@ -145,22 +146,14 @@ class WaitDecision:
     deadline: dt.datetime
 
 
-def _utc(moment: dt.datetime) -> dt.datetime:
-    return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)
-
-
-def _iso(moment: dt.datetime) -> str:
-    return _utc(moment).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def parse_timestamp(raw: Any) -> dt.datetime | None:
     """Read a Kubernetes timestamp (``2026-01-02T03:04:05Z``) as an aware UTC datetime; None if unreadable."""
     if isinstance(raw, dt.datetime):
-        return _utc(raw)
+        return as_utc(raw)
     if not isinstance(raw, str) or not raw:
         return None
     try:
-        return _utc(dt.datetime.fromisoformat(raw.replace("Z", "+00:00")))
+        return as_utc(dt.datetime.fromisoformat(raw.replace("Z", "+00:00")))
     except ValueError:
         return None
 
@@ -171,7 +164,7 @@ def decide_wait_deadline(*, created_at: dt.datetime | None, now: dt.datetime, li
     An object without a readable creation time (never the case for one the API server
     stored) is given the whole ``limit`` from ``now``.
     """
-    return _utc(created_at if created_at is not None else now) + limit
+    return as_utc(created_at if created_at is not None else now) + limit
 
 
 def decide_reference_wait(
@@ -179,18 +172,18 @@ def decide_reference_wait(
 ) -> WaitDecision:
     """Wait for ``missing`` while ``now`` is before the deadline; fail closed with its final reason after."""
     deadline = decide_wait_deadline(created_at=created_at, now=now, limit=limit)
-    if _utc(now) < deadline:
+    if as_utc(now) < deadline:
         return WaitDecision(
             waiting=True,
             reason=missing.waiting_reason,
-            message=f"{missing.message}; waiting until {_iso(deadline)}",
+            message=f"{missing.message}; waiting until {format_timestamp(deadline)}",
             deadline=deadline,
         )
     seconds = int(limit.total_seconds())
     return WaitDecision(
         waiting=False,
         reason=missing.final_reason,
-        message=f"{missing.message} (waited {seconds}s after creation, until {_iso(deadline)})",
+        message=f"{missing.message} (waited {seconds}s after creation, until {format_timestamp(deadline)})",
         deadline=deadline,
     )
 
@@ -256,7 +249,7 @@ class DeadlineHeap(Generic[K]):
 
     def set(self, key: K, when: dt.datetime) -> None:
         """Make ``when`` the pending time of ``key`` (replacing any earlier or later one)."""
-        entry = (_utc(when), next(self._seq))
+        entry = (as_utc(when), next(self._seq))
         self._when[key] = entry
         heapq.heappush(self._heap, (*entry, key))
         if len(self._heap) > 2 * len(self._when) + 64:
@@ -274,7 +267,7 @@ class DeadlineHeap(Generic[K]):
     def pop_due(self, now: dt.datetime) -> list[K]:
         """Remove and return every key due at ``now`` (time ``<= now``), earliest first."""
         due: list[K] = []
-        moment = _utc(now)
+        moment = as_utc(now)
         while True:
             self._skip_stale()
             if not self._heap or self._heap[0][0] > moment:

@@ -33,14 +33,10 @@ every path of a runner's adapter can be exercised:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
-import re
 import sys
 import uuid
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, NoReturn, cast
 
 import acp
@@ -50,132 +46,20 @@ from helmhive.runner import reference_actions as actions
 from helmhive.runner import reference_context as context
 from helmhive.runner import reference_escapes as escapes
 from helmhive.runner import reference_rules as rules
+from helmhive.runner.reference_session import (
+    AUTH_METHOD_ID,
+    CRASH_EXIT_CODE,
+    ENV_TOKEN,
+    LIMIT_EXIT_CODE,
+    Session,
+    SessionStore,
+    Settings,
+    config_options,
+    first_crash,
+)
 from helmhive.runner.version import helmhive_version
 
-ENV_STATE_DIR = "HELMHIVE_REFERENCE_AGENT_STATE_DIR"
-ENV_MODE = "HELMHIVE_REFERENCE_AGENT_MODE"
-ENV_SLOW_STEPS = "HELMHIVE_REFERENCE_AGENT_SLOW_STEPS"
-ENV_SLOW_INTERVAL = "HELMHIVE_REFERENCE_AGENT_SLOW_INTERVAL"
-ENV_TOKEN = "HELMHIVE_REFERENCE_AGENT_TOKEN"
-ENV_LEAK_ON_CRASH = "HELMHIVE_REFERENCE_AGENT_LEAK_ON_CRASH"
-ENV_SESSION_PREFIX = "HELMHIVE_REFERENCE_AGENT_SESSION_PREFIX"
-ENV_CONTEXT_SIZE = "HELMHIVE_REFERENCE_AGENT_CONTEXT_SIZE"
-CRASH_EXIT_CODE = 70
-CRASH_ONCE_MARK = ".helmhive-reference-agent-crashed-once"
-"""``REFERENCE-AGENT: crash-once`` crashes only while ``$HOME/<this>`` is absent, and writes it first."""
-LIMIT_EXIT_CODE = 1
-AUTH_METHOD_ID = "reference-token"
-
-_SESSION_ID = re.compile(r"^[a-z0-9-]{0,32}[0-9a-f]{32}$")
-_PREFIX = re.compile(r"^[a-z0-9-]{0,32}$")
-ConfigOption = schema.SessionConfigOptionSelect
-
-
-@dataclass
-class Settings:
-    """What the environment asks of the agent (see the module docstring)."""
-
-    state_dir: Path | None = None
-    modes: frozenset[str] = frozenset()
-    slow_steps: int = 5
-    slow_interval: float = 0.2
-    leak_on_crash: bool = False
-    session_prefix: str = ""
-    context_size: int = context.DEFAULT_CONTEXT_SIZE
-
-    @classmethod
-    def from_env(cls, env: dict[str, str]) -> Settings:
-        state = env.get(ENV_STATE_DIR, "").strip()
-        modes = frozenset(m.strip().lower() for m in env.get(ENV_MODE, "").split(",") if m.strip())
-        prefix = env.get(ENV_SESSION_PREFIX, "").strip()
-        if not _PREFIX.match(prefix):
-            raise SystemExit(f"{ENV_SESSION_PREFIX} must match {_PREFIX.pattern}")
-        try:
-            size = context.parse_context_size(env.get(ENV_CONTEXT_SIZE, ""))
-        except ValueError as exc:
-            raise SystemExit(f"{ENV_CONTEXT_SIZE} {exc}") from None
-        return cls(
-            state_dir=Path(state) if state else None,
-            modes=modes,
-            slow_steps=int(env.get(ENV_SLOW_STEPS, "5")),
-            slow_interval=float(env.get(ENV_SLOW_INTERVAL, "0.2")),
-            leak_on_crash=env.get(ENV_LEAK_ON_CRASH, "") == "1",
-            session_prefix=prefix,
-            context_size=size,
-        )
-
-    @property
-    def compact_advertised(self) -> bool:
-        return "no-compact-command" not in self.modes
-
-    def behaviour(self) -> rules.Behaviour:
-        for behaviour in ("hang", "stall", "crash", "slow"):
-            if behaviour in self.modes:
-                return rules.as_behaviour(behaviour) or "normal"
-        return "normal"
-
-
-@dataclass
-class Session:
-    """One conversation: its configuration and its completed turns."""
-
-    cwd: str
-    model: str = rules.DEFAULT_MODEL
-    effort: str = rules.DEFAULT_EFFORT
-    history: list[dict[str, str]] = field(default_factory=list)
-    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"cwd": self.cwd, "model": self.model, "effort": self.effort, "history": self.history}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Session:
-        return cls(
-            cwd=str(data["cwd"]),
-            model=str(data.get("model", rules.DEFAULT_MODEL)),
-            effort=str(data.get("effort", rules.DEFAULT_EFFORT)),
-            history=[dict(item) for item in data.get("history", [])],
-        )
-
-
-AnyConfigOption = schema.SessionConfigOptionSelect | schema.SessionConfigOptionBoolean
-
-
-def _first_crash() -> bool:
-    """True the first time (no mark in ``$HOME`` yet, or no HOME at all): leave the mark, then crash.
-
-    A job re-run with the same HOME (a session binding's, kept on its runner) then runs normally.
-    """
-    home = os.environ.get("HOME", "")
-    if not os.path.isabs(home):
-        return True
-    mark = Path(home) / CRASH_ONCE_MARK
-    if mark.exists():
-        return False
-    with contextlib.suppress(OSError):  # cannot remember: crash anyway
-        mark.write_text("crashed once\n", encoding="utf-8")
-    return True
-
-
-def config_options(session: Session) -> list[AnyConfigOption]:
-    """The session's configuration options: the model catalogue and the reasoning-effort levels."""
-    model = ConfigOption(
-        id=rules.MODEL_OPTION_ID,
-        name="Model",
-        category="model",
-        type="select",
-        current_value=session.model,
-        options=[schema.SessionConfigSelectOption(value=m, name=m) for m in rules.MODELS],
-    )
-    effort = ConfigOption(
-        id=rules.EFFORT_OPTION_ID,
-        name="Reasoning effort",
-        category="thought_level",
-        type="select",
-        current_value=session.effort,
-        options=[schema.SessionConfigSelectOption(value=e, name=e) for e in rules.EFFORT_LEVELS],
-    )
-    return [model, effort]
+__all__ = ["ReferenceAgent", "main", "serve"]
 
 
 class ReferenceAgent:
@@ -183,7 +67,7 @@ class ReferenceAgent:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._sessions: dict[str, Session] = {}
+        self._sessions = SessionStore(settings.state_dir)
         self._conn: Any = None
 
     def on_connect(self, conn: Any) -> None:
@@ -197,29 +81,6 @@ class ReferenceAgent:
         state.mkdir(parents=True, exist_ok=True)
         with (state / "methods.jsonl").open("a", encoding="utf-8") as fh:
             fh.write(json.dumps({"method": method, "pid": os.getpid(), **fields}, sort_keys=True) + "\n")
-
-    def _session_file(self, session_id: str) -> Path | None:
-        state = self._settings.state_dir
-        return None if state is None else state / "sessions" / f"{session_id}.json"
-
-    def _save(self, session_id: str) -> None:
-        path = self._session_file(session_id)
-        if path is None:
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self._sessions[session_id].to_json(), sort_keys=True), encoding="utf-8")
-        tmp.replace(path)
-
-    def _restore(self, session_id: str) -> Session:
-        if session_id in self._sessions:
-            return self._sessions[session_id]
-        path = self._session_file(session_id) if _SESSION_ID.match(session_id) else None
-        if path is None or not path.is_file():
-            raise acp.RequestError.resource_not_found(f"session:{session_id}")
-        session = Session.from_json(json.loads(path.read_text(encoding="utf-8")))
-        self._sessions[session_id] = session
-        return session
 
     async def _advertise(self, session_id: str) -> None:
         """Send the session's commands (``compact``, unless mode ``no-compact-command``)."""
@@ -282,7 +143,7 @@ class ReferenceAgent:
         self._require_auth()
         session_id = self._settings.session_prefix + uuid.uuid4().hex
         self._sessions[session_id] = Session(cwd=cwd)
-        self._save(session_id)
+        self._sessions.save(session_id)
         await self._advertise(session_id)
         options = config_options(self._sessions[session_id])
         return schema.NewSessionResponse(session_id=session_id, config_options=options)
@@ -297,7 +158,7 @@ class ReferenceAgent:
     ) -> schema.LoadSessionResponse:
         self._log("session/load")
         self._require_auth()
-        session = self._restore(session_id)
+        session = self._sessions.restore(session_id)
         for turn in session.history:  # the protocol replays the conversation before answering
             await self._conn.session_update(session_id, acp.update_user_message_text(turn["prompt"]))
             await self._conn.session_update(session_id, acp.update_agent_message_text(turn["reply"]))
@@ -317,12 +178,12 @@ class ReferenceAgent:
         self._require_auth()
         if "no-fork" in self._settings.modes:
             raise acp.RequestError.method_not_found("session/fork")
-        base = self._restore(session_id)
+        base = self._sessions.restore(session_id)
         forked_id = self._settings.session_prefix + uuid.uuid4().hex
         self._sessions[forked_id] = Session(
             cwd=cwd, model=base.model, effort=base.effort, history=[dict(turn) for turn in base.history]
         )
-        self._save(forked_id)
+        self._sessions.save(forked_id)
         await self._advertise(forked_id)
         return schema.ForkSessionResponse(
             session_id=forked_id, config_options=config_options(self._sessions[forked_id])
@@ -338,7 +199,7 @@ class ReferenceAgent:
     ) -> schema.ResumeSessionResponse:
         self._log("session/resume")
         self._require_auth()
-        session = self._restore(session_id)
+        session = self._sessions.restore(session_id)
         await self._advertise(session_id)
         return schema.ResumeSessionResponse(config_options=config_options(session))
 
@@ -346,7 +207,7 @@ class ReferenceAgent:
         self, config_id: str, session_id: str, value: str | bool, **kwargs: Any
     ) -> schema.SetSessionConfigOptionResponse:
         self._log("session/set_config_option", configId=config_id, value=value)
-        session = self._restore(session_id)
+        session = self._sessions.restore(session_id)
         offered = {rules.MODEL_OPTION_ID: rules.MODELS, rules.EFFORT_OPTION_ID: rules.EFFORT_LEVELS}
         if config_id not in offered:
             raise acp.RequestError.invalid_params({"configId": config_id, "reason": "unknown config option"})
@@ -359,7 +220,7 @@ class ReferenceAgent:
             session.model = value
         else:
             session.effort = value
-        self._save(session_id)
+        self._sessions.save(session_id)
         return schema.SetSessionConfigOptionResponse(config_options=config_options(session))
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
@@ -386,7 +247,7 @@ class ReferenceAgent:
         if behaviour == "stall":
             await session.cancelled.wait()
             return cancelled
-        if behaviour == "crash" or (behaviour == "crash-once" and _first_crash()):
+        if behaviour == "crash" or (behaviour == "crash-once" and first_crash()):
             self._crash(session_id)
         if behaviour == "slow" and await self._slow(session_id, session):
             return cancelled
@@ -426,7 +287,7 @@ class ReferenceAgent:
         )
         await self._conn.session_update(session_id, acp.update_agent_message_text(reply))
         session.history.append({"prompt": text, "reply": reply})
-        self._save(session_id)
+        self._sessions.save(session_id)
         await self._report_usage(session_id)
         return schema.PromptResponse(stop_reason="end_turn")
 
@@ -443,7 +304,7 @@ class ReferenceAgent:
         summary = context.summary_turn(turns)
         if behaviour != "no-shrink":
             session.history = [dict(summary.as_history())]
-            self._save(session_id)
+            self._sessions.save(session_id)
         await self._conn.session_update(session_id, acp.update_agent_message_text(summary.reply))
         await self._report_usage(session_id)
         return schema.PromptResponse(stop_reason="end_turn")
