@@ -219,7 +219,12 @@ def test_a_deleted_secret_makes_runners_unschedulable(pool: Pool, kube: Kube) ->
         kube.core.delete_namespaced_secret(pool.secret, pool.namespace)
         obj = pool.wait_runner("claude-0", "CredentialMissing", schedulable="CredentialMissing")
         assert condition(obj, "Schedulable")["status"] == "False"
-        assert condition(pool.get(), "CredentialAvailable")["reason"] == "CredentialMissing"
+        # The pool's own status is a separate write, which may land after the runner's.
+        wait_for(
+            lambda: condition(pool.get(), "CredentialAvailable")["reason"] == "CredentialMissing",
+            timeout=60,
+            describe="the pool's CredentialAvailable condition to say CredentialMissing",
+        )
     finally:
         runner.stop_heartbeat()
 

@@ -725,3 +725,23 @@ def test_a_login_volume_with_the_proxy_is_refused_offline_with_its_reason(tmp_pa
     }
     assert "Proxy needs an API key (credential.secretRef)" in outcome.stdout
     assert "spec.egress.upstream: required with credentialIsolation Proxy" in outcome.stdout
+
+
+@pytest.mark.parametrize(
+    "api_version", ["0/", "/v1", "helmhive.dev/", "a/b/c", "Apps/v1", "v1 ", "helmhive.dev/v1alpha1/x"]
+)
+def test_a_malformed_api_version_is_an_issue_not_a_skipped_document(api_version: str) -> None:
+    """Hypothesis found ``0/`` skipped as another group's object: a document no server can take is reported."""
+    body = {"apiVersion": api_version, "kind": "Profile", "metadata": {"name": "p"}, "spec": {}}
+    report = validate_documents(documents=[SourceDocument(file="f", index=0, body=body)])
+    assert not report.skipped
+    (issue,) = report.issues
+    assert (issue.field_path, issue.reason) == ("apiVersion", Reason.INVALID_DOCUMENT), issue
+    assert "is not an apiVersion" in issue.message
+
+
+@pytest.mark.parametrize("api_version", ["v1", "apps/v1", "networking.k8s.io/v1", "argoproj.io/v1alpha1"])
+def test_other_groups_well_formed_objects_are_still_skipped(api_version: str) -> None:
+    body = {"apiVersion": api_version, "kind": "Thing", "metadata": {"name": "t"}}
+    report = validate_documents(documents=[SourceDocument(file="f", index=0, body=body)])
+    assert not report.issues and len(report.skipped) == 1

@@ -9,10 +9,11 @@ For each document, in order:
 
 1. **Shape.** It must be a mapping with ``apiVersion`` and ``kind``. A document with
    neither is not a Kubernetes object and is skipped (a CI workflow file in the same
-   folder, say). Objects of other API groups are skipped too, except that an
-   ``apiVersion`` that names a ``helmhive`` group other than ``helmhive.dev/v1alpha1``
-   (or no group for a Helmhive kind) is ``WrongApiVersion``, and an unknown kind in
-   ``helmhive.dev`` is ``UnknownKind``.
+   folder, say). An ``apiVersion`` that is not ``version`` or ``group/version`` is
+   ``InvalidDocument`` whatever its group (no API server could take it). Objects of other
+   API groups are skipped too, except that an ``apiVersion`` that names a ``helmhive`` group
+   other than ``helmhive.dev/v1alpha1`` (or no group for a Helmhive kind) is
+   ``WrongApiVersion``, and an unknown kind in ``helmhive.dev`` is ``UnknownKind``.
 2. **Schema.** The generated CRD schema (:func:`helmhive.api.crdgen.build_offline_schema`)
    checked with ``jsonschema`` as the API server reads it (RE2 patterns, its ``date-time``,
    null fields pruned: :mod:`helmhive.policy.validate_apiserver`), unknown fields refused as
@@ -84,6 +85,10 @@ __all__ = [
 EXTERNAL_PROFILES_ANNOTATION = "helmhive.dev/external-profiles"
 GOVERNED_STAGES = (JobKind.CHANGE_PLANNING, JobKind.CHANGE_IMPLEMENTATION, JobKind.CHANGE_REVIEW)
 _KINDS_BY_NAME: Mapping[str, KindDef] = {k.kind: k for k in KINDS}
+_API_VERSION_FORMAT = re.compile(
+    r"(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+)
+"""``version`` or ``group/version``: what the API server can serve (anything else no client can apply)."""
 _MESSAGE_LIMIT = 300
 
 
@@ -250,6 +255,16 @@ def _classify(doc: SourceDocument, issues: list[ValidationIssue], skipped: list[
         return None
     if not isinstance(api_version, str) or not api_version:
         fail("apiVersion", Reason.INVALID_DOCUMENT, "apiVersion must be a non-empty string", kind_text, name)
+        return None
+    if _API_VERSION_FORMAT.fullmatch(api_version) is None:
+        fail(
+            "apiVersion",
+            Reason.INVALID_DOCUMENT,
+            f"{api_version!r} is not an apiVersion: expected 'version' or 'group/version' "
+            "(a DNS subdomain, then a DNS label)",
+            kind_text,
+            name,
+        )
         return None
     group = api_version.rsplit("/", 1)[0] if "/" in api_version else ""
     ours = group == GROUP or "helmhive" in group or (not group and kind in _KINDS_BY_NAME)
