@@ -20,6 +20,7 @@ closed ``NoEligibleRunner`` (``docs/reliability.md``, problem 2). Now:
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -36,12 +37,12 @@ from harness.outage import ApiServerOutage
 from harness.wait import wait_for
 from helmhive.policy.routing_audit import iter_routing_decisions
 
-LEASE = 20
+LEASE = 30
 """Long enough that the hold after the outage (one Lease plus grace, counted from the moment the
 operator's Lease watch is back) outlasts what the test does inside it on a loaded machine: Kopf's
 AgentJob watch may come back seconds after the Lease watch (the restarted server answers 429 while
-it initialises), and the job created during the hold is routed only then. With 10 s Leases the
-window was 12 s and a loaded CI run missed it."""
+it initialises), and the job created during the hold is routed only then. With 10 s and 20 s
+Leases (windows of 12 s and 22 s) CI runs at a load average of 12 missed it."""
 GRACE = 2  # the operator's default runner grace
 
 
@@ -80,7 +81,7 @@ def _records(kube: Kube, namespace: str, action: str) -> list[dict[str, Any]]:
 
 
 def _timeline(operator: OperatorProcess) -> str:
-    keys = ("contact", "is Offline", "Request attempt")
+    keys = ("contact", "is Offline", "agentjobs?watch", "leases?watch")
     lines = [
         f"{r.get('timestamp', '')} {str(r.get('message', ''))[:160]}"
         for r in operator.log_records()
@@ -123,10 +124,13 @@ def test_an_outage_longer_than_a_lease_holds_offline_until_runners_can_renew(
     time.sleep(max(0.0, last.timestamp() + LEASE + GRACE + 2 - time.time()))  # the outage's length, not a check
     outage.start()
 
+    steps = [("the API server is back", dt.datetime.now(dt.UTC))]
     # Reads work again, but no runner renews yet: both are held (not Offline), however long that takes.
     for name in (alive, dead):
         fleet.pool.wait_runner(name, "held", timeout=60, status="Online", online="HeartbeatHeld")
+    steps.append(("both runners seen held", dt.datetime.now(dt.UTC)))
     _create(kube, namespace, "during")
+    steps.append(("job during created", dt.datetime.now(dt.UTC)))
 
     def waiting() -> dict[str, Any]:
         routed = condition(get_job(kube, namespace, "during"), "Routed")
@@ -138,6 +142,7 @@ def test_an_outage_longer_than_a_lease_holds_offline_until_runners_can_renew(
         wait_for(waiting, timeout=60, describe="job during to wait for the held runners")
     except BaseException:
         print(_timeline(operator))  # when contact was lost and back, and when the hold ended
+        print("test steps:", *(f"{at.isoformat()} {what}" for what, at in steps), sep="\n")
         raise
     for name in (alive, dead):  # still held: nothing was derived Offline meanwhile
         fleet.pool.wait_runner(name, "still held", timeout=5, status="Online", online="HeartbeatHeld")

@@ -8,9 +8,11 @@ for it), and :class:`helmhive.controller.contact.ApiContact` on an injected cloc
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import math
+from collections.abc import Callable
 
 from routing_builders import BOUND_AT, runner
 from test_routing import route
@@ -156,3 +158,56 @@ def test_without_any_lease_event_contact_returns_at_the_bound_so_dead_runners_ar
     contact.succeeded()
     assert contact.contact and contact.returned_at == 80.0
     assert contact.hold_left(lease_duration_s=5, grace_s=2) == 6.0
+
+
+def test_a_probe_that_hangs_loses_contact_after_the_threshold_not_after_the_clients_retries() -> None:
+    """A server that accepts connections and never answers (etcd stopping under a live kube-apiserver
+    looked like this): the client's own retries made one probe take 12 s, past a 5 s Lease. The
+    probe loop counts an unanswered read as failed once it has waited ``lost_after_s``: contact is
+    lost while the first read still waits (its 3 s timeout and the client's retries not reached)."""
+    import asyncio
+    import socket
+    import threading
+
+    from kubernetes import client
+
+    from helmhive.controller.contact import run_contact_probe
+    from helmhive.controller.kube import Kube
+
+    held: list[socket.socket] = []
+
+    def accept(server: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(server.accept()[0])  # keep it open, never answer
+
+    async def scenario(port: int) -> tuple[ApiContact, int]:
+        configuration = client.Configuration()
+        configuration.host = f"http://127.0.0.1:{port}"
+        contact = ApiContact(lost_after_s=0.5)
+        lost = asyncio.Event()
+        contact.failed = _then(contact.failed, lambda: None if contact.contact else lost.set())  # type: ignore[method-assign]
+        task = asyncio.create_task(run_contact_probe(contact, Kube(client.ApiClient(configuration)), interval_s=0.2))
+        await asyncio.wait_for(lost.wait(), timeout=60)
+        connections = len(held)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return contact, connections
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        threading.Thread(target=accept, args=(server,), daemon=True).start()
+        contact, connections = asyncio.run(scenario(server.getsockname()[1]))
+        for conn in held:
+            conn.close()
+    assert not contact.contact and contact.losses == 1
+    assert connections == 1, f"lost only after the client retried ({connections} connections)"
+
+
+def _then(first: Callable[[], None], after: Callable[[], None]) -> Callable[[], None]:
+    def both() -> None:
+        first()
+        after()
+
+    return both

@@ -6,7 +6,8 @@ call such a runner Offline (``docs/runners.md``, :class:`helmhive.policy.runners
 the API server and when it last regained contact (its own start counts as one).
 :func:`run_contact_probe` feeds it: every ``interval_s`` one consistent read that etcd must serve
 (a LIST of at most one runner Lease, never from the watch cache), with a short timeout. Contact
-is lost once reads have failed for ``lost_after_s`` (a single reset connection is not a gap).
+is lost once reads have failed for ``lost_after_s`` (a single reset connection is not a gap); a
+read still unanswered after ``lost_after_s`` counts as failed while it waits.
 
 Contact *returns* when the runner-Lease watch delivers its first event after a read succeeded
 again (:meth:`ApiContact.watched`, called by the Lease event handler): only then can the
@@ -110,14 +111,33 @@ class ApiContact:
 
 
 async def run_contact_probe(contact: ApiContact, kube: Kube, *, interval_s: float = 1.0) -> None:
-    """Probe the API server every ``interval_s`` seconds, forever (cancel to stop)."""
-    while True:
-        try:
-            await kube.probe_contact(label_selector=RUNNER_LEASES, request_timeout=(2.0, 3.0))
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # any failure to read is a failure of contact
-            contact.failed()
-        else:
-            contact.succeeded()
-        await asyncio.sleep(interval_s)
+    """Probe the API server every ``interval_s`` seconds, forever (cancel to stop).
+
+    At most one probe is in flight, and one that has not answered for ``contact.lost_after_s``
+    counts as a failed read while it waits: a read that hangs (the client retries a timed-out
+    read a few times, each up to its timeout, which took 12 s once) must not delay the
+    loss of contact past a runner's Lease.
+    """
+    probe: asyncio.Task[None] | None = None
+    started = 0.0
+    try:
+        while True:
+            if probe is None:
+                probe = asyncio.create_task(
+                    kube.probe_contact(label_selector=RUNNER_LEASES, request_timeout=(2.0, 3.0)), name="api-probe"
+                )
+                started = contact.monotonic()
+            done, _ = await asyncio.wait({probe}, timeout=interval_s)
+            if probe in done:
+                error = probe.exception()
+                probe = None
+                if error is None:
+                    contact.succeeded()
+                else:  # any failure to read is a failure of contact
+                    contact.failed()
+                await asyncio.sleep(max(0.0, started + interval_s - contact.monotonic()))
+            elif contact.monotonic() - started >= contact.lost_after_s:
+                contact.failed()  # still unanswered: as good as failed
+    finally:
+        if probe is not None:
+            probe.cancel()
