@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import shutil
 import signal
@@ -121,3 +122,45 @@ def test_a_job_still_running_when_the_runner_stops_is_interrupted(execution: Exe
     assert runner.methods().count("session/cancel") == 1
     retry = decide_job_retry(job=job)
     assert retry is not None and retry.retry  # nothing was written: the operator may run it again
+
+
+def test_a_later_attempt_placed_here_while_the_earlier_one_still_ran_is_run_after_it(execution: ExecutionRig) -> None:
+    """The operator re-queued a job whose runner it wrongly thought lost (a chaos run saw this after an
+    etcd restart) and placed the next attempt on the same runner while the first still ran there.
+    The runner ignores events of a job it is running; when that run ends (its final write refused:
+    the attempt moved on), it looks at the job again and runs the later attempt."""
+    runner = execution.start_runner(env={"HELMHIVE_REFERENCE_AGENT_SLOW_STEPS": "40"})
+    routed = execution.create_job("again", runner=runner, prompt="Take your time.\nREFERENCE-AGENT: slow")
+    execution.wait_running("again")
+
+    def stamp() -> str:
+        return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    # What the operator's re-queue writes (helmhive.policy.agentjob.requeue), then its next placement.
+    status = execution.job("again")["status"]
+    requeued = {k: None for k in status if k not in ("profile", "observedGeneration")}
+    requeued |= {
+        "attempts": 1,
+        "conditions": [
+            {"type": "Routed", "status": "Unknown", "reason": "RunnerLost", "message": "test re-queue",
+             "lastTransitionTime": stamp()},
+        ],
+    }  # fmt: skip
+    execution.patch_status("again", requeued)
+    execution.patch_status(
+        "again",
+        {
+            "assignment": {**routed["status"]["assignment"], "assignedAt": stamp()},
+            "conditions": [
+                {"type": t, "status": s, "reason": "Assigned", "message": "test routing", "lastTransitionTime": stamp()}
+                for t, s in (("Routed", "True"), ("Ready", "Unknown"))
+            ],
+        },
+    )
+
+    job = execution.wait_finished("again", timeout=120)
+    succeeded = condition(job, "Succeeded")
+    assert succeeded is not None and (succeeded["status"], succeeded["reason"]) == ("True", "Completed"), succeeded
+    assert job["status"]["attempts"] == 1
+    assert len(runner.proc.messages("job started")) == 2, "the first attempt ended, then the second ran"
+    assert runner.proc.messages("a later attempt of a job came while it ran here")

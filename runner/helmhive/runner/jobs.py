@@ -58,6 +58,8 @@ class ClusterJobSource:
         self._done: OrderedDict[str, int | None] = OrderedDict()
         """uid -> the attempt (``status.attempts``) this process ended; None: not known (any attempt)."""
         self._lost: set[str] = set()
+        self._seen_in_flight: dict[str, tuple[str, dict[str, Any]]] = {}
+        """uid -> the last event of a job seen while this process ran it (looked at again when the run ends)."""
         self._ready = asyncio.Event()
         self._stop = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -124,6 +126,8 @@ class ClusterJobSource:
         if not view.uid:
             return
         execution = self._in_flight.get(view.uid)
+        if execution is not None:
+            self._seen_in_flight[view.uid] = (kind, obj)
         action, cause = decide_job_action(
             view=view,
             event=kind,
@@ -257,6 +261,17 @@ class ClusterJobSource:
         execution = self._in_flight.pop(job.key or "", None)
         if execution is None:
             return
+        latest = self._seen_in_flight.pop(execution.uid, None)
+        self._settle(execution)
+        # The operator may have re-queued the job meanwhile (it thought this runner lost) and placed
+        # the next attempt here again: that event was ignored while this run held the job, and no
+        # other event may ever come. Look at it again now that the run is over.
+        if latest is not None and execution.attempt is not None and view_job(latest[1]).attempts > execution.attempt:
+            self._log(logging.INFO, "a later attempt of a job came while it ran here", job=execution.name)
+            self._on_event(*latest)
+
+    def _settle(self, execution: JobExecution) -> None:
+        """Record how a run that is no longer in flight ended."""
         if execution.ended:
             self._remember(execution.uid, execution.attempt)
         elif execution.kept:  # the API server stayed away: the next list writes the journal's result
