@@ -29,6 +29,7 @@ from helmhive.controller import (
     changes,
     envelopes,
     failed,
+    job_watch,
     jobs,
     lost,
     memory,
@@ -59,9 +60,12 @@ class EventOnlyDiffBase(kopf.AnnotationsDiffBaseStorage):
     """Kopf's diff base, except for the busy kinds that only event handlers watch.
 
     Kopf builds every event's "essence" (a deep copy of the object) to detect changes, even for
-    a kind with no change handler. AgentJobs, Runners and Leases have none (their handlers are
+    a kind with no change handler. Runners and Leases have none (their handlers are
     ``on.event``), so their essence is empty: no copy per event (issue 9: CPU per routed job).
-    A change handler added on one of these kinds must remove it from :attr:`EVENT_ONLY_KINDS`.
+    Kopf no longer watches AgentJobs at all (the operator's own watch,
+    :mod:`helmhive.controller.job_watch`); they stay listed so a Kopf handler added on them later
+    costs no copy either. A change handler added on one of these kinds must remove it from
+    :attr:`EVENT_ONLY_KINDS`.
     """
 
     EVENT_ONLY_KINDS = frozenset({"AgentJob", "Runner", "Lease"})
@@ -130,6 +134,7 @@ def register_handlers(runtime: Runtime, *, webhook: WebhookConfig | None = None)
     runnerpools.register(runtime, runner_wakes)
     profiles.register(runtime, operator_username=runtime.config.username)
     memory.register(runtime)
+    job_watch.register(runtime)
     queue = jobs.register(runtime)
     workspaces.register(runtime)
     lost.register(runtime)
