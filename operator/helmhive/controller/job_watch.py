@@ -133,6 +133,8 @@ class JobWatch:
             try:
                 for event_type, body in events:
                     await self.events.dispatch(event_type, body)
+            except Exception:  # dispatch logs each step's failure; this is a bug, keep the worker
+                log.exception("agentjob steps failed for %s/%s", *key)
             finally:
                 if self.pending.done(key):
                     self._queue.put_nowait(key)
@@ -183,18 +185,21 @@ class JobWatch:
         stream = WatchStream(
             kube, f"/apis/{GROUP}/{VERSION}/{AGENT_JOB.plural}", params, read_timeout=self.server_timeout_s + 30
         )
-        async for raw in stream:
-            step = decide_watch_event(raw)
-            if step.kind is WatchStepKind.EXPIRED:
-                raise _Expired(step.message)
-            if step.kind is WatchStepKind.ERROR:
-                raise KubeError(0, f"the watch answered {step.message}")
-            self._back()
-            if step.kind is WatchStepKind.OBJECT and step.body is not None:
-                self.sync.observe(step.event_type, step.body)
-                self._deliver(step.event_type, step.body)
-            if step.resource_version:
-                self.resource_version = version = step.resource_version
+        try:
+            async for raw in stream:
+                step = decide_watch_event(raw)
+                if step.kind is WatchStepKind.EXPIRED:
+                    raise _Expired(step.message)
+                if step.kind is WatchStepKind.ERROR:
+                    raise KubeError(0, f"the watch answered {step.message}")
+                self._back()
+                if step.kind is WatchStepKind.OBJECT and step.body is not None:
+                    self.sync.observe(step.event_type, step.body)
+                    self._deliver(step.event_type, step.body)
+                if step.resource_version:
+                    self.resource_version = version = step.resource_version
+        finally:
+            stream.close()  # at once, not when the generator is collected
         return version
 
     def _lost(self, err: KubeError) -> None:

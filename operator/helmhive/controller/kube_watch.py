@@ -72,14 +72,16 @@ class WatchStream:
             self.close()
 
     def close(self) -> None:
-        """Stop reading: shut the connection down so the thread's blocking read returns."""
+        """Stop reading: shut the connection down so the thread's blocking read returns.
+
+        The connection never goes back to the pool (a shut-down socket must not be reused by
+        another request); the pool opens a new one when it needs it.
+        """
         self._closed.set()
         response = self._response
         if response is not None:
             with contextlib.suppress(Exception):
                 response.shutdown()
-            with contextlib.suppress(Exception):
-                response.release_conn()
 
     # The thread -------------------------------------------------------------------------------
     def _put(self, item: Any) -> None:
@@ -89,7 +91,12 @@ class WatchStream:
 
     def _pump(self) -> None:
         try:
-            self._read()
+            try:
+                self._read()
+            finally:
+                if self._response is not None:
+                    with contextlib.suppress(Exception):
+                        self._response.close()  # closes its connection: see close()
         except KubeError as exc:
             self._put(exc)
         except NETWORK_ERRORS as exc:
@@ -119,4 +126,3 @@ class WatchStream:
                     self._put(json.loads(line))
         if rest.strip():
             self._put(json.loads(rest))
-        response.release_conn()
