@@ -137,9 +137,10 @@ def register_handlers(runtime: Runtime, *, webhook: WebhookConfig | None = None)
     job_watch.register(runtime)
     queue = jobs.register(runtime)
     workspaces.register(runtime)
-    lost.register(runtime)
+    lost_jobs = lost.register(runtime)
     failed.register(runtime)
     router = routing.register(runtime)
+    lost_jobs.audits = router.audits  # a lost run's lingering routing records are written before it is ended
     queue.handoff, router.rebind = router.submit_bound, queue.requeue  # bind and route in one write
     changes.register(runtime)
     sessionaudit.register(runtime)

@@ -44,7 +44,7 @@ import kopf
 from helmhive.api.kinds import GROUP, VERSION, kind_by_name
 from helmhive.api.reasons import Reason
 from helmhive.controller.kube import Conflict, NotFound
-from helmhive.controller.router_audits import ensure_routing_recorded
+from helmhive.controller.router_audits import RouterAudits, ensure_routing_recorded
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.agentjob import decide_held_runner
 from helmhive.policy.lost_runners import (
@@ -72,6 +72,8 @@ class LostJobs:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.jobs = runtime.job_store.store
+        self.audits: RouterAudits | None = None
+        """The router's audit queue (set when routing is registered): its lingering decisions are written first."""
         self.runners: kopf.Index[RunnerKey, RunnerLiveness] | None = None
         self.tasks: dict[JobKey, asyncio.Task[None]] = {}
         self._gate = asyncio.Semaphore(_WRITERS)
@@ -171,6 +173,8 @@ class LostJobs:
         run's runner. So the lost step writes them first (a decision some batch holds already is not
         written again).
         """
+        if self.audits is not None:
+            await self.audits.write_now(job)
         await ensure_routing_recorded(self.runtime.kube, job, now=now)
 
     @staticmethod
