@@ -134,13 +134,14 @@ def register_handlers(runtime: Runtime, *, webhook: WebhookConfig | None = None)
     runnerpools.register(runtime, runner_wakes)
     profiles.register(runtime, operator_username=runtime.config.username)
     memory.register(runtime)
-    job_watch.register(runtime)
+    watch = job_watch.register(runtime)
     queue = jobs.register(runtime)
     workspaces.register(runtime)
     lost_jobs = lost.register(runtime)
     failed.register(runtime)
     router = routing.register(runtime)
     lost_jobs.audits = router.audits  # a lost run's lingering routing records are written before it is ended
+    job_watch.register_runner_gate(watch)  # after routing's Runner handlers
     queue.handoff, router.rebind = router.submit_bound, queue.requeue  # bind and route in one write
     changes.register(runtime)
     sessionaudit.register(runtime)

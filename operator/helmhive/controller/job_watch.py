@@ -29,7 +29,14 @@ coalesced into the newest copy, and a deletion is always delivered
 held on a runner absent from the index is ended as ``RunnerLost``). Kopf runs no handler before
 every index is filled from its initial listing, so the steps wait for :attr:`JobWatch.ready`,
 set by the first call of a Kopf event handler on Namespaces (there are always some). The store
-is filled regardless; the LIST's pages wait for the steps.
+is filled regardless; the LIST's pages wait for the steps. **After an outage** the gate closes
+again until contact with the API server is back (:mod:`helmhive.controller.contact`: the runner
+controller then writes the runners' held status) and Kopf's Runner watch, which lists again
+when it reconnects, has delivered a Runner since; or ``reopen_after_s`` after this watch is
+back (a cluster without runners, or a blip Kopf did not see). This watch comes back within 2 s
+of the server, Kopf's may come back later, and a decision made on the runners' status from
+before the outage would place a job on a runner now held. A heuristic, not a proof: the two
+streams are not ordered with each other.
 """
 
 from __future__ import annotations
@@ -58,7 +65,7 @@ from helmhive.policy.job_watch import (
     decide_watch_event,
 )
 
-__all__ = ["JobWatch", "register"]
+__all__ = ["JobWatch", "register", "register_runner_gate"]
 
 AGENT_JOB = kind_by_name("AgentJob")
 log = logging.getLogger("helmhive.controller.jobwatch")
@@ -82,12 +89,19 @@ class JobWatch:
         workers: int = _WORKERS,
         server_timeout_s: int = _SERVER_TIMEOUT_S,
         random_draw: Callable[[], float] = random.random,
+        in_contact: Callable[[], bool] = lambda: True,
+        reopen_after_s: float = 30.0,
     ) -> None:
         self.sync = sync
         self.events = events
         self.workers = workers
         self.server_timeout_s = server_timeout_s
         self.random_draw = random_draw
+        self.in_contact = in_contact
+        self.reopen_after_s = reopen_after_s
+        self._reopen: asyncio.TimerHandle | None = None
+        self._indexed = False
+        self._gate_closed = False
         self.pending = PendingEvents()
         self.ready = asyncio.Event()
         """Kopf's indexes are filled: the steps may run (see the module docstring)."""
@@ -123,10 +137,37 @@ class JobWatch:
         if self.pending.add(key, event_type, body):
             self._queue.put_nowait(key)
 
+    def kopf_indexed(self) -> None:
+        """Kopf called a handler: its indexes are filled. Opens the gate the first time."""
+        if not self._indexed:
+            self._indexed = True
+            log.info("kopf's indexes are filled: the agentjob steps run")
+            self.ready.set()
+
+    def runners_seen(self) -> None:
+        """Kopf delivered a Runner event: after an outage, once contact is back, the steps run again."""
+        if self._gate_closed and self.in_contact():
+            self._open("kopf's runner watch is live again")
+
+    def _open(self, why: str) -> None:
+        if self._reopen is not None:
+            self._reopen.cancel()
+            self._reopen = None
+        if self._gate_closed:
+            self._gate_closed = False
+            log.info("agentjob watch: %s: the agentjob steps run", why)
+            self.ready.set()
+
+    def _close_gate(self) -> None:
+        if self._indexed and not self._gate_closed:
+            self._gate_closed = True
+            self.ready.clear()
+
     async def _worker(self) -> None:
-        await self.ready.wait()
         while True:
+            await self.ready.wait()
             key = await self._queue.get()
+            await self.ready.wait()  # closed while this worker waited for a job
             events = self.pending.take(key)
             if len(self.pending) <= self.sync.page_size:
                 self._drained.set()
@@ -168,11 +209,13 @@ class JobWatch:
                     log.info("agentjob watch: %s; listing again", err)
                     version = None
                     continue
+                version = self.resource_version or version  # the last one the failed watch saw
                 self._lost(err)
                 await asyncio.sleep(decide_backoff(attempt, jitter=self.random_draw()))
                 attempt += 1
             except Exception:  # a bug must not stop the operator's only view of its jobs
                 log.exception("agentjob watch failed; restarting it")
+                version = self.resource_version or version
                 await asyncio.sleep(decide_backoff(attempt, jitter=self.random_draw()))
                 attempt += 1
 
@@ -206,11 +249,15 @@ class JobWatch:
         if self._outage_since is None:
             self._outage_since = time.monotonic()
             self.outages += 1
+            self._close_gate()
             log.warning(
                 "agentjob watch: lost the API server (%s); reconnecting from version %s", err, self.resource_version
             )
 
     def _back(self) -> None:
+        if self._gate_closed and self._reopen is None:  # no Runner event may come: reopen at this bound
+            loop = asyncio.get_running_loop()
+            self._reopen = loop.call_later(self.reopen_after_s, self._open, "no Runner event came")
         if self._outage_since is not None:
             log.warning(
                 "agentjob watch: back after %.1f s, from version %s",
@@ -222,7 +269,7 @@ class JobWatch:
 
 def register(runtime: Runtime) -> JobWatch:
     """Start the watch with the operator that runs the handlers, and open its gate once Kopf's indexes are filled."""
-    watch = JobWatch(runtime.job_store, runtime.job_events)
+    watch = JobWatch(runtime.job_store, runtime.job_events, in_contact=lambda: runtime.contact.contact)
 
     @kopf.on.startup()
     async def start_job_watch(**_: Any) -> None:
@@ -235,8 +282,18 @@ def register(runtime: Runtime) -> JobWatch:
     # Kopf calls no handler before every index is filled; there is always a namespace to call it for.
     @kopf.on.event("", "v1", "namespaces", id="agentjob-watch-gate")
     async def kopf_indexed(**_: Any) -> None:
-        if not watch.ready.is_set():
-            log.info("kopf's indexes are filled: the agentjob steps run")
-            watch.ready.set()
+        watch.kopf_indexed()
 
     return watch
+
+
+def register_runner_gate(watch: JobWatch) -> None:
+    """After an outage, reopen the gate on Kopf's next Runner event (see the module docstring).
+
+    Registered after routing's Runner handlers, so the router has dropped its cached runner views
+    for the same event before a job step runs.
+    """
+
+    @kopf.on.event(GROUP, VERSION, "runners", id="agentjob-watch-runners")
+    async def runners_live(**_: Any) -> None:
+        watch.runners_seen()

@@ -137,11 +137,13 @@ class Kube:
         content_type: str = "application/json",
         preload_content: bool = True,
         timeout: urllib3.Timeout | None = None,
+        retries: Any = None,
     ) -> Any:
         """One request on the client's pool with its credentials; urllib3's response (runs in a thread).
 
         ``preload_content=False`` leaves the body to be streamed (the AgentJob watch,
         :mod:`helmhive.controller.kube_watch`); the caller then releases or shuts the response.
+        ``retries`` (urllib3's; None: the pool's) is False for a caller that retries itself.
         """
         api = self.api_client
         configuration = api.configuration
@@ -165,6 +167,7 @@ class Kube:
                 headers=headers,
                 timeout=timeout,
                 preload_content=preload_content,
+                retries=retries,
             )
         # The host's pool directly: the manager would rebuild its pool key (every TLS setting) per request.
         if self._pool is None:
@@ -178,6 +181,7 @@ class Kube:
             timeout=timeout,
             redirect=False,
             preload_content=preload_content,
+            retries=retries,
         )
 
     def _json(

@@ -107,7 +107,8 @@ class WatchStream:
             self._put(_END)
 
     def _read(self) -> None:
-        response = self.kube.request("GET", self.url, preload_content=False, timeout=self.timeout)
+        # No urllib3 retries: the watch reconnects with its own backoff and one warning per outage.
+        response = self.kube.request("GET", self.url, preload_content=False, timeout=self.timeout, retries=False)
         self._response = response
         if self._closed.is_set():
             self.close()
