@@ -225,4 +225,7 @@ def test_the_watch_survives_an_api_server_restart(
     back = [r for r in records if "agentjob watch: back after" in str(r["message"])]
     assert len(lost) == 1, f"one warning for the outage, not one per attempt: {records}"
     assert back, f"the watch said it is back: {records}"
+    after_outage = records[records.index(lost[0]) :]
+    reopened = [r for r in after_outage if "the agentjob steps run" in str(r["message"])]
+    assert reopened, f"the steps ran again after the outage: {records}"
     assert not [r for r in records if r.get("exc_info") or "Traceback" in str(r)], "no stack trace"

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+from helmhive.api.kubeerrors import KubeError
+from helmhive.controller.job_store_sync import JobStoreSync
+from helmhive.controller.job_watch import JobWatch
+from helmhive.controller.runtime import JobEvents
 from helmhive.policy.job_store import JobStore
 from helmhive.policy.job_watch import (
     PendingEvents,
@@ -88,3 +93,31 @@ def test_the_backoff_doubles_up_to_a_short_cap_with_jitter() -> None:
     assert decide_backoff(0, jitter=0.999) < 0.5 and decide_backoff(0, jitter=0.0) == 0.25
     assert decide_backoff(1, jitter=0.0) == 0.5
     assert all(1.0 <= decide_backoff(n, jitter=0.0) <= decide_backoff(n, jitter=0.99) <= 2.0 for n in range(2, 100))
+
+
+def test_after_an_outage_the_steps_wait_for_contact_and_kopfs_runner_watch() -> None:
+    """The gate of :class:`JobWatch`: open once Kopf's indexes are filled, closed by an outage, reopened
+    by a Runner event once contact is back, or at the bound after the watch is back."""
+    contact = [False]
+
+    async def scenario() -> list[bool]:
+        watch = JobWatch(JobStoreSync(), JobEvents(), in_contact=lambda: contact[0], reopen_after_s=0.2)
+        seen = [watch.ready.is_set()]
+        watch.kopf_indexed()
+        seen.append(watch.ready.is_set())
+        watch._lost(KubeError(0, "refused"))
+        seen.append(watch.ready.is_set())
+        watch.runners_seen()  # Kopf's Runner watch spoke, but contact is not back: a stale view
+        seen.append(watch.ready.is_set())
+        contact[0] = True
+        watch.runners_seen()
+        seen.append(watch.ready.is_set())
+        watch._back()  # the outage is over
+        watch._lost(KubeError(0, "refused again"))  # a second outage, and no Runner event comes
+        seen.append(watch.ready.is_set())
+        watch._back()
+        await asyncio.wait_for(watch.ready.wait(), 5)
+        seen.append(watch.ready.is_set())
+        return seen
+
+    assert asyncio.run(scenario()) == [False, True, False, False, True, False, True]
