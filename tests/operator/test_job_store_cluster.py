@@ -47,22 +47,22 @@ def test_the_store_lists_every_job_in_pages_then_follows_events(
     held = [_assign(kube, namespace, f"job-{i}", "r1") for i in range(3)]
 
     async def scenario() -> tuple[int, set[tuple[str, str]], set[tuple[str, str]]]:
-        sync = JobStoreSync(page_size=2, fallback_seconds=0.0)
+        sync = JobStoreSync(page_size=2)
         # An event older than the LIST's copy (the job before its assignment) arrives first.
         version = int(held[0]["metadata"]["resourceVersion"])
         stale = {**held[0], "status": {}, "metadata": {**held[0]["metadata"], "resourceVersion": str(version - 1)}}
         sync.start(OperatorKube(api_client))
         sync.observe(None, stale)
-        await asyncio.wait_for(sync.synced.wait(), timeout=60)
+        await asyncio.wait_for(sync.list(), timeout=60)
+        assert sync.synced.is_set()
         listed = set(sync.store.held_on((namespace, "r1")))
         mine = sum(1 for i in range(5) if sync.store.facts((namespace, f"job-{i}")) is not None)
-        sync.observe(None, stale)  # and again after the LIST (Kopf's watch is its own stream): ignored
+        sync.observe(None, stale)  # and again after the LIST: ignored
         # After the sync: the job finishes (its runner frees the slot), another is deleted.
         finished = _finish(kube, namespace, "job-1")
         sync.observe("MODIFIED", finished)
         sync.observe("DELETED", {**held[2], "metadata": {**held[2]["metadata"], "resourceVersion": str(10**12)}})
         after = set(sync.store.held_on((namespace, "r1")))
-        await sync.stop()
         return mine, listed, after
 
     mine, listed, after = asyncio.run(scenario())

@@ -29,6 +29,7 @@ from helmhive.controller import (
     changes,
     envelopes,
     failed,
+    job_watch,
     jobs,
     lost,
     memory,
@@ -59,9 +60,12 @@ class EventOnlyDiffBase(kopf.AnnotationsDiffBaseStorage):
     """Kopf's diff base, except for the busy kinds that only event handlers watch.
 
     Kopf builds every event's "essence" (a deep copy of the object) to detect changes, even for
-    a kind with no change handler. AgentJobs, Runners and Leases have none (their handlers are
+    a kind with no change handler. Runners and Leases have none (their handlers are
     ``on.event``), so their essence is empty: no copy per event (issue 9: CPU per routed job).
-    A change handler added on one of these kinds must remove it from :attr:`EVENT_ONLY_KINDS`.
+    Kopf no longer watches AgentJobs at all (the operator's own watch,
+    :mod:`helmhive.controller.job_watch`); they stay listed so a Kopf handler added on them later
+    costs no copy either. A change handler added on one of these kinds must remove it from
+    :attr:`EVENT_ONLY_KINDS`.
     """
 
     EVENT_ONLY_KINDS = frozenset({"AgentJob", "Runner", "Lease"})
@@ -130,11 +134,14 @@ def register_handlers(runtime: Runtime, *, webhook: WebhookConfig | None = None)
     runnerpools.register(runtime, runner_wakes)
     profiles.register(runtime, operator_username=runtime.config.username)
     memory.register(runtime)
+    watch = job_watch.register(runtime)
     queue = jobs.register(runtime)
     workspaces.register(runtime)
-    lost.register(runtime)
+    lost_jobs = lost.register(runtime)
     failed.register(runtime)
     router = routing.register(runtime)
+    lost_jobs.audits = router.audits  # a lost run's lingering routing records are written before it is ended
+    job_watch.register_runner_gate(watch)  # after routing's Runner handlers
     queue.handoff, router.rebind = router.submit_bound, queue.requeue  # bind and route in one write
     changes.register(runtime)
     sessionaudit.register(runtime)

@@ -205,11 +205,17 @@ def register(runtime: Runtime) -> ChangeReconciler:
         if not _is_final(body):
             await reconciler.reconcile(namespace, name)
 
-    @kopf.on.event("helmhive.dev", "v1alpha1", "agentjobs", labels={LABEL_CHANGE: kopf.PRESENT})
-    async def change_job_event(body: kopf.Body, **_: Any) -> None:
+    # A step of the operator's AgentJob watch (helmhive.controller.job_watch): only a change's jobs
+    # (labelled) matter. A job that vanished while nobody watched is delivered by name only (no
+    # label): its Change is reconciled at its own next event.
+    async def change_job_event(event_type: str | None, body: Mapping[str, Any]) -> None:
+        if LABEL_CHANGE not in ((body.get("metadata") or {}).get("labels") or {}):
+            return
         owner = _owning_change(body)
         if owner is not None:
             await reconciler.reconcile(str(body["metadata"]["namespace"]), owner)
+
+    runtime.job_events.subscribe("change", change_job_event)
 
     @kopf.on.event("helmhive.dev", "v1alpha1", "workspaces")
     async def workspace_event(event: kopf.RawEvent, body: kopf.Body, **kwargs: Any) -> None:

@@ -21,8 +21,8 @@ Profile, and only then reads it. Event handlers on Workspaces and Profiles wake 
 recorded for the object. Recording *before* reading means an object created between the
 read and the job's status write is still seen: its watch event comes after its creation,
 which comes after the record. The deadlines are entries in the operator's one
-:class:`~helmhive.controller.deadlines.DeadlineScheduler`; after a restart Kopf's resume
-handler queues every unbound job again, which rebuilds both.
+:class:`~helmhive.controller.deadlines.DeadlineScheduler`; after a restart the operator's AgentJob
+watch delivers every listed job to this step again, which queues every unbound job, which rebuilds both.
 
 Every status write is conditional on the ``resourceVersion`` the decision was made from; a
 409 re-reads the job and decides again, so a stale decision is never written.
@@ -207,16 +207,6 @@ def register(runtime: Runtime) -> JobQueue:
     """Register the queue step's handlers; return the queue (tests read its waiting room)."""
     jobs = JobQueue(runtime)
 
-    # An event handler, not on.create/on.resume: those make Kopf patch its bookkeeping annotations
-    # onto every job (a mutating call per job). Events include the initial listing after a restart,
-    # and binding is idempotent (a bound job is skipped), so nothing is lost.
-    # The operator's one event handler on AgentJobs: every step subscribes to runtime.job_events.
-    @kopf.on.event(GROUP, VERSION, "agentjobs", id="agentjob-events")
-    async def agentjob_events(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        # The store first, as Kopf's indexes took an event in before any handler: steps read it.
-        runtime.job_store.observe(event.get("type"), body)
-        await runtime.job_events.dispatch(event.get("type"), body)
-
     async def job_queued(event_type: str | None, body: Mapping[str, Any]) -> None:
         if event_type == "DELETED":
             meta = body["metadata"]
@@ -224,6 +214,9 @@ def register(runtime: Runtime) -> JobQueue:
         elif decide_needs_binding(body):
             await jobs.queue_or_retry(body)
 
+    # A step of the operator's AgentJob watch (helmhive.controller.job_watch), not a Kopf handler:
+    # Kopf's create/resume handlers patched bookkeeping annotations onto every job. Listed jobs
+    # (after a restart) come too, and binding is idempotent (a bound job is skipped).
     runtime.job_events.subscribe("queue", job_queued)
 
     @kopf.on.event(GROUP, VERSION, "workspaces")
@@ -238,13 +231,8 @@ def register(runtime: Runtime) -> JobQueue:
             meta = body["metadata"]
             jobs.wake(Reference(kind=ReferenceKind.PROFILE, namespace=meta["namespace"], name=meta["name"]))
 
-    @kopf.on.startup()
-    async def start_job_store(**_: Any) -> None:
-        runtime.job_store.start(runtime.kube)
-
     @kopf.on.cleanup()
     async def stop_job_deadlines(**_: Any) -> None:
         await runtime.deadlines.stop()
-        await runtime.job_store.stop()
 
     return jobs

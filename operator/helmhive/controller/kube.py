@@ -128,13 +128,22 @@ class Kube:
         return result
 
     # Custom objects: one plain JSON request each ------------------------------------
-    def _json(
-        self, method: str, path: str, body: Any = None, *, content_type: str = "application/json"
-    ) -> dict[str, Any]:
-        """One request on the client's pool with its credentials; the answer as parsed JSON (runs in a thread).
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        preload_content: bool = True,
+        timeout: urllib3.Timeout | None = None,
+        retries: Any = None,
+    ) -> Any:
+        """One request on the client's pool with its credentials; urllib3's response (runs in a thread).
 
-        A status outside 2xx raises the client's own ``ApiException``, so :meth:`_call` maps it
-        onto the error tree like any other call.
+        ``preload_content=False`` leaves the body to be streamed (the AgentJob watch,
+        :mod:`helmhive.controller.kube_watch`); the caller then releases or shuts the response.
+        ``retries`` (urllib3's; None: the pool's) is False for a caller that retries itself.
         """
         api = self.api_client
         configuration = api.configuration
@@ -147,22 +156,43 @@ class Kube:
             headers["Content-Type"] = content_type
             # Plain JSON; anything else (a datetime, a client model) as the generated client would write it.
             data = json.dumps(body, default=api.sanitize_for_serialization).encode()
-        timeout = None
-        if self.request_timeout is not None:
+        if timeout is None and self.request_timeout is not None:
             timeout = urllib3.Timeout(connect=self.request_timeout[0], read=self.request_timeout[1])
         manager = api.rest_client.pool_manager
         if configuration.proxy:
-            response = manager.request(
-                method, configuration.host + path, body=data, headers=headers, timeout=timeout, preload_content=True
+            return manager.request(
+                method,
+                configuration.host + path,
+                body=data,
+                headers=headers,
+                timeout=timeout,
+                preload_content=preload_content,
+                retries=retries,
             )
-        else:
-            # The host's pool directly: the manager would rebuild its pool key (every TLS setting) per request.
-            if self._pool is None:
-                self._pool = manager.connection_from_url(configuration.host)
-            prefix = urlsplit(configuration.host).path.rstrip("/")  # a server behind a path (a proxy's)
-            response = self._pool.urlopen(
-                method, prefix + path, body=data, headers=headers, timeout=timeout, redirect=False, preload_content=True
-            )
+        # The host's pool directly: the manager would rebuild its pool key (every TLS setting) per request.
+        if self._pool is None:
+            self._pool = manager.connection_from_url(configuration.host)
+        prefix = urlsplit(configuration.host).path.rstrip("/")  # a server behind a path (a proxy's)
+        return self._pool.urlopen(
+            method,
+            prefix + path,
+            body=data,
+            headers=headers,
+            timeout=timeout,
+            redirect=False,
+            preload_content=preload_content,
+            retries=retries,
+        )
+
+    def _json(
+        self, method: str, path: str, body: Any = None, *, content_type: str = "application/json"
+    ) -> dict[str, Any]:
+        """:meth:`request`, the answer as parsed JSON (runs in a thread).
+
+        A status outside 2xx raises the client's own ``ApiException``, so :meth:`_call` maps it
+        onto the error tree like any other call.
+        """
+        response = self.request(method, path, body, content_type=content_type)
         if not 200 <= response.status <= 299:
             raise ApiException(
                 status=response.status, reason=response.reason, body=response.data.decode("utf-8", "replace")

@@ -11,12 +11,14 @@ runners, not to jobs, and reads nothing from the API server while no runner is l
 * index ``lost_runner_liveness``: every Runner's derived status, by ``(namespace, name)``;
 * on a Runner event that says ``Offline``, or its deletion: every job in the store under that
   runner is ended;
-* on a job's own event (its assignment observed, and every job at start-up, as Kopf lists
-  them): one look at the runners' index, so a job held on a runner that was already Offline
-  or absent (while the operator was down, or before the store held the job) is ended too.
+* on a job's own event (its assignment observed, and every job at start-up, as the operator's
+  AgentJob watch lists them: :mod:`helmhive.controller.job_watch`): one look at the runners'
+  index, so a job held on a runner that was already Offline or absent (while the operator was
+  down, or before the store held the job) is ended too.
 
-Kopf runs no handler before every index is filled from its initial list, so "absent from the
-index" means absent from the cluster. The store takes every job event before this module's
+Kopf runs no handler before every index is filled from its initial list, and the AgentJob watch
+runs no job step before Kopf has called a handler (its gate), so "absent from the index" means
+absent from the cluster. The store takes every job event before this module's
 reaction to it, so a job is either in the store when its runner's transition arrives or
 checked by its own event afterwards. Ending a job reads it once (a GET), makes sure the run being
 ended has its routing audit records (a re-queue clears the assignment they are built from), builds the lost step's
@@ -44,7 +46,7 @@ import kopf
 from helmhive.api.kinds import GROUP, VERSION, kind_by_name
 from helmhive.api.reasons import Reason
 from helmhive.controller.kube import Conflict, NotFound
-from helmhive.controller.router_audits import ensure_routing_recorded
+from helmhive.controller.router_audits import RouterAudits, ensure_routing_recorded
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.agentjob import decide_held_runner
 from helmhive.policy.lost_runners import (
@@ -72,6 +74,8 @@ class LostJobs:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.jobs = runtime.job_store.store
+        self.audits: RouterAudits | None = None
+        """The router's audit queue (set when routing is registered): its lingering decisions are written first."""
         self.runners: kopf.Index[RunnerKey, RunnerLiveness] | None = None
         self.tasks: dict[JobKey, asyncio.Task[None]] = {}
         self._gate = asyncio.Semaphore(_WRITERS)
@@ -178,6 +182,8 @@ class LostJobs:
         run's runner. So the lost step writes them first (a decision some batch holds already is not
         written again).
         """
+        if self.audits is not None:
+            await self.audits.write_now(job)
         await ensure_routing_recorded(self.runtime.kube, job, now=now)
 
     @staticmethod

@@ -84,6 +84,7 @@ class RouterAudits:
         self.queued: dict[DecisionKey, float] = {}
         self.failed: list[dict[str, Any]] = []  # built batches whose create is to be retried as they are
         self.wake = asyncio.Event()
+        self.flushing = asyncio.Lock()  # one flush at a time: a batch taken is written before the next looks
         self.flusher: asyncio.Task[None] | None = None
         self.events = RunnerEventSeries(runtime, bucket=bucket, interval=event_interval_seconds, monotonic=monotonic)
         self.batches_written = 0
@@ -181,6 +182,23 @@ class RouterAudits:
 
     async def flush(self) -> bool:
         """Write the queued entries as batches; False if some must be retried (kept for the next flush)."""
+        async with self.flushing:
+            return await self._flush()
+
+    async def write_now(self, job: Mapping[str, Any]) -> None:
+        """Write ``job``'s queued decisions now, and wait for a batch holding them that is being written.
+
+        For the lost-runner step, which checks the records before it clears the assignment they are
+        built from: without this, a decision still lingering here is written by that step and again
+        by the flusher (a duplicate record).
+        """
+        keys = {decision_key(e) for e in build_routing_decisions(job=job, now=self.runtime.clock())}
+        async with self.flushing:
+            held = self.pending + [e for record in self.failed for e in record["spec"]["decisions"]]
+            if any(decision_key(e) in keys for e in held):
+                await self._flush()
+
+    async def _flush(self) -> bool:
         entries, self.pending = self.pending, []
         by_namespace: dict[str, list[dict[str, Any]]] = {}
         for entry in entries:

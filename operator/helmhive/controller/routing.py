@@ -7,9 +7,10 @@ The routing engine (work queue, reservations, waiting and backoff, audit recover
   pools, namespaces' labels, memory records by namespace and stored session bindings. Jobs by
   the runner they hold a slot on and each change's implementation provider are in the
   operator's AgentJob store instead (:mod:`helmhive.controller.job_store_sync`: one LIST, then
-  the watch events), which the router waits for before its first decision; Kopf's indexes on
-  AgentJobs made a restart over 10,000 jobs O(N²).
-- **AgentJob events** (through the operator's one AgentJob handler, ``Runtime.job_events``): the
+  the events of the operator's own AgentJob watch), which the router waits for before its first
+  decision; Kopf's indexes on AgentJobs made a restart over 10,000 jobs O(N²).
+- **AgentJob events** (from the operator's own AgentJob watch, :mod:`helmhive.controller.job_watch`,
+  through ``Runtime.job_events``; Kopf does not watch AgentJobs): the
   router queues every job that awaits a decision (profile bound, no assignment, not failed
   closed), and notices a job finishing: the job waiting longest on that runner is re-decided at
   once.

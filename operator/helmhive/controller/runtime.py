@@ -87,9 +87,9 @@ JobObserver = Callable[[str | None, Mapping[str, Any]], Awaitable[None]]
 class JobEvents:
     """The operator's steps that react to AgentJob events, called in the order they subscribed.
 
-    Kopf builds each handler's arguments and logging context for every event; one handler that
-    calls every step (registered by :mod:`helmhive.controller.jobs`) costs that once per event,
-    not once per step. A step that raises is logged and does not stop the others.
+    The operator's own AgentJob watch (:mod:`helmhive.controller.job_watch`; Kopf does not watch
+    AgentJobs) calls :meth:`dispatch` for every event, one job's events one at a time and in
+    order. A step that raises is logged and does not stop the others.
     """
 
     def __init__(self) -> None:
@@ -124,7 +124,7 @@ class Runtime:
     deadlines: DeadlineScheduler = field(init=False)
     job_events: JobEvents = field(default_factory=JobEvents)
     job_store: JobStoreSync = field(default_factory=JobStoreSync)
-    """The operator's AgentJob store (jobs by runner, implementations by change), filled by the AgentJob handler."""
+    """The operator's AgentJob store (jobs by runner, implementations by change), filled by the AgentJob watch."""
     contact: ApiContact = field(default_factory=ApiContact)
     """Contact with the API server since the process started (the heartbeat hold's clock)."""
 

@@ -3,9 +3,11 @@
 Kopf's indexes on AgentJobs cost O(N²) at start-up (Kopf makes a readiness toggle per listed
 object and every toggle change wakes every waiting worker: over 10,000 jobs a restarted operator
 routed nothing for 12 minutes), so the operator keeps these facts itself. A
-:class:`JobStore` is filled by one paginated LIST when the operator starts
-(:mod:`helmhive.controller.job_store_sync`) and then by the AgentJob watch events the operator
-already receives; it answers what the routing and lost-runner indexes used to:
+:class:`JobStore` is filled by the operator's own AgentJob watch
+(:mod:`helmhive.controller.job_watch`): a paginated LIST
+(:mod:`helmhive.controller.job_store_sync`), then the watch's events, then a LIST again after a
+410 (whose missing jobs are dropped: :func:`helmhive.policy.job_watch.decide_vanished`); it
+answers what the routing and lost-runner indexes used to:
 
 - :meth:`JobStore.held_on`: the jobs holding a slot on a runner (assigned, not finished;
   :attr:`helmhive.policy.agentjob.AgentJob.held_runner`);
@@ -14,14 +16,13 @@ already receives; it answers what the routing and lost-runner indexes used to:
 
 It holds only these slim facts and each job's ``resourceVersion``, never whole objects.
 
-**Order.** The LIST and Kopf's watch are independent streams, so a job's events may arrive
-older than what the store already holds (an event Kopf delivers after the LIST that predates
-it). Every job keeps the ``resourceVersion`` it was last updated from, and an older copy is
-ignored. This assumes what etcd gives today and Kubernetes documents as opaque: that the
-resourceVersions of one kind compare as integers (etcd's revision counter). A version that is
-not an integer is applied as if newest. A deleted job leaves the store at once; until the LIST
-is complete, its deletion is remembered (a tombstone) so the LIST's older copy of it cannot
-bring it back.
+**Order.** The LIST and the watch that follows it are one ordered stream, but a caller may feed
+copies from elsewhere (and the watch resumes across reconnects), so every job keeps the
+``resourceVersion`` it was last updated from, and an older copy is ignored. This assumes what etcd
+gives today and Kubernetes documents as opaque: that the resourceVersions of one kind compare as
+integers (etcd's revision counter). A version that is not an integer is applied as if newest. A
+deleted job leaves the store at once; until the LIST is complete, its deletion is remembered (a
+tombstone) so an older listed copy of it cannot bring it back.
 
 The store never undercounts a runner's jobs because of the LIST: a copy is only ever replaced
 by a newer one. Slots the router assigned and not yet seen here are the router's own
@@ -115,6 +116,10 @@ class JobStore:
 
     def held_on(self, runner: RunnerKey) -> set[JobKey]:
         return self._by_runner.get(runner) or set()
+
+    def versions(self) -> dict[JobKey, int | None]:
+        """Every job held, with the version it was last updated from (a copy)."""
+        return {key: facts.version for key, facts in self._facts.items()}
 
     def implementation_provider(self, key: ImplementationKey) -> str | None:
         providers = self._implementations.get(key)
