@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import math
+import socket
 from collections.abc import Callable
 
 from routing_builders import BOUND_AT, runner
@@ -164,9 +165,8 @@ def test_a_probe_that_hangs_loses_contact_after_the_threshold_not_after_the_clie
     """A server that accepts connections and never answers (etcd stopping under a live kube-apiserver
     looked like this): the client's own retries made one probe take 12 s, past a 5 s Lease. The
     probe loop counts an unanswered read as failed once it has waited ``lost_after_s``: contact is
-    lost while the first read still waits (its 3 s timeout and the client's retries not reached)."""
+    lost while the first read still waits (its read timeout is 120 s here), with no retry."""
     import asyncio
-    import socket
     import threading
 
     from kubernetes import client
@@ -187,8 +187,12 @@ def test_a_probe_that_hangs_loses_contact_after_the_threshold_not_after_the_clie
         contact = ApiContact(lost_after_s=0.5)
         lost = asyncio.Event()
         contact.failed = _then(contact.failed, lambda: None if contact.contact else lost.set())  # type: ignore[method-assign]
-        task = asyncio.create_task(run_contact_probe(contact, Kube(client.ApiClient(configuration)), interval_s=0.2))
-        await asyncio.wait_for(lost.wait(), timeout=60)
+        task = asyncio.create_task(
+            run_contact_probe(
+                contact, Kube(client.ApiClient(configuration)), interval_s=0.2, request_timeout=(2.0, 120.0)
+            )
+        )
+        await asyncio.wait_for(lost.wait(), timeout=30)  # the read itself waits 120 s
         connections = len(held)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -110,8 +110,11 @@ class ApiContact:
         )
 
 
-async def run_contact_probe(contact: ApiContact, kube: Kube, *, interval_s: float = 1.0) -> None:
-    """Probe the API server every ``interval_s`` seconds, forever (cancel to stop).
+async def run_contact_probe(
+    contact: ApiContact, kube: Kube, *, interval_s: float = 1.0, request_timeout: tuple[float, float] = (2.0, 3.0)
+) -> None:
+    """Probe the API server every ``interval_s`` seconds, forever (cancel to stop); each read is
+    bounded by ``request_timeout`` (connect, read).
 
     At most one probe is in flight, and one that has not answered for ``contact.lost_after_s``
     counts as a failed read while it waits: a read that hangs (the client retries a timed-out
@@ -124,7 +127,7 @@ async def run_contact_probe(contact: ApiContact, kube: Kube, *, interval_s: floa
         while True:
             if probe is None:
                 probe = asyncio.create_task(
-                    kube.probe_contact(label_selector=RUNNER_LEASES, request_timeout=(2.0, 3.0)), name="api-probe"
+                    kube.probe_contact(label_selector=RUNNER_LEASES, request_timeout=request_timeout), name="api-probe"
                 )
                 started = contact.monotonic()
             done, _ = await asyncio.wait({probe}, timeout=interval_s)

@@ -33,7 +33,7 @@ import datetime as dt
 import functools
 import json
 from collections.abc import Callable
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, cast
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -93,6 +93,7 @@ class Kube:
         self.executor = executor
         self.request_timeout = request_timeout
         self._pool: Any = None  # the API server's urllib3 connection pool, taken from the client's manager
+        self._probe_thread: ThreadPoolExecutor | None = None  # the contact probe's own thread (probe_contact)
         self.coordination = client.CoordinationV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
@@ -316,13 +317,27 @@ class Kube:
             return
 
     async def probe_contact(self, *, label_selector: str, request_timeout: tuple[float, float]) -> None:
-        """One consistent read (a LIST of at most one Lease, served by etcd, not the watch cache)."""
-        await self._call(
-            self.coordination.list_lease_for_all_namespaces,
-            label_selector=label_selector,
-            limit=1,
-            _request_timeout=request_timeout,
-        )
+        """One consistent read (a LIST of at most one Lease, served by etcd, not the watch cache).
+
+        On its own thread, so a burst queued on the shared pool never delays it, and without
+        urllib3's retries: the probe's caller decides what a slow or failed read means.
+        """
+        if self._probe_thread is None:
+            self._probe_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="api-probe")
+        path = "/apis/coordination.k8s.io/v1/leases?" + urlencode({"labelSelector": label_selector, "limit": 1})
+        timeout = urllib3.Timeout(connect=request_timeout[0], read=request_timeout[1])
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._probe_thread, functools.partial(self._probe, path, timeout))
+        except NETWORK_ERRORS as exc:
+            raise translate_api_error(exc) from exc
+
+    def _probe(self, path: str, timeout: urllib3.Timeout) -> None:
+        response = self.request("GET", path, timeout=timeout, retries=False)
+        if not 200 <= response.status <= 299:
+            raise ApiException(
+                status=response.status, reason=response.reason, body=response.data.decode("utf-8", "replace")
+            )
 
     # Server-side apply (runner pools and runners) -----------------------------------
     def _builtin(self, api_version: str, kind: str, verb: str) -> Callable[..., Any]:
