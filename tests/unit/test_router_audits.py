@@ -146,6 +146,29 @@ def test_recovery_queues_only_the_decisions_no_record_holds() -> None:
     assert len(kube.reads) == 2
 
 
+def test_a_restart_queues_its_recovery_checks_for_a_few_workers_holding_only_each_jobs_identity() -> None:
+    """After a restart every recently decided job is checked: 10,000 tasks, each with a copy of its
+    whole job, held hundreds of MiB. Now ``workers`` tasks take them from a queue of names and uids."""
+    kube, clock = FakeKube(), Clock()
+    a = audits(kube, clock)
+    jobs = 500
+
+    async def run() -> tuple[int, list[dict[str, Any]]]:
+        for i in range(jobs):
+            a.recover(("team", f"job-{i}"), assigned(i))
+        tasks, held = len(a.background), [job for _, job, _ in a.recovering]
+        await asyncio.gather(*a.background)
+        await a.flush()
+        return tasks, held
+
+    tasks, held = asyncio.run(run())
+    assert tasks == 4  # the workers, not one task per job
+    assert len(held) == jobs and all(set(job) == {"metadata"} for job in held)
+    assert held[7] == {"metadata": {"name": "job-7", "namespace": "team", "uid": "uid-team-7"}}
+    assert len(kube.reads) == jobs and not a.recovering and a.recovery_workers == 0
+    assert sorted(d["object"]["name"] for d in decisions(kube)) == sorted(f"job-{i}" for i in range(jobs))
+
+
 def test_the_lost_runner_step_writes_an_unrecorded_run_before_it_is_cleared() -> None:
     kube = FakeKube()
     job = assigned(4, attempt=1, runner="r7")

@@ -22,6 +22,7 @@ aggregated Event per Runner (:mod:`helmhive.controller.router_events`).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import datetime as dt
 import logging
@@ -77,7 +78,12 @@ class RouterAudits:
         # Decisions whose audit this process wrote or checked, and when (pruned past the recovery window).
         self.audited: dict[JobKey, float] = {}
         self.auditing = asyncio.Semaphore(workers)
+        self.workers = workers
         self.background: set[asyncio.Task[None]] = set()
+        # Recovery checks waiting for a worker: the job's name and uid and its entries, never the whole
+        # job (after a restart every recently decided job queues one; 10,000 whole copies held hundreds of MiB).
+        self.recovering: collections.deque[tuple[JobKey, dict[str, Any], list[dict[str, Any]]]] = collections.deque()
+        self.recovery_workers = 0
         self.pending: list[dict[str, Any]] = []  # entries waiting for a batch
         # Entries this process queued, and when: whichever of the router and recovery comes second
         # adds nothing (pruned past the recovery window, like ``audited``).
@@ -247,7 +253,22 @@ class RouterAudits:
         if not entries:
             return  # still waiting: nothing to audit yet
         self.mark(key)
-        self.spawn(self._check(key, plain_job(body), entries))
+        self.recovering.append((key, _identity(body), entries))
+        while self.recovery_workers < self.workers:
+            self.recovery_workers += 1
+            task = asyncio.create_task(self._recovery_worker())
+            self.background.add(task)
+            task.add_done_callback(self.background.discard)
+
+    async def _recovery_worker(self) -> None:
+        """Take queued recovery checks one at a time until none is left (at most ``workers`` of these)."""
+        try:
+            while self.recovering:
+                key, job, entries = self.recovering.popleft()
+                async with self.auditing:
+                    await self._check(key, job, entries)
+        finally:
+            self.recovery_workers -= 1
 
     async def _check(self, key: JobKey, job: Mapping[str, Any], entries: list[dict[str, Any]]) -> None:
         """Queue the entries no record holds yet (one labelled LIST of the job's records)."""
@@ -314,6 +335,12 @@ def _parse_time(raw: Any) -> dt.datetime | None:
         return dt.datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+def _identity(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What a recovery check reads of a job: its namespace, name and uid (:func:`missing_entries`)."""
+    meta = body.get("metadata") or {}
+    return {"metadata": {k: str(meta[k]) for k in ("namespace", "name", "uid") if k in meta}}
 
 
 def plain_job(body: Mapping[str, Any]) -> dict[str, Any]:
