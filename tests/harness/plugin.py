@@ -16,6 +16,8 @@ Fixtures (session scope unless noted):
 ``core_v1``            ``CoreV1Api``;  ``custom_objects``: ``CustomObjectsApi``
 ``kube``               :class:`Kube`, all of the above plus RBAC/Apps/Apiextensions/Authentication APIs
 ``kubectl``            :class:`harness.kubectl.Kubectl` against the cluster as admin
+``outage``             (function) :class:`harness.outage.ApiServerOutage` for the local control
+                       plane; the API server is up again, and kube-controller-manager serving, afterwards
 ``namespace``          (function) a fresh namespace, deleted afterwards; its ``default``
                        ServiceAccount exists before the test starts
 ``service_account_identity``  (function) factory: ``(namespace, name, *, bound_pod=None,
@@ -48,6 +50,7 @@ from harness.cluster import ClusterHandle, find_kubectl, install_crds
 from harness.identity import Identity, ensure_service_account, mint_token, token_kubeconfig
 from harness.kube import IdentityFactory, Kube
 from harness.kubectl import Kubectl
+from harness.outage import ApiServerOutage
 from harness.wait import wait_for
 from helmhive.devcluster import cluster as devcluster
 from helmhive.devcluster.build import Binaries, BuildError, ensure_binaries
@@ -253,6 +256,13 @@ def kubectl(cluster: ClusterHandle) -> Kubectl:
     if cluster.kubectl is None:
         pytest.fail("no kubectl: set HELMHIVE_KUBECTL, build it with `helmhive dev cluster up`, or put it on PATH")
     return Kubectl(binary=cluster.kubectl, kubeconfig=cluster.kubeconfig)
+
+
+@pytest.fixture
+def outage(cluster: ClusterHandle) -> Iterator[ApiServerOutage]:
+    made = ApiServerOutage(cluster)
+    yield made
+    made.ensure_up()
 
 
 def _namespace_prefix(nodeid: str) -> str:

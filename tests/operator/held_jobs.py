@@ -148,6 +148,24 @@ def job_manifest(name: str, *, profile: str, kind: str) -> dict[str, Any]:
     }
 
 
+def assign_job(kube: Kube, namespace: str, name: str, runner: str) -> dict[str, Any]:
+    """Write an assignment onto job ``name`` as routing would (no operator involved); the job after it."""
+    assignment = {
+        "runner": runner,
+        "runnerNamespace": namespace,
+        "pool": "claude",
+        "provider": "anthropic",
+        "model": "claude-sonnet-4-5",
+        "modelSource": "mapping",
+        "mappingIndex": 0,
+        "assignedAt": "2026-12-02T00:00:00Z",
+    }
+    result: dict[str, Any] = kube.custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, "agentjobs", name, {"status": {"assignment": assignment}}
+    )
+    return result
+
+
 def get_job(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
     obj: dict[str, Any] = kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "agentjobs", name)
     return obj

@@ -30,7 +30,6 @@ from held_jobs import Fleet, create_profile, get_job, job_manifest, make_fleet, 
 from pools import condition
 from simulated_runner import GROUP, VERSION
 
-from harness.cluster import ClusterHandle
 from harness.kube import IdentityFactory, Kube
 from harness.operator import OperatorProcess
 from harness.outage import ApiServerOutage
@@ -44,13 +43,6 @@ AgentJob watch may come back seconds after the Lease watch (the restarted server
 it initialises), and the job created during the hold is routed only then. With 10 s and 20 s
 Leases (windows of 12 s and 22 s) CI runs at a load average of 12 missed it."""
 GRACE = 2  # the operator's default runner grace
-
-
-@pytest.fixture
-def outage(cluster: ClusterHandle) -> Iterator[ApiServerOutage]:
-    made = ApiServerOutage(cluster)
-    yield made
-    made.ensure_up()
 
 
 @pytest.fixture

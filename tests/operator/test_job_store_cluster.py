@@ -10,31 +10,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from held_jobs import job_manifest
+from held_jobs import assign_job, job_manifest
 from kubernetes import client
 from simulated_runner import GROUP, VERSION
 
 from harness.kube import Kube
 from helmhive.controller.job_store_sync import JobStoreSync
 from helmhive.controller.kube import Kube as OperatorKube
-
-
-def _assign(kube: Kube, namespace: str, name: str, runner: str) -> dict[str, Any]:
-    assignment = {
-        "runner": runner,
-        "runnerNamespace": namespace,
-        "pool": "claude",
-        "provider": "anthropic",
-        "model": "claude-sonnet-4-5",
-        "modelSource": "mapping",
-        "mappingIndex": 0,
-        "assignedAt": "2026-12-02T00:00:00Z",
-    }
-    patch = {"status": {"assignment": assignment}}
-    result: dict[str, Any] = kube.custom.patch_namespaced_custom_object_status(
-        GROUP, VERSION, namespace, "agentjobs", name, patch
-    )
-    return result
 
 
 def test_the_store_lists_every_job_in_pages_then_follows_events(
@@ -44,7 +26,7 @@ def test_the_store_lists_every_job_in_pages_then_follows_events(
         kube.custom.create_namespaced_custom_object(
             GROUP, VERSION, namespace, "agentjobs", job_manifest(f"job-{i}", profile="p", kind="review-probe")
         )
-    held = [_assign(kube, namespace, f"job-{i}", "r1") for i in range(3)]
+    held = [assign_job(kube, namespace, f"job-{i}", "r1") for i in range(3)]
 
     async def scenario() -> tuple[int, set[tuple[str, str]], set[tuple[str, str]]]:
         sync = JobStoreSync(page_size=2)

@@ -13,11 +13,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
-from held_jobs import Fleet, create_profile, get_job, job_manifest, make_fleet
+from held_jobs import Fleet, assign_job, create_profile, get_job, job_manifest, make_fleet
 from kubernetes import client
 from simulated_runner import GROUP, VERSION
 
-from harness.cluster import ClusterHandle
 from harness.kube import IdentityFactory, Kube
 from harness.operator import OperatorProcess
 from harness.outage import ApiServerOutage
@@ -33,22 +32,6 @@ Seen = list[tuple[str | None, str]]
 def _create(kube: Kube, namespace: str, name: str) -> None:
     kube.custom.create_namespaced_custom_object(
         GROUP, VERSION, namespace, "agentjobs", job_manifest(name, profile="p", kind="review-probe")
-    )
-
-
-def _assign(kube: Kube, namespace: str, name: str, runner: str) -> None:
-    assignment = {
-        "runner": runner,
-        "runnerNamespace": namespace,
-        "pool": "claude",
-        "provider": "anthropic",
-        "model": "claude-sonnet-4-5",
-        "modelSource": "mapping",
-        "mappingIndex": 0,
-        "assignedAt": "2026-12-02T00:00:00Z",
-    }
-    kube.custom.patch_namespaced_custom_object_status(
-        GROUP, VERSION, namespace, "agentjobs", name, {"status": {"assignment": assignment}}
     )
 
 
@@ -87,7 +70,7 @@ def test_a_job_deleted_while_the_watch_was_down_leaves_the_store(
     for name in ("a", "b", "c"):
         _create(kube, namespace, name)
     for name in ("a", "b"):
-        _assign(kube, namespace, name, "r1")
+        assign_job(kube, namespace, name, "r1")
     door = OperatorKube(api_client)
     sync = JobStoreSync(page_size=2)  # pages of two: the LIST follows continue tokens
     events, seen = _recorder(namespace)
@@ -163,8 +146,8 @@ def test_steps_wait_for_the_gate_and_run_one_at_a_time_per_job(
         watch.ready.set()
         await _until(lambda: {f"j{i}" for i in range(6)} <= set(seen), "every job's steps")
         for _ in range(5):  # changes to one job while its steps run
-            await asyncio.to_thread(_assign, kube, namespace, "j0", "r1")
-            await asyncio.to_thread(_assign, kube, namespace, "j0", "r2")
+            await asyncio.to_thread(assign_job, kube, namespace, "j0", "r1")
+            await asyncio.to_thread(assign_job, kube, namespace, "j0", "r2")
         await _until(lambda: last_runner.get("j0") == "r2" and not running, "j0's newest copy to reach its steps")
         await watch.stop()
         return before_gate, listed_first_page
@@ -177,13 +160,6 @@ def test_steps_wait_for_the_gate_and_run_one_at_a_time_per_job(
 
 
 # The real operator through an API-server restart -----------------------------------------------
-
-
-@pytest.fixture
-def outage(cluster: ClusterHandle) -> Iterator[ApiServerOutage]:
-    made = ApiServerOutage(cluster)
-    yield made
-    made.ensure_up()
 
 
 @pytest.fixture

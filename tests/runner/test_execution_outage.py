@@ -17,14 +17,10 @@ which the test stops (SIGKILL: connections are refused at once) and starts again
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from harness import wait_for
-from harness.cluster import ClusterHandle
 from harness.outage import ApiServerOutage
 
 from .execution_harness import ExecutionRig, Runner, condition
@@ -37,13 +33,6 @@ AGENT_ENV = {
     "HELMHIVE_REFERENCE_AGENT_SLOW_INTERVAL": "0.25",
     "HELMHIVE_REFERENCE_AGENT_SESSION_PREFIX": SESSION_CANARY,
 }
-
-
-@pytest.fixture
-def outage(cluster: ClusterHandle) -> Iterator[ApiServerOutage]:
-    made = ApiServerOutage(cluster)
-    yield made
-    made.ensure_up()
 
 
 def _entry(runner: Runner, uid: str) -> dict[str, Any]:
