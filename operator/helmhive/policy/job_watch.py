@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from helmhive.policy.backoff import decide_jittered_delay
+
 __all__ = [
     "JobEvent",
     "PendingEvents",
@@ -113,8 +115,7 @@ def decide_backoff(attempt: int, *, jitter: float, base: float = 0.5, cap: float
     ``jitter`` is a number in [0, 1) (the caller's random draw), so many operators do not reconnect
     in step. The cap is short: the heartbeat hold counts from the watches' return.
     """
-    delay: float = min(cap, base * 2.0 ** min(attempt, 16))
-    return delay * (0.5 + jitter / 2)
+    return decide_jittered_delay(attempt=attempt, fraction=0.5 + jitter / 2, base_s=base, cap_s=cap)
 
 
 class PendingEvents:

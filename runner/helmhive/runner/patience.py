@@ -20,6 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from helmhive.policy.backoff import decide_jittered_delay
 from helmhive.runner.kube import RunnerKube, Unavailable
 from helmhive.runner.logs import fields
 
@@ -37,12 +38,9 @@ log = logging.getLogger("helmhive.runner.patience")
 def decide_retry_delay(
     *, attempt: int, fraction: float, base_s: float = BASE_DELAY_S, cap_s: float = MAX_DELAY_S
 ) -> float:
-    """Seconds to wait before retry ``attempt`` (0-based): ``fraction`` (in [0, 1]) of min(cap, base * 2**attempt).
-
-    Never below a tenth of the step, so a run of unlucky draws does not spin.
-    """
-    step: float = min(cap_s, base_s * float(2 ** min(max(attempt, 0), 30)))
-    return step * min(1.0, max(0.1, fraction))
+    """Seconds to wait before retry ``attempt`` (0-based): :func:`~helmhive.policy.backoff.decide_jittered_delay`
+    with the runner's base and cap (``fraction`` of the doubling step, never below a tenth of it)."""
+    return decide_jittered_delay(attempt=attempt, fraction=fraction, base_s=base_s, cap_s=cap_s)
 
 
 async def with_patience(
