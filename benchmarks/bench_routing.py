@@ -30,6 +30,8 @@ import contextlib
 import datetime as dt
 import json
 import os
+import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -376,7 +378,11 @@ async def restart_and_route_one(
     with contextlib.suppress(subprocess.TimeoutExpired):
         operator.wait(timeout=60)
     started = time.monotonic()
-    fresh, health = start_operator(workdir / "operator.kubeconfig", workdir, env)
+    # Opt-in, for profiling the restart only: e.g. HELMHIVE_BENCH_RESTART_PREFIX="memray run -o /tmp/op.bin"
+    # runs the restarted operator as `memray run -o /tmp/op.bin -m helmhive operator run ...`.
+    prefix = shlex.split(os.environ.get("HELMHIVE_BENCH_RESTART_PREFIX", ""))
+    lists_before = await list_counts(admin)
+    fresh, health = start_operator(workdir / "operator.kubeconfig", workdir, env, prefix=prefix)
     await asyncio.to_thread(wait, lambda: httpx.get(health, timeout=2).status_code == 200, 600, "liveness again")
     live = time.monotonic() - started
     print(f"  liveness after {live:.1f} s", flush=True)
@@ -408,9 +414,21 @@ async def restart_and_route_one(
         "operator_rss_kib": rss_kib(fresh.pid)[0],
         "operator_rss_peak_kib": rss_kib(fresh.pid)[1],
         "operator_cpu_seconds": cpu_seconds(fresh.pid),
+        # The restarted operator's LISTs until then, by resource (the benchmark lists none meanwhile).
+        "lists": dict(await list_counts(admin) - lists_before),
     }
     print(f"  {result['restart']}", flush=True)
     return fresh
+
+
+async def list_counts(http: httpx.AsyncClient) -> Counter[str]:
+    """Cumulative LIST requests the API server has answered, by resource."""
+    counts: Counter[str] = Counter()
+    for line in (await http.get("/metrics")).text.splitlines():
+        if line.startswith("apiserver_request_total{") and 'verb="LIST"' in line:
+            resource = re.search(r'resource="([^"]*)"', line)
+            counts[resource.group(1) if resource else ""] += int(float(line.rsplit(" ", 1)[1]))
+    return counts
 
 
 async def note_while(what: str, pid: int, every: float = 15.0) -> None:
@@ -441,11 +459,13 @@ def _routed_false(job: dict[str, Any]) -> bool:
     return any(c.get("type") == "Routed" and c.get("status") == "False" for c in conditions)
 
 
-def start_operator(kubeconfig: Path, workdir: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+def start_operator(
+    kubeconfig: Path, workdir: Path, env: dict[str, str], *, prefix: list[str] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
     health, webhook = free_ports(2)
     log = (workdir / "operator.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "helmhive", "operator", "run", "--kubeconfig", str(kubeconfig),
+        [*(prefix or [sys.executable]), "-m", "helmhive", "operator", "run", "--kubeconfig", str(kubeconfig),
          f"--liveness=http://127.0.0.1:{health}/healthz", "--webhook-addr=127.0.0.1", "--webhook-host=127.0.0.1",
          f"--webhook-port={webhook}"],
         stdout=log, stderr=subprocess.STDOUT,
@@ -643,7 +663,7 @@ def render(result: dict[str, Any]) -> str:
             f"({again['first_job_outcome']}: {again['first_job_reason'] or '-'}) "
             f"{again['first_job_assigned_seconds']:.1f} s after the start; "
             f"RSS {again['operator_rss_kib'] / 1024:.0f} MiB (peak {again['operator_rss_peak_kib'] / 1024:.0f} MiB), "
-            f"CPU {again['operator_cpu_seconds']:.1f} s"
+            f"CPU {again['operator_cpu_seconds']:.1f} s; LISTs until then {again.get('lists')}"
         )
     lines.append(
         "load average (1, 5, 15 min) at the start: {:.1f} {:.1f} {:.1f}; at the end: {:.1f} {:.1f} {:.1f}".format(

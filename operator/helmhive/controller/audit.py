@@ -20,6 +20,7 @@ from helmhive.policy.audit import decide_audit_retention
 __all__ = ["AUDIT", "ensure_audit", "ensure_audit_unless_terminating", "patch_audit_retention"]
 
 AUDIT = kind_by_name("AuditRecord")
+_RETENTION_PAGE = 100  # records a page: a routing batch is at most 256 KiB
 log = logging.getLogger(__name__)
 
 
@@ -80,14 +81,21 @@ async def ensure_audit_unless_terminating(
 async def patch_audit_retention(
     kube: Kube, *, namespace: str | None, now: dt.datetime, max_age: dt.timedelta, max_count: int
 ) -> int:
-    """Delete records past retention in ``namespace`` (all namespaces if None); return how many."""
-    records = await kube.list(AUDIT, namespace)
-    by_namespace: dict[str, list[dict[str, Any]]] = {}
-    for record in records:
-        by_namespace.setdefault(record["metadata"]["namespace"], []).append(record)
+    """Delete records past retention in ``namespace`` (all namespaces if None); return how many.
+
+    Listed page by page, keeping only each record's name and time: routing batches weigh up to
+    256 KiB each, and one unpaginated LIST of them all would be held whole.
+    """
+    by_namespace: dict[str, dict[str, dict[str, Any]]] = {}
+    async for page in kube.list_pages(AUDIT, namespace, limit=_RETENTION_PAGE):
+        for record in page:
+            meta = record["metadata"]
+            spec = record.get("spec") or {}
+            slim = {"metadata": {"name": meta["name"]}, "spec": {k: spec[k] for k in ("time",) if k in spec}}
+            by_namespace.setdefault(meta["namespace"], {})[meta["name"]] = slim
     deleted = 0
     for ns, items in by_namespace.items():
-        for name in decide_audit_retention(items, now=now, max_age=max_age, max_count=max_count):
+        for name in decide_audit_retention(list(items.values()), now=now, max_age=max_age, max_count=max_count):
             await kube.delete(AUDIT, name, namespace=ns)
             deleted += 1
     return deleted

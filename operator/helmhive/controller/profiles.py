@@ -42,6 +42,7 @@ PROFILE = kind_by_name("Profile")
 AGENT_JOB = kind_by_name("AgentJob")
 ACTOR_ANNOTATION = "helmhive.dev/changed-by"
 _MESSAGE_LIMIT = 1000
+_JOB_PAGE = 500
 
 
 def actor_from(meta: Mapping[str, Any]) -> AuditActor:
@@ -67,11 +68,17 @@ def _stamp_actor(userinfo: Mapping[str, Any], operator_username: str) -> str | N
 
 
 async def _referenced_revisions(runtime: Runtime, namespace: str, profile: str) -> set[str]:
+    """The revisions of ``profile`` that unfinished jobs are bound to (never pruned).
+
+    Paginated: the operator reconciles every profile when it starts, and one LIST of 10,000 jobs
+    held whole was most of a restarted operator's memory peak (issue 12 §5).
+    """
     referenced = set()
-    for body in await runtime.kube.list(AGENT_JOB, namespace):
-        job = parse_agent_job(body)
-        if job.profile_name == profile and not job.finished:
-            referenced.add(str(job.raw_status["profile"].get("revision")))
+    async for page in runtime.kube.list_pages(AGENT_JOB, namespace, limit=_JOB_PAGE):
+        for body in page:
+            job = parse_agent_job(body)
+            if job.profile_name == profile and not job.finished:
+                referenced.add(str(job.raw_status["profile"].get("revision")))
     return referenced
 
 
