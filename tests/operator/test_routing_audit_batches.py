@@ -6,7 +6,8 @@ the window between the status write and the batch write, held open on purpose. I
 (SIGKILL) there, and restarted with the default linger; recovery must write every decision from
 the jobs' status, once. Then jobs routed by the restarted operator show how a normal burst is
 recorded: batched, one aggregated ``JobsRouted`` Event per Runner with the count, and no per-job
-Normal Event.
+Normal Event. A second crash, with some decisions recorded and some cut off, shows recovery's
+diff against the namespace's listed batches: only the cut-off ones are written, each once.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ OPERATOR_ENV = {"HELMHIVE_ROUTING_AUDIT_LINGER_SECONDS": "3600"}
 RESTARTED_ENV = {"HELMHIVE_ROUTING_EVENT_INTERVAL_SECONDS": "2"}
 FIRST = 8  # routed before the crash
 SECOND = 6  # routed by the restarted operator
+THIRD = 4  # routed before the second crash, while the first two groups are recorded
 
 
 @pytest.fixture
@@ -133,3 +135,27 @@ def test_decisions_cut_off_by_a_crash_are_recorded_after_the_restart_and_a_burst
 
     wait_for(runner_events, timeout=60, interval=1, describe=f"a JobsRouted Event per runner counting {per_runner}")
     assert _job_events(kube, namespace, "JobRouted") == [], "routing posts no Normal Event per job"
+
+    # A second crash: FIRST and SECOND are recorded, THIRD only in status. The restarted operator
+    # lists the namespace's batches once and writes THIRD's decisions alone, each once.
+    operator.kill()
+    operator.extra_env = dict(OPERATOR_ENV)
+    operator.start()
+    third = _create(kube, namespace, [f"third-{i}" for i in range(THIRD)])
+    operator.kill()
+    operator.extra_env = dict(RESTARTED_ENV)
+    operator.start()
+    wait_for(
+        lambda: all(_routed_by_label(kube, namespace, job) for job in third.values()),
+        timeout=120,
+        interval=1,
+        describe="the decisions cut off by the second crash recorded",
+    )
+    decisions = [
+        d["spec"] for d in iter_routing_decisions(_batches(kube, namespace)) if d["spec"]["action"] == "JobRouted"
+    ]
+    assert Counter(d["object"]["name"] for d in decisions) == dict.fromkeys([*first, *second, *third], 1)
+    # The log of all three runs: recovery wrote FIRST's and THIRD's decisions, never SECOND's (held).
+    recovered = [line for line in operator.log_text().splitlines() if "recovered: JobRouted" in line]
+    assert sum("/third-" in line for line in recovered) == THIRD, recovered
+    assert not any("/after-" in line for line in recovered), recovered

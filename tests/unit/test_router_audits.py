@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import re
 from typing import Any
 
 import pytest
@@ -49,6 +50,30 @@ class FakeKube:
             r for (ns, _), r in self.records.items() if ns == namespace and label_selector in r["metadata"]["labels"]
         ]
 
+    async def list_page(
+        self,
+        kind: Any,
+        *,
+        limit: int,
+        continue_token: str | None = None,
+        namespace: str | None = None,
+        label_selector: str = "",
+    ) -> dict[str, Any]:
+        """Pages of ``limit`` records matching ``key=value`` and ``key in (a,b)`` terms; the token is an offset."""
+        self.reads.append(f"page {namespace} {label_selector} {continue_token}")
+        if self.fail:
+            raise self.fail.pop(0)
+        terms = re.findall(r"([\w./-]+)(?:=([\w-]+)| in \(([^)]*)\))", label_selector)
+        matching = [
+            r
+            for (ns, _), r in sorted(self.records.items())
+            if ns == namespace
+            and all(r["metadata"]["labels"].get(k) in ([eq] if eq else within.split(",")) for k, eq, within in terms)
+        ]
+        start = int(continue_token or 0)
+        more = start + limit < len(matching)
+        return {"metadata": {"continue": str(start + limit) if more else ""}, "items": matching[start : start + limit]}
+
     async def get(self, kind: Any, name: str, namespace: str | None = None) -> dict[str, Any]:
         self.reads.append(f"get {name}")
         return {"metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"}}
@@ -83,10 +108,12 @@ def assigned(i: int, *, namespace: str = "team", runner: str = "r0", attempt: in
     }
 
 
-def audits(kube: FakeKube, clock: Clock) -> RouterAudits:
-    runtime = Runtime(kube=kube, clock=lambda: NOW)  # type: ignore[arg-type]  # the fake wrapper
+def audits(kube: FakeKube, clock: Clock, *, now: Any = lambda: NOW) -> RouterAudits:
+    runtime = Runtime(kube=kube, clock=now)  # type: ignore[arg-type]  # the fake wrapper
     bucket = TokenBucket(rate=1e6, burst=10**6, clock=clock)
-    return RouterAudits(runtime, bucket=bucket, workers=4, recovery_seconds=600, monotonic=clock, linger_seconds=0)
+    return RouterAudits(
+        runtime, bucket=bucket, workers=4, recovery_seconds=600, monotonic=clock, linger_seconds=0, retry_seconds=0
+    )
 
 
 def decisions(kube: FakeKube) -> list[dict[str, Any]]:
@@ -143,30 +170,74 @@ def test_recovery_queues_only_the_decisions_no_record_holds() -> None:
     asyncio.run(run())
     names = sorted(d["object"]["name"] for d in decisions(kube))
     assert names == ["job-1", "job-2"]  # job-2 written once; job-3 is older than the window
-    assert len(kube.reads) == 2
+    assert kube.reads == [
+        "page team helmhive.dev/audit-action=RoutingDecisions,helmhive.dev/audit-hour in (2026120200,2026120201) None"
+    ]  # one LIST of the namespace's batches of the window's hours, not one per job
 
 
-def test_a_restart_queues_its_recovery_checks_for_a_few_workers_holding_only_each_jobs_identity() -> None:
-    """After a restart every recently decided job is checked: 10,000 tasks, each with a copy of its
-    whole job, held hundreds of MiB. Now ``workers`` tasks take them from a queue of names and uids."""
+def test_a_restart_over_many_jobs_lists_each_namespaces_batches_once_and_keeps_only_keys() -> None:
+    """After a restart every recently decided job is checked: one labelled LIST per job made 10,000
+    LISTs (and held each job's entries until its turn). Now one paginated LIST per namespace, diffed
+    in memory; a crash cut off the last 30 decisions of each namespace."""
     kube, clock = FakeKube(), Clock()
+    for namespace in ("team", "other"):
+        entries = [
+            e for i in range(270) for e in build_routing_decisions(job=assigned(i, namespace=namespace), now=NOW)
+        ]
+        for batch in [entries[i : i + 100] for i in range(0, len(entries), 100)]:
+            record = build_routing_batch(namespace=namespace, entries=batch, now=NOW)
+            kube.records[(namespace, record["metadata"]["name"])] = record
+    stale = build_routing_batch(namespace="team", entries=build_routing_decisions(job=assigned(299), now=NOW),
+                                now=NOW - dt.timedelta(hours=5))  # fmt: skip  # an hour outside the window
+    kube.records[("team", stale["metadata"]["name"])] = stale
+    before = len(kube.records)
     a = audits(kube, clock)
-    jobs = 500
 
-    async def run() -> tuple[int, list[dict[str, Any]]]:
-        for i in range(jobs):
+    async def run() -> int:
+        for i in range(300):
             a.recover(("team", f"job-{i}"), assigned(i))
-        tasks, held = len(a.background), [job for _, job, _ in a.recovering]
+            a.recover(("other", f"job-{i}"), assigned(i, namespace="other"))
+        tasks = len(a.background)
         await asyncio.gather(*a.background)
         await a.flush()
-        return tasks, held
+        return tasks
 
-    tasks, held = asyncio.run(run())
-    assert tasks == 4  # the workers, not one task per job
-    assert len(held) == jobs and all(set(job) == {"metadata"} for job in held)
-    assert held[7] == {"metadata": {"name": "job-7", "namespace": "team", "uid": "uid-team-7"}}
-    assert len(kube.reads) == jobs and not a.recovering and a.recovery_workers == 0
-    assert sorted(d["object"]["name"] for d in decisions(kube)) == sorted(f"job-{i}" for i in range(jobs))
+    assert asyncio.run(run()) == 2  # one worker per namespace, not one task per job
+    pages = [r for r in kube.reads if r.startswith("page")]
+    assert len(kube.reads) == len(pages) == 2 and a.recovery.lists == 2  # 3 batches a namespace: one page each
+    assert not a.recovery.checks and not a.recovery.workers
+    assert {len(keys) for keys in a.recovery.held.values()} == {270}  # the window's keys, not the stale batch's
+    written = list(kube.records.values())[before:]  # in creation order
+    recovered = sorted((d["object"]["namespace"], d["object"]["name"]) for r in written for d in r["spec"]["decisions"])
+    expected = sorted((ns, f"job-{i}") for ns in ("team", "other") for i in range(270, 300))
+    assert recovered == expected  # job-299 too: its only batch is outside the listed hours (twice, never zero)
+
+
+def test_the_recovery_list_is_paginated_and_retried_and_later_decisions_are_not_looked_up() -> None:
+    kube, clock = FakeKube(), Clock()
+    now = [NOW]
+    for i in range(120):
+        record = build_routing_batch(
+            namespace="team", entries=build_routing_decisions(job=assigned(i), now=NOW), now=NOW
+        )
+        kube.records[("team", record["metadata"]["name"])] = record
+    a = audits(kube, clock, now=lambda: now[0])
+    kube.fail = [Unavailable(503, "restarting")]
+
+    async def run() -> None:
+        a.recover(("team", "job-1"), assigned(1))
+        await asyncio.gather(*a.background)
+        later = assigned(200)
+        later["status"]["routing"] = {"decidedAt": "2026-12-02T01:00:05Z"}  # after the LIST
+        now[0] = NOW + dt.timedelta(seconds=10)
+        a.recover(("team", "job-200"), later)
+        await asyncio.gather(*a.background)
+        await a.flush()
+
+    asyncio.run(run())
+    pages = [r.rsplit(" ", 1)[1] for r in kube.reads]
+    assert pages == ["None", "None", "50", "100"]  # refused once, then 120 batches in pages of 50
+    assert [d["object"]["name"] for d in decisions(kube)[120:]] == ["job-200"]  # no second LIST for it
 
 
 def test_the_lost_runner_step_writes_an_unrecorded_run_before_it_is_cleared() -> None:

@@ -13,9 +13,13 @@ from helmhive.policy.routing_audit import (
     build_routing_batch,
     build_routing_decisions,
     decide_batches,
+    decide_missing_entries,
+    decide_recovery_selector,
     decision_key,
+    held_decision_keys,
     iter_routing_decisions,
     job_audit_label,
+    routing_hour,
 )
 
 NOW = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
@@ -206,3 +210,37 @@ def test_iterating_decisions_flattens_batches_and_passes_other_records_through()
     assert flat[0]["spec"]["actor"] == {"username": "helmhive-operator", "groups": []}
     assert flat[0]["metadata"]["name"] == batch["metadata"]["name"]
     assert flat[3] == other
+
+
+def test_a_batch_carries_the_utc_hour_it_was_built_in() -> None:
+    record = build_routing_batch(namespace="team", entries=_assigned(1), now=NOW.replace(minute=59))
+    assert record["metadata"]["labels"]["helmhive.dev/audit-hour"] == "2026060112"
+    east = dt.timezone(dt.timedelta(hours=2))
+    assert routing_hour(dt.datetime(2026, 6, 1, 1, 30, tzinfo=east)) == "2026053123"  # UTC, whatever the zone
+
+
+def test_recovery_selects_the_batches_of_the_hours_its_window_spans() -> None:
+    selector = decide_recovery_selector(since=NOW - dt.timedelta(minutes=15), until=NOW + dt.timedelta(minutes=5))
+    assert selector == "helmhive.dev/audit-action=RoutingDecisions,helmhive.dev/audit-hour in (2026060111,2026060112)"
+    one = decide_recovery_selector(since=NOW.replace(minute=10), until=NOW.replace(minute=50))
+    assert one.endswith("helmhive.dev/audit-hour in (2026060112)")
+    # A window of days lists every batch of the namespace rather than a selector of hundreds of values.
+    days = decide_recovery_selector(since=NOW - dt.timedelta(days=3), until=NOW)
+    assert days == "helmhive.dev/audit-action=RoutingDecisions"
+
+
+def test_the_recovery_diff_keeps_only_the_decisions_no_listed_batch_holds() -> None:
+    recorded = _assigned(1) + _assigned(2)  # routed and memory entries for two jobs
+    batch = build_routing_batch(namespace="team", entries=recorded, now=NOW)
+    other = {"metadata": {"name": "x"}, "spec": {"action": "RunnerRegistered", "object": {"uid": "u"}}}
+    held = held_decision_keys([batch, other])
+    assert held == {decision_key(e) for e in recorded}  # other records hold no decision
+    cut_off = _assigned(3)
+    rerun = build_routing_decisions(
+        job=job({"attempts": 1, "assignment": ASSIGNMENT, "routing": {}, "conditions": routed("True", "Assigned")},
+                uid=recorded[0]["object"]["uid"]),
+        now=NOW,
+    )  # fmt: skip
+    assert decide_missing_entries(_assigned(1) + cut_off, held) == cut_off
+    assert decide_missing_entries(rerun, held) == rerun  # the same job's next run is its own decision
+    assert decide_missing_entries(recorded, held) == []

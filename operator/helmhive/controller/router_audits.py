@@ -9,10 +9,11 @@ failed is retried as the same record (same entries, same name), so a create that
 API server before the error is a harmless 409; an ``Invalid`` batch is logged and dropped.
 
 The job's status write is the commit point. After a restart, every decision younger than the
-recovery window seen in a job's status is looked up by its job's label; an entry missing from
-every record is queued again, so a crash between the status write and the batch write loses
-nothing. Two operators overlapping (a leader hand-over while the old one still flushes) can
-record a decision twice; nothing is ever recorded zero times. Which decisions this process has
+recovery window seen in a job's status and not audited here is checked against its namespace's
+batches, listed once (:mod:`helmhive.controller.router_recovery`); an entry missing from every
+batch is queued again, so a crash between the status write and the batch write loses nothing.
+Two operators overlapping (a leader hand-over while the old one still flushes) can record a
+decision twice; nothing is ever recorded zero times. Which decisions this process has
 audited, and when, is kept on an injected monotonic clock.
 
 Events: a job that failed closed gets its own Warning Event; assignments are counted into one
@@ -22,9 +23,7 @@ aggregated Event per Runner (:mod:`helmhive.controller.router_events`).
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import datetime as dt
 import logging
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
@@ -32,8 +31,9 @@ from typing import Any
 from helmhive.api.audit import AuditAction
 from helmhive.api.kinds import GROUP, VERSION, kind_by_name
 from helmhive.controller.audit import ensure_audit_unless_terminating
-from helmhive.controller.kube import Conflict, Invalid, Kube, KubeError
+from helmhive.controller.kube import Conflict, Invalid, KubeError
 from helmhive.controller.router_events import RunnerEventSeries
+from helmhive.controller.router_recovery import AuditRecovery, ensure_routing_recorded
 from helmhive.controller.router_settings import TokenBucket
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.routing_audit import (
@@ -42,11 +42,9 @@ from helmhive.policy.routing_audit import (
     build_routing_decisions,
     decide_batches,
     decision_key,
-    iter_routing_decisions,
-    job_audit_label,
 )
 
-__all__ = ["RouterAudits", "ensure_routing_recorded", "plain_job"]
+__all__ = ["RouterAudits", "ensure_routing_recorded", "plain_job"]  # the second re-exported for its callers
 
 AUDIT = kind_by_name("AuditRecord")
 JobKey = tuple[str, str]
@@ -80,10 +78,6 @@ class RouterAudits:
         self.auditing = asyncio.Semaphore(workers)
         self.workers = workers
         self.background: set[asyncio.Task[None]] = set()
-        # Recovery checks waiting for a worker: the job's name and uid and its entries, never the whole
-        # job (after a restart every recently decided job queues one; 10,000 whole copies held hundreds of MiB).
-        self.recovering: collections.deque[tuple[JobKey, dict[str, Any], list[dict[str, Any]]]] = collections.deque()
-        self.recovery_workers = 0
         self.pending: list[dict[str, Any]] = []  # entries waiting for a batch
         # Entries this process queued, and when: whichever of the router and recovery comes second
         # adds nothing (pruned past the recovery window, like ``audited``).
@@ -94,6 +88,15 @@ class RouterAudits:
         self.flusher: asyncio.Task[None] | None = None
         self.events = RunnerEventSeries(runtime, bucket=bucket, interval=event_interval_seconds, monotonic=monotonic)
         self.batches_written = 0
+        self.recovery = AuditRecovery(
+            runtime,
+            recovery_seconds=recovery_seconds,
+            retry_seconds=retry_seconds,
+            auditing=self.auditing,
+            queue=self._queue,
+            queued=lambda key: key in self.queued,
+            spawn=self._spawn_task,
+        )
 
     # Life ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -245,43 +248,8 @@ class RouterAudits:
         """After a restart: make sure a recent decision found in status is in some batch."""
         if key in self.audited:
             return
-        routing = (body.get("status") or {}).get("routing") or {}
-        decided = _parse_time(routing.get("decidedAt"))
-        if decided is None or (self.runtime.clock() - decided).total_seconds() > self.recovery_seconds:
-            return  # older than any crash this process could have followed
-        entries = build_routing_decisions(job=body, now=self.runtime.clock())
-        if not entries:
-            return  # still waiting: nothing to audit yet
-        self.mark(key)
-        self.recovering.append((key, _identity(body), entries))
-        while self.recovery_workers < self.workers:
-            self.recovery_workers += 1
-            task = asyncio.create_task(self._recovery_worker())
-            self.background.add(task)
-            task.add_done_callback(self.background.discard)
-
-    async def _recovery_worker(self) -> None:
-        """Take queued recovery checks one at a time until none is left (at most ``workers`` of these)."""
-        try:
-            while self.recovering:
-                key, job, entries = self.recovering.popleft()
-                async with self.auditing:
-                    await self._check(key, job, entries)
-        finally:
-            self.recovery_workers -= 1
-
-    async def _check(self, key: JobKey, job: Mapping[str, Any], entries: list[dict[str, Any]]) -> None:
-        """Queue the entries no record holds yet (one labelled LIST of the job's records)."""
-        try:
-            missing = await missing_entries(self.runtime.kube, job, entries)
-        except KubeError as err:
-            log.warning("routing audit of %s/%s not checked (%s); checked again on its next event", *key, err)
-            self.forget(key)
-            return
-        missing = [e for e in missing if decision_key(e) not in self.queued]  # this process has it already
-        if missing:
-            log.info("routing audit of %s/%s recovered: %s", *key, ", ".join(str(e["action"]) for e in missing))
-        self._queue(missing)
+        if self.recovery.check(key, body):
+            self.mark(key)
 
     def mark(self, key: JobKey) -> None:
         now = self.monotonic()
@@ -297,50 +265,13 @@ class RouterAudits:
             async with self.auditing:
                 await work
 
-        task = asyncio.create_task(bounded())
+        self._spawn_task(bounded())
+
+    def _spawn_task(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(work)
         self.background.add(task)
         task.add_done_callback(self.background.discard)
-
-
-async def missing_entries(kube: Kube, job: Mapping[str, Any], entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The entries of ``job`` no ``RoutingDecisions`` record holds yet (one labelled LIST)."""
-    meta = job.get("metadata") or {}
-    records = await kube.list(
-        AUDIT, str(meta.get("namespace", "")), label_selector=job_audit_label(str(meta.get("uid", "")))
-    )
-    held = {decision_key(d["spec"]) for d in iter_routing_decisions(records)}
-    return [e for e in entries if decision_key(e) not in held]
-
-
-async def ensure_routing_recorded(kube: Kube, job: Mapping[str, Any], *, now: dt.datetime) -> None:
-    """Make sure ``job``'s current decision is in some batch, writing a batch of its own if not (now).
-
-    For the lost-runner step, which is about to clear the assignment the entries are built from.
-    Raises KubeError (the caller retries); an existing record of the same name is a 409: done.
-    """
-    missing = await missing_entries(kube, job, build_routing_decisions(job=job, now=now))
-    if not missing:
-        return
-    namespace = str((job.get("metadata") or {}).get("namespace", ""))
-    with contextlib.suppress(Conflict):
-        await ensure_audit_unless_terminating(
-            kube, build_routing_batch(namespace=namespace, entries=missing, now=now), now=now
-        )
-
-
-def _parse_time(raw: Any) -> dt.datetime | None:
-    if not raw:
-        return None
-    try:
-        return dt.datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def _identity(body: Mapping[str, Any]) -> dict[str, Any]:
-    """What a recovery check reads of a job: its namespace, name and uid (:func:`missing_entries`)."""
-    meta = body.get("metadata") or {}
-    return {"metadata": {k: str(meta[k]) for k in ("namespace", "name", "uid") if k in meta}}
+        return task
 
 
 def plain_job(body: Mapping[str, Any]) -> dict[str, Any]:

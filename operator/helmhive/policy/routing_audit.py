@@ -17,7 +17,12 @@ most :data:`MAX_BATCH_BYTES` of JSON), so a routed job costs a fraction of a wri
   same batch is a harmless 409;
 - carries one label per job, ``job.audit.helmhive.dev/<job uid>`` (a label key's name part is at
   most 63 characters: a uid fits, a job name may not), so ``kubectl get auditrecords -l
-  job.audit.helmhive.dev/<uid>`` finds every record holding one of that job's decisions.
+  job.audit.helmhive.dev/<uid>`` finds every record holding one of that job's decisions;
+- carries the UTC hour it was built in, ``helmhive.dev/audit-hour: YYYYMMDDHH``
+  (:func:`routing_hour`), so a restarted operator lists only the batches of the last hours
+  (:func:`decide_recovery_selector`) and diffs them against its recently decided jobs in memory
+  (:func:`held_decision_keys`, :func:`decide_missing_entries`): one LIST per namespace, not one
+  per job.
 
 :func:`iter_routing_decisions` flattens records back to one spec per decision, for readers (the
 CLI, the benchmarks, the tests). What the runner then injected at run time is a per-job
@@ -30,16 +35,17 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from helmhive.api.audit import MAX_DECISIONS, AuditAction, AuditDecision, AuditObject, AuditState
 from helmhive.api.kinds import API_VERSION
 from helmhive.api.reasons import ConditionType, Reason
-from helmhive.policy.audit import build_audit_record, check_audit_details
+from helmhive.policy.audit import LABEL_ACTION, build_audit_record, check_audit_details
 from helmhive.policy.conditions import find_condition
 
 __all__ = [
+    "HOUR_LABEL",
     "JOB_LABEL_PREFIX",
     "MAX_BATCH_BYTES",
     "MAX_DECISIONS",
@@ -48,12 +54,18 @@ __all__ = [
     "build_routing_batch",
     "build_routing_decisions",
     "decide_batches",
+    "decide_missing_entries",
+    "decide_recovery_selector",
     "decision_key",
+    "held_decision_keys",
     "iter_routing_decisions",
     "job_audit_label",
+    "routing_hour",
 ]
 
 JOB_LABEL_PREFIX = "job.audit.helmhive.dev/"
+HOUR_LABEL = "helmhive.dev/audit-hour"
+MAX_RECOVERY_HOURS = 48  # past this many hour values, the selector lists every batch of the namespace
 MAX_BATCH_BYTES = 256 * 1024  # well under the API server's 1.5 MB object limit
 DecisionKey = tuple[str, int, str]  # (job uid, attempt, action)
 
@@ -229,6 +241,7 @@ def build_routing_batch(*, namespace: str, entries: Sequence[Mapping[str, Any]],
     meta = record["metadata"]
     meta.pop("generateName", None)
     meta["name"] = f"routing-{digest}"
+    meta["labels"][HOUR_LABEL] = routing_hour(now)
     for uid, entry in jobs.items():
         if uid:
             outcome = str(entry["action"]) if entry["action"] != AuditAction.MEMORY_INJECTED else "JobRouted"
@@ -249,3 +262,48 @@ def iter_routing_decisions(records: Iterable[Mapping[str, Any]]) -> Iterator[dic
             continue
         for entry in spec.get("decisions") or []:
             yield {"metadata": dict(record.get("metadata") or {}), "spec": {**entry, "actor": spec.get("actor")}}
+
+
+# Recovery after a restart ---------------------------------------------------------------------------
+
+
+def routing_hour(when: dt.datetime) -> str:
+    """The ``helmhive.dev/audit-hour`` label value of a batch built at ``when``: its UTC hour, ``YYYYMMDDHH``."""
+    return when.astimezone(dt.UTC).strftime("%Y%m%d%H")
+
+
+def decide_recovery_selector(*, since: dt.datetime, until: dt.datetime) -> str:
+    """The label selector of the ``RoutingDecisions`` batches built between ``since`` and ``until``.
+
+    By the hour they were built in (:data:`HOUR_LABEL`), both ends included; a span of more than
+    :data:`MAX_RECOVERY_HOURS` hours selects every batch (a longer recovery window is listed whole).
+    Batches written before the label existed are not selected: their decisions are recorded again
+    (twice, never zero times).
+    """
+    first = since.astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
+    last = until.astimezone(dt.UTC)
+    hours: list[str] = []
+    while first <= last and len(hours) <= MAX_RECOVERY_HOURS:
+        hours.append(routing_hour(first))
+        first += dt.timedelta(hours=1)
+    selector = f"{LABEL_ACTION}={AuditAction.ROUTING_DECISIONS.value}"
+    if not hours or len(hours) > MAX_RECOVERY_HOURS:
+        return selector
+    return f"{selector},{HOUR_LABEL} in ({','.join(hours)})"
+
+
+def held_decision_keys(records: Iterable[Mapping[str, Any]]) -> set[DecisionKey]:
+    """The decisions ``records`` hold (``RoutingDecisions`` batches; other records hold none)."""
+    held: set[DecisionKey] = set()
+    for record in records:
+        spec = record.get("spec") or {}
+        if spec.get("action") == AuditAction.ROUTING_DECISIONS.value:
+            held.update(decision_key(entry) for entry in spec.get("decisions") or [])
+    return held
+
+
+def decide_missing_entries(
+    entries: Iterable[Mapping[str, Any]], held: Container[DecisionKey]
+) -> list[Mapping[str, Any]]:
+    """The entries whose decision ``held`` does not have: the ones a crash cut off, to record again."""
+    return [entry for entry in entries if decision_key(entry) not in held]
