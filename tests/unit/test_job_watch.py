@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 from helmhive.api.kubeerrors import KubeError
+from helmhive.controller.heap import rss_mib, trim_heap
 from helmhive.controller.job_store_sync import JobStoreSync
 from helmhive.controller.job_watch import JobWatch
 from helmhive.controller.runtime import JobEvents
@@ -121,3 +122,39 @@ def test_after_an_outage_the_steps_wait_for_contact_and_kopfs_runner_watch() -> 
         return seen
 
     assert asyncio.run(scenario()) == [False, True, False, False, True, False, True]
+
+
+def test_the_heap_is_trimmed_once_the_steps_have_taken_every_listed_job() -> None:
+    """After a LIST the watch returns the listing's freed memory to the OS, but only when no listed job
+    waits for or runs its steps any more (trimming earlier would leave the rest of the burst's garbage)."""
+    dispatched: list[str] = []
+    trimmed_after: list[int] = []
+
+    async def scenario() -> None:
+        events = JobEvents()
+
+        async def step(event_type: str | None, body: Any) -> None:
+            await asyncio.sleep(0.01)  # the steps take a while: the trim must wait for them
+            dispatched.append(body["metadata"]["name"])
+
+        events.subscribe("slow", step)
+        watch = JobWatch(JobStoreSync(page_size=500), events, trim=lambda: bool(trimmed_after.append(len(dispatched))))
+        watch.ready.set()
+        workers = [asyncio.create_task(watch._worker()) for _ in range(4)]
+        await watch._listed_page([job(f"j{i}", i) for i in range(40)])
+        await asyncio.wait_for(watch._trim_after_listing(), 10)
+        await asyncio.wait_for(watch._trim_after_listing(), 10)  # nothing pending: at once
+        for worker in workers:
+            worker.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+
+    asyncio.run(scenario())
+    assert trimmed_after == [40, 40]
+
+
+def test_trimming_the_heap_is_safe_and_reports_whether_the_c_library_did() -> None:
+    garbage = [bytes(200_000) for _ in range(50)]
+    del garbage
+    assert isinstance(trim_heap(), bool)  # glibc: True; another C library: False, never an error
+    rss = rss_mib()
+    assert rss is not None and rss > 1
