@@ -449,6 +449,7 @@ def test_the_public_surfaces_are_pinned() -> None:
         "parse_session_binding",
     ]
     assert routing_audit.__all__ == [
+        "HOUR_LABEL",
         "JOB_LABEL_PREFIX",
         "MAX_BATCH_BYTES",
         "MAX_DECISIONS",
@@ -457,7 +458,11 @@ def test_the_public_surfaces_are_pinned() -> None:
         "build_routing_batch",
         "build_routing_decisions",
         "decide_batches",
+        "decide_missing_entries",
+        "decide_recovery_selector",
         "decision_key",
+        "held_decision_keys",
         "iter_routing_decisions",
         "job_audit_label",
+        "routing_hour",
     ]
