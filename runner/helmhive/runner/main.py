@@ -15,7 +15,8 @@ reference agent. Its life:
 3. **Stop.** SIGTERM: take no more work, let jobs finish within the shutdown grace, cancel the
    rest, delete the Lease, exit 0. Revoked: cancel jobs, wipe the credential, remember the
    generation, delete the Lease, exit 0. The Runner deleted: as SIGTERM, exit 5 (the pod
-   restarts and registers anew).
+   restarts and registers anew). Each way, the watch threads are stopped and joined before
+   ``run()`` returns: none may outlive it (docs/runners.md, "Stopping").
 
 Exit codes: 0 done, 2 bad configuration, 3 refused (revoked generation), 4 the API server
 refused registration, 5 the Runner was deleted.
