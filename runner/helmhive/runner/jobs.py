@@ -14,7 +14,8 @@ of the CRD), never a list of everything -- and turns each event into an action w
   earlier process of this runner (it restarted mid-job): it ends with ``RunnerLost``, and the
   operator's retry policy (:mod:`helmhive.policy.retry`) decides whether it runs again.
 
-The watch runs in a thread; events reach the event loop with ``call_soon_threadsafe``. Before
+The watch runs in a thread; events reach the event loop with ``call_soon_threadsafe``; the
+runner stops and joins that thread before it exits (:meth:`ClusterJobSource.join`). Before
 the first job runs, the homes of session bindings that no longer exist are removed
 (:func:`~helmhive.runner.sessions.sweep_session_homes`).
 """
@@ -34,7 +35,7 @@ from helmhive.runner.cgroups import build_cgroup_prefix, remove_stale_job_cgroup
 from helmhive.runner.execution import AGENT_JOBS, ExecutionContext, JobExecution
 from helmhive.runner.jobstatus import JobAction, JobEnding, decide_job_action, view_job
 from helmhive.runner.journal import JobJournal, JournalEntry, decide_recovery
-from helmhive.runner.kube import KubeError
+from helmhive.runner.kube import KubeError, WatchThread
 from helmhive.runner.landlock import landlock_abi
 from helmhive.runner.limits import build_sandbox_report, probe_limit_support
 from helmhive.runner.logs import fields
@@ -65,6 +66,7 @@ class ClusterJobSource:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._sweep: asyncio.Task[None] | None = None
+        self._watch: WatchThread | None = None
 
     @property
     def selector(self) -> str:
@@ -91,7 +93,7 @@ class ClusterJobSource:
                 lambda: self._log(logging.WARNING, "watching assigned jobs failed; retrying", status=exc.status)
             )
 
-        self.ctx.kube.watch_objects(
+        self._watch = self.ctx.kube.watch_objects(
             AGENT_JOBS,
             field_selector=self.selector,
             on_event=on_event,
@@ -102,7 +104,13 @@ class ClusterJobSource:
         )
 
     def stop(self) -> None:
+        """No more events; the watch's thread is interrupted (:meth:`join` waits for it to end)."""
+        if self._watch is not None:
+            self._watch.stop()
         self._stop.set()
+
+    def join(self, timeout: float) -> bool:
+        return self._watch is None or self._watch.join(timeout)
 
     async def _sweep_homes(self) -> None:
         try:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -38,6 +39,7 @@ from helmhive.kubeclient import NETWORK_ERRORS, load_api_client, translate_api_e
 __all__ = [
     "FIELD_MANAGER",
     "RUNNERS",
+    "WATCH_JOIN_S",
     "Conflict",
     "Forbidden",
     "Invalid",
@@ -45,6 +47,7 @@ __all__ = [
     "NotFound",
     "RunnerKube",
     "Unavailable",
+    "WatchThread",
     "load_api_client",
 ]
 
@@ -52,8 +55,61 @@ FIELD_MANAGER = "helmhive-runner"
 RUNNERS = "runners"
 REQUEST_TIMEOUT = (5.0, 15.0)
 """(connect, read) seconds for every call but the watch."""
+WATCH_JOIN_S = sum(REQUEST_TIMEOUT) + 5.0
+"""How long :meth:`WatchThread.join` waits by default: a list in flight cannot be interrupted."""
+_INTERRUPT_EVERY_S = 0.1
 
 T = TypeVar("T")
+
+
+class WatchThread:
+    """A watch running in its own thread, which :meth:`stop` interrupts and :meth:`join` waits for.
+
+    The thread must end before the process does: a thread still reading from the API server
+    over TLS while the interpreter finalizes and OpenSSL cleans up at ``exit()`` can crash the
+    process (SIGSEGV or SIGABRT, after the runner logged a clean stop; docs/runners.md,
+    "Stopping"). A watch blocks in a read for up to its ``timeout_s``, so :meth:`stop` shuts
+    its socket (:meth:`kubernetes.watch.Watch.stop`) instead of waiting for the next event.
+    """
+
+    def __init__(self, *, name: str, stop: threading.Event) -> None:
+        self.name = name
+        self.stop_event = stop
+        self._lock = threading.Lock()
+        self._stream: Any = None
+        self.thread: threading.Thread | None = None
+
+    def attach(self, stream: Any) -> None:
+        """The watch (a :class:`kubernetes.watch.Watch`) the thread reads now, or None (called from it)."""
+        with self._lock:
+            self._stream = stream
+
+    def stop(self) -> None:
+        """Ask the thread to end, interrupting a watch it is blocked in (safe from any thread)."""
+        self.stop_event.set()
+        with self._lock:
+            stream = self._stream
+        if stream is not None:
+            stream.stop()
+
+    def alive(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def join(self, timeout: float = WATCH_JOIN_S) -> bool:
+        """Stop the thread and wait up to ``timeout`` seconds for it to end; True once it has.
+
+        The interruption is repeated while waiting: a watch that starts between two calls (its
+        ``stream()`` clears an earlier stop) is interrupted by the next one.
+        """
+        deadline = time.monotonic() + timeout
+        while self.alive():
+            self.stop()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            assert self.thread is not None
+            self.thread.join(min(_INTERRUPT_EVERY_S, left))
+        return True
 
 
 class RunnerKube:
@@ -115,12 +171,13 @@ class RunnerKube:
         stop: threading.Event,
         timeout_s: int = 30,
         backoff_s: float = 2.0,
-    ) -> threading.Thread:
-        """Watch Runner ``name`` in a daemon thread: list, then watch from that version, forever.
+    ) -> WatchThread:
+        """Watch Runner ``name`` in a daemon thread: list, then watch from that version, until stopped.
 
         ``on_object`` gets the object on every change (``None`` once it is deleted), called from
-        the thread. Each watch lasts at most ``timeout_s`` (a server-side limit), so ``stop`` is
-        seen within that time; errors are reported to ``on_error`` and retried after ``backoff_s``.
+        the thread. Each watch lasts at most ``timeout_s`` (a server-side limit); errors are
+        reported to ``on_error`` and retried after ``backoff_s``. Stop it with the returned
+        handle's :meth:`WatchThread.join` (setting ``stop`` alone leaves a read blocked).
         """
 
         def on_event(kind: str, obj: dict[str, Any] | None) -> None:
@@ -156,13 +213,15 @@ class RunnerKube:
         backoff_s: float = 2.0,
         max_backoff_s: float = 60.0,
         thread_name: str = "watch",
-    ) -> threading.Thread:
-        """Watch the ``plural`` objects matching ``field_selector`` in a daemon thread, forever.
+    ) -> WatchThread:
+        """Watch the ``plural`` objects matching ``field_selector`` in a daemon thread, until stopped.
 
         Each round lists (``on_list`` gets every item), then watches from that version for at
         most ``timeout_s``; ``on_event(type, object)`` gets ``ADDED``, ``MODIFIED`` and
-        ``DELETED``. Errors go to ``on_error`` and are retried with a doubling backoff.
+        ``DELETED``. Errors go to ``on_error`` and are retried with a doubling backoff. The
+        returned handle stops the thread and waits for it (:meth:`WatchThread.join`).
         """
+        handle = WatchThread(name=thread_name, stop=stop)
 
         def loop() -> None:
             delay = backoff_s
@@ -178,8 +237,11 @@ class RunnerKube:
                     )
                     delay = backoff_s
                     on_list(list(listed.get("items", [])))
+                    if stop.is_set():
+                        break
                     version = listed.get("metadata", {}).get("resourceVersion")
                     stream = watch.Watch()  # type: ignore[no-untyped-call]
+                    handle.attach(stream)
                     for event in stream.stream(  # type: ignore[no-untyped-call]
                         self._custom.list_namespaced_custom_object,
                         GROUP,
@@ -203,10 +265,14 @@ class RunnerKube:
                     on_error(translate_api_error(exc))  # anything but an answer is Unavailable
                     stop.wait(delay)
                     delay = min(delay * 2, max_backoff_s)
+                finally:
+                    handle.attach(None)
 
-        thread = threading.Thread(target=loop, name=thread_name, daemon=True)
-        thread.start()
-        return thread
+        # A daemon still, so a thread that will not end cannot hold the process up; the runner
+        # joins it before it exits (main.RunnerProcess.run) and names any that is left.
+        handle.thread = threading.Thread(target=loop, name=thread_name, daemon=True)
+        handle.thread.start()
+        return handle
 
     # Custom objects of the runner's namespace (AgentJobs, SessionBindings, MemoryRecords) -------
     async def get_object(self, plural: str, name: str) -> dict[str, Any]:

@@ -15,7 +15,8 @@ reference agent. Its life:
 3. **Stop.** SIGTERM: take no more work, let jobs finish within the shutdown grace, cancel the
    rest, delete the Lease, exit 0. Revoked: cancel jobs, wipe the credential, remember the
    generation, delete the Lease, exit 0. The Runner deleted: as SIGTERM, exit 5 (the pod
-   restarts and registers anew).
+   restarts and registers anew). Each way, the watch threads are stopped and joined before
+   ``run()`` returns: none may outlive it (docs/runners.md, "Stopping").
 
 Exit codes: 0 done, 2 bad configuration, 3 refused (revoked generation), 4 the API server
 refused registration, 5 the Runner was deleted.
@@ -28,6 +29,7 @@ import contextlib
 import enum
 import logging
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
@@ -51,7 +53,7 @@ from helmhive.runner.credentials import CredentialHolder, read_revoked_generatio
 from helmhive.runner.egress import EgressProxy, build_request_limits
 from helmhive.runner.heartbeat import LeaseKeeper
 from helmhive.runner.jobsource import Clock, Job, JobRun, JobSource, SystemClock, WatchingJobSource
-from helmhive.runner.kube import KubeError, RunnerKube
+from helmhive.runner.kube import WATCH_JOIN_S, KubeError, RunnerKube, WatchThread
 from helmhive.runner.logs import fields
 from helmhive.runner.metrics import RunnerGauges, record_turn
 from helmhive.runner.registration import ReportPublisher, ensure_runner
@@ -133,6 +135,7 @@ class RunnerProcess(Reporting):
         self._revoke = asyncio.Event()
         self._deregistered = asyncio.Event()
         self._watch_stop = threading.Event()
+        self._runner_watch: WatchThread | None = None
         self.egress: EgressProxy | None = None
         self.sandbox_report: SandboxReport | None = None
         """What its jobs' sandbox enforces (set by the job source when it probes: :mod:`helmhive.runner.jobs`)."""
@@ -216,7 +219,7 @@ class RunnerProcess(Reporting):
                 self.jobs = self._jobs_factory(self)
             return await self._serve(created=created)
         finally:
-            self._watch_stop.set()
+            await self._stop_watches()
             for adapter in self._adapters:
                 with contextlib.suppress(Exception):
                     await adapter.close()
@@ -309,7 +312,33 @@ class RunnerProcess(Reporting):
                 )
             )
 
-        self.kube.watch_runner(self.name, on_object=on_object, on_error=on_error, stop=self._watch_stop)
+        self._runner_watch = self.kube.watch_runner(
+            self.name, on_object=on_object, on_error=on_error, stop=self._watch_stop
+        )
+
+    async def _stop_watches(self) -> None:
+        """Stop the watch threads (the Runner's, the job source's) and wait for them to end.
+
+        None may outlive ``run()``: a thread still reading from the API server while the
+        interpreter finalizes can crash the process after a clean stop (docs/runners.md,
+        "Stopping"). A list in flight cannot be interrupted, hence the bounded wait.
+        """
+        self._watch_stop.set()
+        joins: list[tuple[str, Callable[[float], bool]]] = []
+        if self._runner_watch is not None:
+            self._runner_watch.stop()
+            joins.append((self._runner_watch.name, self._runner_watch.join))
+        if isinstance(self.jobs, WatchingJobSource):
+            self.jobs.stop()
+            joins.append(("jobs", self.jobs.join))
+
+        def join_all() -> list[str]:
+            deadline = time.monotonic() + WATCH_JOIN_S
+            return [name for name, join in joins if not join(max(0.0, deadline - time.monotonic()))]
+
+        left = await asyncio.to_thread(join_all) if joins else []
+        if left:
+            self._log(logging.WARNING, "watch threads did not stop in time", threads=left, waitedSeconds=WATCH_JOIN_S)
 
     def _on_runner(self, obj: dict[str, Any] | None) -> None:
         if obj is None:

@@ -4,7 +4,7 @@ Owns: the metric objects (in the runner's own :data:`REGISTRY`, with the standar
 platform and garbage-collector metrics), the ``record_*`` helpers the runner calls when a
 heartbeat, a report write, a probe or an agent turn happens, a collector that reads the
 process's state (control state, active jobs, last heartbeat) when Prometheus scrapes, and
-:func:`serve_metrics`.
+:func:`serve_metrics` (a server the runner program stops before it exits).
 
 Must not: label anything with a runner, pool, job or model name, or with free text. A runner's
 identity is its scrape target (the pod); labels are fixed names only -- a turn outcome, a
@@ -16,17 +16,19 @@ metric, and a unit test keeps the two in step.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
+from prometheus_client import start_http_server
 from prometheus_client.metrics_core import InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from helmhive.api.common import ControlState
 from helmhive.api.runner import AuthState
-from helmhive.metricdefs import Catalogue, serve_registry
+from helmhive.metricdefs import Catalogue
 from helmhive.runner.adapters.base import TurnOutcome, TurnResult
 from helmhive.runner.config import RunnerConfig
 
@@ -42,6 +44,7 @@ __all__ = [
     "REPORT_WRITES",
     "STATE",
     "TURN_DURATION",
+    "MetricsServer",
     "RunnerGauges",
     "RunnerState",
     "record_egress",
@@ -57,6 +60,8 @@ CATALOGUE = Catalogue()
 """Every metric the runner defines (``docs/observability.md`` lists exactly these)."""
 REGISTRY = CATALOGUE.registry
 """The runner's registry: Helmhive's metrics plus the standard ``process_*`` and ``python_*`` ones."""
+
+log = logging.getLogger("helmhive.metrics")
 
 _TURN_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
 
@@ -229,6 +234,33 @@ STATE = RunnerState()
 REGISTRY.register(STATE)
 
 
-def serve_metrics(*, addr: str, port: int) -> bool:
-    """Serve ``/metrics`` from :data:`REGISTRY` on a daemon thread; False (logged) when port 0 or unbindable."""
-    return serve_registry(REGISTRY, addr=addr, port=port)
+class MetricsServer:
+    """``/metrics`` served on a thread of its own, until :meth:`close`."""
+
+    def __init__(self, server: Any, thread: threading.Thread) -> None:
+        self._server = server
+        self.thread = thread
+
+    def close(self, timeout: float = 10.0) -> bool:
+        """Stop serving and wait for the thread (no thread may outlive the runner's main loop); True once it ended."""
+        self._server.shutdown()
+        self._server.server_close()
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+
+def serve_metrics(*, addr: str, port: int) -> MetricsServer | None:
+    """Serve ``/metrics`` from :data:`REGISTRY`; None (logged) when ``port`` is 0 or cannot be bound.
+
+    A port that cannot be bound stops nothing: the runner's work matters more than its metrics.
+    """
+    if port == 0:
+        return None
+    try:
+        server, thread = start_http_server(port, addr=addr, registry=REGISTRY)
+    except OSError as err:
+        log.error("metrics endpoint not served on %s:%d: %s", addr, port, err)
+        return None
+    thread.name = "metrics"
+    log.info("metrics served on http://%s:%d/metrics", addr, port)
+    return MetricsServer(server, thread)

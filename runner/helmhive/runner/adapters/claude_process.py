@@ -1,7 +1,8 @@
 """Running the Claude CLI: its configuration, short bounded commands, and a turn's stdout under a watchdog.
 
 :func:`run_short` runs ``claude <args>`` with no stdin for the probe (``--version``, ``auth
-status``, ``--help``, the model resolution runs), killed when ``request_timeout_s`` passes.
+status``, ``--help``, the model resolution runs), killed (and reaped) when ``request_timeout_s``
+passes or the call is cancelled.
 :func:`read_turn` consumes a turn's stdout line by line into a
 :class:`~helmhive.runner.adapters.claude_stream.ClaudeStream`; no line for the idle window, or
 the caller's cancel, sends SIGINT to the turn's process group, then SIGKILL after
@@ -65,7 +66,7 @@ class ClaudeCliConfig(BaseModel):
 async def run_short(
     config: ClaudeCliConfig, *args: str, env: dict[str, str] | None = None, cwd: str | None = None
 ) -> tuple[int, str, str]:
-    """Run the CLI with ``args`` (no stdin), bounded by ``request_timeout_s``; killed on timeout."""
+    """Run the CLI with ``args`` (no stdin), bounded by ``request_timeout_s``; killed on timeout or cancel."""
     proc = await asyncio.create_subprocess_exec(
         config.path,
         *args,
@@ -78,9 +79,11 @@ async def run_short(
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), config.request_timeout_s)
-    except TimeoutError:
+    except BaseException:
+        # Timed out, or cancelled (the probe's own timeout, the runner stopping): never leave the
+        # CLI running, nor a thread of the child watcher waiting for it while the process exits.
         send_signal(proc, signal.SIGKILL)
-        await proc.wait()
+        await asyncio.shield(proc.wait())
         raise
     return proc.returncode or 0, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
