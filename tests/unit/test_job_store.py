@@ -144,7 +144,10 @@ def test_a_resource_version_that_is_not_an_integer_is_applied_as_newest() -> Non
 
 def test_the_store_keeps_slim_facts_not_objects() -> None:
     facts = build_job_facts(job("a", 12, runner="r1", change=("c", 2)))
-    assert facts == (12, RUNNER, (("team", "c", 2), "anthropic"))
+    assert facts == (12, RUNNER, (("team", "c", 2), "anthropic"), None)
+    body = job("b", 13, runner="r1")
+    body["status"]["profile"]["revision"] = "p-1"
+    assert build_job_facts(body) == (13, RUNNER, None, ("p", "p-1"))
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -197,3 +200,31 @@ def test_any_interleaving_of_the_list_and_the_events_ends_in_the_newest_state(se
             expected.setdefault(runner, set()).add(("team", name))
     assert {r: set(jobs) for r, jobs in store.jobs_by_runner.items()} == expected
     assert len(store) == sum(1 for steps in histories.values() if steps[-1][0] != "DELETED")
+
+
+def bound(
+    name: str, version: int, revision: str | None, *, finished: bool = False, namespace: str = "team"
+) -> dict[str, Any]:
+    body = job(name, version, finished=finished)
+    body["metadata"]["namespace"] = namespace
+    if revision is not None:
+        body["status"]["profile"] = {"name": "p", "revision": revision}
+    return body
+
+
+def test_revisions_in_use_follow_each_unfinished_jobs_binding() -> None:
+    store = JobStore()
+    store.observe(None, bound("a", 1, "p-1"))
+    store.observe(None, bound("b", 2, "p-2"))
+    store.observe(None, bound("c", 3, None))  # not bound yet
+    store.observe(None, bound("d", 4, "p-9", namespace="other"))
+    assert store.revisions_in_use("team", "p") == {"p-1", "p-2"}
+    assert store.revisions_in_use("team", "q") == set()
+    assert store.revisions_in_use("other", "p") == {"p-9"}
+    store.observe("MODIFIED", bound("a", 5, "p-1", finished=True))  # a finished job holds nothing
+    assert store.revisions_in_use("team", "p") == {"p-2"}
+    store.observe("MODIFIED", bound("b", 1, "p-2", finished=True))  # older copy: ignored
+    assert store.revisions_in_use("team", "p") == {"p-2"}
+    store.observe("DELETED", bound("b", 6, "p-2"))
+    assert store.revisions_in_use("team", "p") == set()
+    assert store._bindings == {("other", "p"): {("other", "d"): "p-9"}}  # nothing empty left behind

@@ -84,7 +84,14 @@ def run(
     metrics_addr: Annotated[
         str, typer.Option(envvar="HELMHIVE_METRICS_ADDR", help="Address the /metrics endpoint listens on.")
     ] = "0.0.0.0",
-    revision_history: Annotated[int, typer.Option(help="Profile revisions kept (referenced ones always are).")] = 10,
+    revision_history: Annotated[
+        int,
+        typer.Option(
+            envvar="HELMHIVE_REVISION_HISTORY",
+            min=1,
+            help="Profile revisions kept (the current one and those unfinished jobs are bound to always are).",
+        ),
+    ] = 10,
     reference_wait_seconds: Annotated[
         float,
         typer.Option(

@@ -70,9 +70,13 @@ def _stamp_actor(userinfo: Mapping[str, Any], operator_username: str) -> str | N
 async def _referenced_revisions(runtime: Runtime, namespace: str, profile: str) -> set[str]:
     """The revisions of ``profile`` that unfinished jobs are bound to (never pruned).
 
-    Paginated: the operator reconciles every profile when it starts, and one LIST of 10,000 jobs
-    held whole was most of a restarted operator's memory peak (issue 12 §5).
+    From the operator's job store once it is synced (a profile event then reads nothing). Before
+    that (the operator reconciles every profile when it starts, while the store is still
+    listing), a paginated LIST: one LIST of 10,000 jobs held whole was most of a restarted
+    operator's memory peak (issue 12 §5).
     """
+    if runtime.job_store.synced.is_set():
+        return runtime.job_store.store.revisions_in_use(namespace, profile)
     referenced = set()
     async for page in runtime.kube.list_pages(AGENT_JOB, namespace, limit=_JOB_PAGE):
         for body in page:

@@ -12,7 +12,9 @@ answers what the routing and lost-runner indexes used to:
 - :meth:`JobStore.held_on`: the jobs holding a slot on a runner (assigned, not finished;
   :attr:`helmhive.policy.agentjob.AgentJob.held_runner`);
 - :meth:`JobStore.implementation_provider`: which provider ran a change's implementation
-  (:func:`helmhive.policy.routing_inputs.decide_implementation_provider`).
+  (:func:`helmhive.policy.routing_inputs.decide_implementation_provider`);
+- :meth:`JobStore.revisions_in_use`: the revisions of a profile that unfinished jobs are bound
+  to (the profile handler never prunes them), so a profile event does not LIST every job.
 
 It holds only these slim facts and each job's ``resourceVersion``, never whole objects.
 
@@ -35,15 +37,25 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from helmhive.policy.agentjob import parse_agent_job
+from helmhive.policy.agentjob import AgentJob, parse_agent_job
 from helmhive.policy.routing import RunnerKey
 from helmhive.policy.routing_inputs import decide_implementation_provider
 
-__all__ = ["ImplementationKey", "JobFacts", "JobKey", "JobStore", "build_job_facts", "parse_resource_version"]
+__all__ = [
+    "ImplementationKey",
+    "JobFacts",
+    "JobKey",
+    "JobStore",
+    "ProfileKey",
+    "build_job_facts",
+    "parse_resource_version",
+]
 
 JobKey = tuple[str, str]
 ImplementationKey = tuple[str, str, int]
 """(namespace, change, iteration)."""
+ProfileKey = tuple[str, str]
+"""(profile, revision) of a job's binding."""
 
 
 class JobFacts(NamedTuple):
@@ -55,6 +67,8 @@ class JobFacts(NamedTuple):
     """The runner it holds a slot on (assigned, not finished)."""
     implementation: tuple[ImplementationKey, str] | None
     """For a change's assigned implementation job: its key and the provider it ran on."""
+    binding: ProfileKey | None = None
+    """For a job bound to a profile revision and not finished: (profile, revision)."""
 
 
 def parse_resource_version(body: Mapping[str, Any]) -> int | None:
@@ -73,12 +87,22 @@ def _intern_key(key: tuple[str, str]) -> tuple[str, str]:
 
 def build_job_facts(body: Mapping[str, Any]) -> JobFacts:
     """The slim facts of one job object."""
-    runner = parse_agent_job(body).held_runner
+    job = parse_agent_job(body)
+    runner = job.held_runner
     return JobFacts(
         version=parse_resource_version(body),
         runner=_intern_key(runner) if runner is not None else None,
         implementation=decide_implementation_provider(body),
+        binding=_binding(job),
     )
+
+
+def _binding(job: AgentJob) -> ProfileKey | None:
+    profile = job.profile_name
+    if profile is None or job.finished:
+        return None
+    revision = job.raw_status["profile"].get("revision")
+    return _intern_key((profile, str(revision))) if revision else None
 
 
 def _job_key(body: Mapping[str, Any]) -> JobKey:
@@ -98,6 +122,8 @@ class JobStore:
         self._facts: dict[JobKey, JobFacts] = {}
         self._by_runner: dict[RunnerKey, set[JobKey]] = {}
         self._implementations: dict[ImplementationKey, dict[JobKey, str]] = {}
+        self._bindings: dict[tuple[str, str], dict[JobKey, str]] = {}
+        """(namespace, profile) -> unfinished job -> the revision it is bound to."""
         self._tombstones: dict[JobKey, int | None] = {}
         self.listing = False
         self.synced = False
@@ -124,6 +150,10 @@ class JobStore:
     def implementation_provider(self, key: ImplementationKey) -> str | None:
         providers = self._implementations.get(key)
         return next(iter(providers.values()), None) if providers else None
+
+    def revisions_in_use(self, namespace: str, profile: str) -> set[str]:
+        """The revisions of ``profile`` that unfinished jobs in ``namespace`` are bound to."""
+        return set((self._bindings.get((namespace, profile)) or {}).values())
 
     # Writes -----------------------------------------------------------------------------------
     def observe(self, event_type: str | None, body: Mapping[str, Any]) -> bool:
@@ -169,6 +199,9 @@ class JobStore:
         if facts.implementation is not None:
             change, provider = facts.implementation
             self._implementations.setdefault(change, {})[key] = provider
+        if facts.binding is not None:
+            profile, revision = facts.binding
+            self._bindings.setdefault((key[0], profile), {})[key] = revision
         return True
 
     def _drop(self, key: JobKey) -> None:
@@ -188,3 +221,10 @@ class JobStore:
                 providers.pop(key, None)
                 if not providers:
                     del self._implementations[change]
+        if current.binding is not None:
+            bound = (key[0], current.binding[0])
+            revisions = self._bindings.get(bound)
+            if revisions is not None:
+                revisions.pop(key, None)
+                if not revisions:
+                    del self._bindings[bound]
