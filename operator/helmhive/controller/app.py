@@ -43,6 +43,7 @@ from helmhive.controller import (
     workspaces,
 )
 from helmhive.controller.audit import patch_audit_retention
+from helmhive.controller.heap import limit_arenas
 from helmhive.controller.kube import API_CONNECTIONS, Kube, load_api_client
 from helmhive.controller.leader import LeaderConfig, LeaderElector
 from helmhive.controller.runtime import OperatorConfig, Runtime
@@ -336,6 +337,7 @@ def run_operator(
     """
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig
+    limit_arenas()  # before any thread allocates: see helmhive.controller.heap
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat.JSON, log_prefix=False, log_refkey="object")
     if not verbose:
         logging.getLogger("kopf.objects").addFilter(_drop_routine_kopf_lines)

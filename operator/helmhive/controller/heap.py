@@ -6,6 +6,13 @@ threads' malloc arenas. memray on such a restart showed the live heap back at ab
 while the RSS stayed near 400 MiB: memory freed, but kept by the allocator between live blocks.
 :func:`trim_heap` asks glibc (``malloc_trim(0)``) to return the free pages of every arena; it
 touches nothing live, and is a no-op where the C library has no such call (musl, macOS).
+
+:func:`limit_arenas` caps glibc's malloc arenas (``mallopt(M_ARENA_MAX)``) at start-up, before
+the operator starts its threads: by default glibc gives each thread that allocates concurrently
+an arena of its own (up to 8 per core), and a freed page inside one arena cannot serve another,
+so the API threads' short-lived pages of parsed JSON fragment several heaps at once. Two arenas
+is the conventional setting for Python services (``MALLOC_ARENA_MAX=2``); an explicit
+``MALLOC_ARENA_MAX`` in the environment is left as the user set it.
 """
 
 from __future__ import annotations
@@ -16,19 +23,35 @@ import functools
 import os
 from collections.abc import Callable
 
-__all__ = ["rss_mib", "trim_heap"]
+__all__ = ["DEFAULT_ARENAS", "limit_arenas", "rss_mib", "trim_heap"]
+
+DEFAULT_ARENAS = 2
+_M_ARENA_MAX = -8  # glibc <malloc.h>
 
 
 @functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
+def _libc() -> ctypes.CDLL | None:
     name = ctypes.util.find_library("c")
     if name is None:
         return None
     try:
-        trim: Callable[[int], int] = ctypes.CDLL(name).malloc_trim  # ctypes releases the GIL during the call
-    except (OSError, AttributeError):
+        return ctypes.CDLL(name)
+    except OSError:
         return None
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    trim: Callable[[int], int] | None = getattr(_libc(), "malloc_trim", None)  # ctypes releases the GIL
     return trim
+
+
+def limit_arenas(arenas: int = DEFAULT_ARENAS) -> bool:
+    """Cap glibc's malloc arenas at ``arenas`` unless ``MALLOC_ARENA_MAX`` is set; True when it was capped."""
+    if "MALLOC_ARENA_MAX" in os.environ:
+        return False
+    mallopt: Callable[[int, int], int] | None = getattr(_libc(), "mallopt", None)
+    return bool(mallopt(_M_ARENA_MAX, arenas)) if mallopt is not None else False
 
 
 def trim_heap() -> bool:

@@ -144,13 +144,19 @@ async def reconcile_profile(runtime: Runtime, body: Mapping[str, Any], logger: k
         )
         logger.info("profile %s/%s is at revision %s", namespace, name, current)
 
-    referenced = await _referenced_revisions(runtime, namespace, name)
-    for doomed in decide_revision_pruning(
-        revisions=list(known.values()),
-        keep=runtime.config.revision_history_limit,
-        current=current,
-        referenced=referenced,
-    ):
+    def prune(referenced: set[str]) -> list[str]:
+        return decide_revision_pruning(
+            revisions=list(known.values()),
+            keep=runtime.config.revision_history_limit,
+            current=current,
+            referenced=referenced,
+        )
+
+    # References only ever save a revision: look them up only when something is past the history.
+    doomed_revisions = prune(set())
+    if doomed_revisions:
+        doomed_revisions = prune(await _referenced_revisions(runtime, namespace, name))
+    for doomed in doomed_revisions:
         await runtime.kube.delete_revision(namespace, doomed)
         known.pop(doomed, None)
 
