@@ -88,11 +88,13 @@ class Capacity(WorkQueue):
     def active_jobs(self, runners: Iterable[RunnerKey]) -> dict[RunnerKey, int]:
         """Active jobs per runner: the job store (assigned, unfinished) plus this process's in-flight writes."""
         counts: dict[RunnerKey, int] = {}
+        by_runner, pending_by_runner = self.jobs_by_runner, self.pending_by_runner
         for runner in runners:
-            indexed = self.jobs_by_runner.get(runner, ())
-            pending = self.pending_by_runner.get(runner)
-            # The store holds each job once, so its length is the count.
-            total = len(set(indexed) | pending) if pending else len(indexed)
+            indexed = by_runner.get(runner, ())
+            pending = pending_by_runner.get(runner)
+            # The store holds each job once, so its length is the count; a reservation the store
+            # already shows (its watch event came before the router saw it) counts once.
+            total = len(indexed) + sum(1 for key in pending if key not in indexed) if pending else len(indexed)
             if total:
                 counts[runner] = total
         return counts

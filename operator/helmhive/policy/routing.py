@@ -46,11 +46,9 @@ from helmhive.api.reasons import Reason
 from helmhive.policy.routing_candidates import (
     _CAPACITY,
     _ELIGIBLE,
-    _NO_POSITION,
-    _option_check,
+    _NO_FREE_CONCURRENCY,
     _override,
     _Result,
-    _runner_check,
     _table,
     build_options,
     decide_backoff,
@@ -69,6 +67,7 @@ from helmhive.policy.routing_model import (
     SessionBindingView,
 )
 from helmhive.policy.routing_outcomes import _assigned, _failed, _wait_for_held
+from helmhive.policy.routing_prepared import RunnerSet, build_static_checks
 from helmhive.policy.routing_status import build_assignment, build_routing_status, build_status_patch
 from helmhive.policy.timestamps import format_timestamp
 
@@ -136,53 +135,38 @@ def decide_route(
             avoided_provider=avoid_provider,
         )
     options = build_options(mappings=profile.provider_mappings, override=override, avoid_provider=avoid_provider)
-    providers = {o.provider for o in options}
-    by_provider: dict[str, list[RouteOption]] = {}
-    for option in options:
-        by_provider.setdefault(option.provider, []).append(option)
-    capabilities = list(profile.required_capabilities)
-    required = frozenset(capabilities)
-    labels = sorted(profile.required_labels.items())
-    required_labels = frozenset(labels)
+    requirement = (tuple(options), tuple(profile.required_capabilities), tuple(sorted(profile.required_labels.items())))
+    checks = (
+        runners.static_checks(requirement)
+        if isinstance(runners, RunnerSet)
+        else build_static_checks(runners, requirement)
+    )
 
     # One result per runner key (the input order does not matter: every ordering below ends on
-    # the runner's namespace and name).
+    # the runner's namespace and name). Only free concurrency is checked here; the rest is static.
     results: dict[RunnerKey, _Result] = {}
     eligible: dict[int, list[RunnerView]] = {}
     blocked: set[RunnerKey] = set()
-    held: set[RunnerKey] = set()
-    for runner in runners:
-        key = runner.key
-        if (
-            runner.schedulable
-            and runner.serves_namespace
-            and runner.provider in providers
-            and required <= runner.capabilities
-            and required_labels <= runner.labels.items()
-        ):
-            failed = None  # the common case, in C comparisons; _runner_check names the first failure
-        else:
-            failed = _runner_check(
-                runner, providers=providers, capabilities=capabilities, required=required, labels=labels
-            )
-        if failed is not None:
-            results[key] = (failed[0], _NO_POSITION, runner.namespace, runner.name, failed[1], None, None, runner)
-            if runner.schedulable_reason == Reason.HEARTBEAT_HELD:
-                held.add(key)  # maybe alive: the operator only lost sight of it (policy.runners)
+    for entry in checks.entries:
+        if len(entry) == 8:  # rejected before any option: a fixed result
+            results[entry[2], entry[3]] = entry
             continue
-        active = active_jobs.get(key, 0)
-        best: tuple[int, int, str, str | None, RouteOption] | None = None
-        for option in by_provider[runner.provider or ""]:
-            rank, reason, model = _option_check(runner, option, active=active)
-            if rank == _ELIGIBLE:
+        key, runner, allowed, closest = entry
+        if closest is not None:  # no option's model: its closest result
+            results[key] = closest
+            continue
+        first, model = allowed[0]
+        if active_jobs.get(key, 0) < runner.concurrency:
+            for option, _ in allowed:
                 eligible.setdefault(option.position, []).append(runner)
-            elif rank == _CAPACITY and runner.concurrency > 0:
+            results[key] = (_ELIGIBLE, first.position, runner.namespace, runner.name, "", first, model, runner)
+        else:
+            if runner.concurrency > 0:
                 blocked.add(key)
-            if best is None or (rank, option.position) < best[:2]:
-                best = (rank, option.position, reason, model, option)
-        assert best is not None  # the runner's provider has at least one option
-        rank, position, reason, model, option = best
-        results[key] = (rank, position, runner.namespace, runner.name, reason, option, model, runner)
+            results[key] = (
+                _CAPACITY, first.position, runner.namespace, runner.name, _NO_FREE_CONCURRENCY, first, model, runner
+            )  # fmt: skip
+    held = checks.held
 
     if eligible:
         return _assigned(

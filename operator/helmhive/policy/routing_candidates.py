@@ -115,21 +115,6 @@ def _runner_check(
     return None
 
 
-def _option_check(runner: RunnerView, option: RouteOption, *, active: int) -> tuple[int, str, str | None]:
-    """(rank, reason, model) of ``runner`` for one option of its provider."""
-    model = option.model
-    if model is not None:
-        if model not in runner.models and model != runner.default_model:
-            return _MODEL, f"{_MODEL_NOT_ADVERTISED}:{model}", model
-    elif runner.default_model is None:
-        return _MODEL, _NO_DEFAULT_MODEL, None
-    else:
-        model = runner.default_model
-    if active >= runner.concurrency:
-        return _CAPACITY, _NO_FREE_CONCURRENCY, model
-    return _ELIGIBLE, "", model
-
-
 def _load(runner: RunnerView, active: int) -> float:
     """active / concurrency. A float orders these exactly: both are at most 64, and equal ratios
     divide to the same correctly rounded float."""
@@ -175,9 +160,11 @@ def _table(rows: Iterable[_Result], policy: RoutingPolicy) -> tuple[Candidate, .
 
 def _candidates(ordered: Iterable[_Result]) -> tuple[Candidate, ...]:
     rows = []
+    # Every field comes from validated objects (the runners' parsed views, the profile's options),
+    # so the rows are constructed without validating them again: a table is built per decision.
     for _, _, namespace, name, reason, option, model, runner in ordered:
         rows.append(
-            Candidate(
+            Candidate.model_construct(
                 runner=name,
                 namespace=namespace,
                 provider=option.provider if option else runner.provider,

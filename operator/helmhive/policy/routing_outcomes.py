@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import heapq
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from helmhive.api.common import SessionPolicy
@@ -146,7 +147,7 @@ def _assigned(
 def _wait_for_held(
     *,
     binding: ProfileBinding,
-    held: set[RunnerKey],
+    held: AbstractSet[RunnerKey],
     table: tuple[Candidate, ...],
     considered: int,
     avoid_provider: str | None,
