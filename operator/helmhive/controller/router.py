@@ -218,7 +218,7 @@ class Router(RouterIndexes):
         inputs = build_route_inputs(
             job=dataclasses.replace(job, attempts=attempts) if attempts != job.attempts else job,
             runners=views,
-            active_jobs=self.active_jobs(views.keys),
+            active_jobs=self.active_counts(),
             sessions=(view for store in self.sessions.values() for view in store),
             implementation_provider=self._implementation_provider,
         )

@@ -105,12 +105,10 @@ def build_static_checks(runners: Sequence[RunnerView], requirement: Requirement)
 class RunnerSet(Sequence[RunnerView]):
     """An immutable sequence of runner views that remembers their static checks per requirement."""
 
-    __slots__ = ("_checks", "_views", "keys")
+    __slots__ = ("_checks", "_views")
 
     def __init__(self, views: Sequence[RunnerView]) -> None:
         self._views = tuple(views)
-        self.keys = tuple(view.key for view in self._views)
-        """Each view's key, in order."""
         self._checks: OrderedDict[Requirement, StaticChecks] = OrderedDict()
 
     def __len__(self) -> int:
