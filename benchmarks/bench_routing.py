@@ -32,12 +32,14 @@ import json
 import os
 import re
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,11 @@ from helmhive.policy.envelopes import ENVELOPES
 from helmhive.policy.profiles import decide_profile
 from helmhive.policy.routing import RoutingJob, RunnerView, decide_route
 from helmhive.policy.routing_audit import iter_routing_decisions
+
+try:
+    from helmhive.policy.routing_prepared import RunnerSet
+except ImportError:  # older code (the benchmark also measures a base commit through PYTHONPATH)
+    RunnerSet = None  # type: ignore[assignment,misc]
 
 NS = "routing-bench"
 EVENT_INTERVAL_SECONDS = 30.0  # the operator's HELMHIVE_ROUTING_EVENT_INTERVAL_SECONDS default
@@ -201,10 +208,19 @@ def mint_runners(api: client.ApiClient, count: int) -> list[SimRunner]:
 # 3. The burst ----------------------------------------------------------------------------------
 
 
-async def burst(admin: httpx.AsyncClient, *, jobs: int, limit: float, rate: float = 0.0) -> dict[str, Any]:  # noqa: PLR0915
+async def burst(  # noqa: PLR0915
+    admin: httpx.AsyncClient,
+    *,
+    jobs: int,
+    limit: float,
+    rate: float = 0.0,
+    release: Callable[[], Awaitable[None]] | None = None,
+) -> dict[str, Any]:
     """Create ``jobs`` AgentJobs and watch until every one is assigned (or the timeout).
 
     ``rate`` > 0 paces the creates at that many a second (steady arrival) instead of a burst.
+    ``release`` (the backlog mode) is awaited once every job exists: it starts the stopped
+    operator, and the routing rate is then timed from that moment, without the client's creates.
     """
     created: dict[str, float] = {}
     bound: dict[str, float] = {}
@@ -268,6 +284,10 @@ async def burst(admin: httpx.AsyncClient, *, jobs: int, limit: float, rate: floa
     else:
         await asyncio.gather(*(create(f"job-{i:05d}") for i in range(jobs)))
     created_all = time.monotonic() - started
+    released = None
+    if release is not None:
+        released = time.monotonic()
+        await release()
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(watcher, limit)
     reporter.cancel()
@@ -280,8 +300,19 @@ async def burst(admin: httpx.AsyncClient, *, jobs: int, limit: float, rate: floa
     if len(times) >= 10:
         lo, hi = times[len(times) // 10], times[(len(times) * 9) // 10]
         steady = (len(times) * 8 // 10) / (hi - lo) if hi > lo else None
+    backlog = None
+    if released is not None and times:
+        backlog = {
+            "operator_started_to_last_seconds": max(times) - released,
+            "first_assigned_seconds": min(times) - released,
+            "jobs_per_second_from_start": len(assigned) / (max(times) - released),
+            "jobs_per_second_first_to_last": (len(assigned) - 1) / (max(times) - min(times))
+            if max(times) > min(times)
+            else None,
+        }
     return {
         "started": started,
+        "backlog": backlog,
         "jobs": jobs,
         "assigned": len(assigned),
         "seen_waiting": len(waiting),
@@ -304,8 +335,14 @@ async def burst(admin: httpx.AsyncClient, *, jobs: int, limit: float, rate: floa
 # 5. decide_route alone ----------------------------------------------------------------------------
 
 
-def time_decide_route(runners: int, repeats: int = 200, decide: Any = decide_route) -> dict[str, float]:
-    """Milliseconds per decide_route call for one job over ``runners`` runners (no I/O)."""
+def time_decide_route(
+    runners: int, repeats: int = 200, decide: Any = decide_route, *, fleet: bool = False
+) -> dict[str, float]:
+    """Milliseconds per decide_route call for one job over ``runners`` runners (no I/O).
+
+    ``fleet``: the runners as a RunnerSet, as the operator's router passes them (each runner's
+    static checks remembered across decisions); else a plain list (every check made per call).
+    """
     spec = ProfileSpec.model_validate(
         {
             "envelope": "implementation-probe",
@@ -339,6 +376,8 @@ def time_decide_route(runners: int, repeats: int = 200, decide: Any = decide_rou
         for i in range(runners)
     ]
     active = {v.key: i % 5 for i, v in enumerate(views)}
+    if fleet:
+        views = RunnerSet(views)  # type: ignore[assignment]
     job = RoutingJob(
         namespace="ns-0",
         name="j",
@@ -347,14 +386,19 @@ def time_decide_route(runners: int, repeats: int = 200, decide: Any = decide_rou
         ),
     )
     now = dt.datetime.now(dt.UTC)
-    decide(job=job, binding=binding, runners=views, active_jobs=active, now=now)
+    decide(job=job, binding=binding, runners=views, active_jobs=active, now=now)  # a RunnerSet remembers here
     samples = []
     for _ in range(repeats):
         started = time.perf_counter()
         decision = decide(job=job, binding=binding, runners=views, active_jobs=active, now=now)
         samples.append(time.perf_counter() - started)
     assert decision.routed
-    return {"runners": runners, "p50_ms": 1000 * statistics.median(samples), "p95_ms": 1000 * pct(samples, 0.95)}
+    return {
+        "runners": runners,
+        "fleet": fleet,
+        "p50_ms": 1000 * statistics.median(samples),
+        "p95_ms": 1000 * pct(samples, 0.95),
+    }
 
 
 # Orchestration --------------------------------------------------------------------------------------
@@ -459,6 +503,71 @@ def _routed_false(job: dict[str, Any]) -> bool:
     return any(c.get("type") == "Routed" and c.get("status") == "False" for c in conditions)
 
 
+def start_profile(pid: int, path: Path | None) -> subprocess.Popen[bytes] | None:
+    """``py-spy record`` on the operator (50 samples a second, GIL holders only, raw stacks) into ``path``."""
+    if path is None:
+        return None
+    spy = Path(sys.executable).parent / "py-spy"
+    return subprocess.Popen(
+        [str(spy), "record", "-p", str(pid), "-r", "50", "--gil", "-f", "raw", "-o", str(path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def stop_profile(spy: subprocess.Popen[bytes] | None) -> None:
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            spy.wait(timeout=60)
+
+
+class Backlog:
+    """The backlog mode: the operator is stopped while the client creates every job, then started.
+
+    What it times is the router alone: from the operator's start (and from its first assignment)
+    to the last assignment, with the whole backlog already in the API server, so the client's
+    creates do not bound the rate. The operator's CPU is sampled, so its start-up (Kopf's
+    indexes, the job store's LIST) can be told from the routing.
+    """
+
+    def __init__(
+        self, operator: subprocess.Popen[bytes], workdir: Path, env: dict[str, str], profile: Path | None
+    ) -> None:
+        self.operator = operator
+        self.workdir = workdir
+        self.env = env
+        self.profile = profile
+        self.profile_run: subprocess.Popen[bytes] | None = None
+        self.samples: list[tuple[float, float]] = []  # (monotonic, operator CPU seconds)
+        self.sampler: asyncio.Task[None] | None = None
+
+    async def stop(self) -> None:
+        self.operator.terminate()
+        await asyncio.to_thread(self.operator.wait, 60)
+
+    async def __call__(self) -> None:
+        self.started = time.monotonic()
+        self.operator, _ = start_operator(self.workdir / "operator.kubeconfig", self.workdir, self.env)
+        self.profile_run = start_profile(self.operator.pid, self.profile)
+        self.sampler = asyncio.create_task(self._sample())
+
+    async def _sample(self) -> None:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            while True:
+                self.samples.append((time.monotonic(), cpu_seconds(self.operator.pid)))
+                await asyncio.sleep(0.1)
+
+    def figures(self, first_assigned: float | None) -> dict[str, float]:
+        """The operator's CPU from its start, and from just before its first assignment, to now."""
+        if self.sampler is not None:
+            self.sampler.cancel()
+        total = cpu_seconds(self.operator.pid)
+        first = self.started + (first_assigned or 0.0)
+        before = [cpu for at, cpu in self.samples if at <= first]
+        at_first = before[-1] if before else 0.0
+        return {"cpu_seconds_to_last": total, "cpu_seconds_before_first": at_first}
+
+
 def start_operator(
     kubeconfig: Path, workdir: Path, env: dict[str, str], *, prefix: list[str] | None = None
 ) -> tuple[subprocess.Popen[bytes], str]:
@@ -550,8 +659,21 @@ async def run(  # noqa: PLR0915
             cpu_before = cpu_seconds(operator.pid)
             rss_before = rss_kib(operator.pid)
             pace = f"at {args.rate:g} a second" if args.rate else "as fast as the client can"
+            release = None
+            if args.backlog:
+                pace += ", the operator stopped until every job exists"
+                release = Backlog(operator, workdir, env, args.profile)
+                await release.stop()
+                cpu_before, rss_before = 0.0, (0, 0)
+            profile_run = start_profile(operator.pid, args.profile) if args.profile and not args.backlog else None
             print(f"creating {args.jobs} jobs {pace} ...", flush=True)
-            result["burst"] = await burst(admin, jobs=args.jobs, limit=args.timeout, rate=args.rate)
+            result["burst"] = await burst(admin, jobs=args.jobs, limit=args.timeout, rate=args.rate, release=release)
+            if release is not None:
+                operator = release.operator
+                found = result["burst"]["backlog"] or {}
+                result["burst"]["backlog"] = {**found, **release.figures(found.get("first_assigned_seconds"))}
+                profile_run = release.profile_run
+            stop_profile(profile_run)
             waiting_note = asyncio.create_task(note_while("waiting for every routing audit record", operator.pid))
             # Audits are written off the assignment path: count the writes once every one is there.
             audits_url = f"{GROUP_PATH}/namespaces/{NS}/auditrecords"
@@ -604,7 +726,8 @@ async def run(  # noqa: PLR0915
             operator.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 operator.wait(timeout=30)
-    result["decide_route"] = [time_decide_route(n) for n in (200, 1000)]
+    fleets = (False, True) if RunnerSet is not None else (False,)
+    result["decide_route"] = [time_decide_route(n, fleet=f) for n in (200, 1000) for f in fleets]
     result["load_average_end"] = os.getloadavg()
     return result
 
@@ -645,6 +768,19 @@ def render(result: dict[str, Any]) -> str:
         f"(max jobs on one runner {b['per_runner']['max_jobs_on_one_runner']}, "
         f"runners used {b['per_runner']['runners_used']})",
     ]
+    backlog = b.get("backlog")
+    if backlog:
+        routing_cpu = backlog["cpu_seconds_to_last"] - backlog["cpu_seconds_before_first"]
+        lines.append(
+            f"backlog (every job created before the operator started): first assignment "
+            f"{backlog['first_assigned_seconds']:.1f} s after the operator's start, the last "
+            f"{backlog['operator_started_to_last_seconds']:.1f} s after it; jobs routed per second "
+            f"{backlog['jobs_per_second_from_start']:.1f} from the start, "
+            f"{backlog['jobs_per_second_first_to_last'] or 0:.1f} from the first assignment to the last "
+            f"(ratio to the raw rate {(backlog['jobs_per_second_first_to_last'] or 0) / raw['parallel']:.3f}); "
+            f"operator CPU {backlog['cpu_seconds_before_first']:.1f} s before the first assignment "
+            f"(start-up), {routing_cpu:.1f} s from it to the last ({1000 * routing_cpu / jobs:.1f} ms per job)"
+        )
     if "idle" in result:
         idle = result["idle"]
         lines.append(
@@ -672,7 +808,9 @@ def render(result: dict[str, Any]) -> str:
     )
     for timing in result["decide_route"]:
         lines.append(
-            f"decide_route alone, {timing['runners']} runners: "
+            f"decide_route alone, {timing['runners']} runners"
+            + (" (a RunnerSet, as the router passes them)" if timing.get("fleet") else " (a plain list)")
+            + ": "
             f"p50 {timing['p50_ms']:.2f} ms, p95 {timing['p95_ms']:.2f} ms"
         )
     return "\n".join(lines)
@@ -687,10 +825,17 @@ def print_decide_times(repeats: int = 500) -> None:
         print(f"decide_route over {n} runners: timing {repeats} calls of each implementation ...", flush=True)
         now = time_decide_route(n, repeats)
         before = time_decide_route(n, repeats, routing_oracle_v1.decide_route)
+        remembered = time_decide_route(n, repeats, fleet=True) if RunnerSet is not None else None
         print(
             f"  now p50 {now['p50_ms']:.3f} ms, p95 {now['p95_ms']:.3f} ms; before (oracle) p50 "
             f"{before['p50_ms']:.3f} ms, p95 {before['p95_ms']:.3f} ms; "
             f"p50 ratio {now['p50_ms'] / before['p50_ms']:.2f}"
+            + (
+                f"; over a RunnerSet (the router's path, static checks remembered) p50 {remembered['p50_ms']:.3f} ms, "
+                f"p95 {remembered['p95_ms']:.3f} ms"
+                if remembered is not None
+                else ""
+            )
         )
 
 
@@ -709,6 +854,12 @@ def main() -> None:
     parser.add_argument("--decide-only", action="store_true", help="only time decide_route (no cluster)")
     parser.add_argument("--idle-seconds", type=float, default=0.0, help="then measure operator CPU at rest")
     parser.add_argument("--restart", action="store_true", help="then restart the operator and time its recovery")
+    parser.add_argument(
+        "--backlog",
+        action="store_true",
+        help="create every job with the operator stopped, then start it (times routing alone)",
+    )
+    parser.add_argument("--profile", type=Path, help="py-spy the operator during the burst into this raw-stacks file")
     args = parser.parse_args()
     if args.decide_only:
         print_decide_times()

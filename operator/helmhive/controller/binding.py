@@ -129,18 +129,24 @@ async def _resolve_profile_name(runtime: Runtime, spec: AgentJobSpec, namespace:
 
 
 async def bind_profile(
-    runtime: Runtime, body: Mapping[str, Any], *, expect: Expect = _expect_nothing
+    runtime: Runtime,
+    body: Mapping[str, Any],
+    *,
+    expect: Expect = _expect_nothing,
+    spec: AgentJobSpec | None = None,
 ) -> dict[str, Any]:
     """Return the ``status.profile`` binding for a queued job; raise FailClosed or ProfileRevisionPending.
 
-    ``expect`` is told about each Workspace or Profile just before it is read.
+    ``expect`` is told about each Workspace or Profile just before it is read. ``spec`` is the
+    job's spec when the caller already validated it (it is validated here otherwise).
     """
     meta = body["metadata"]
     namespace = meta["namespace"]
-    try:
-        spec = AgentJobSpec.model_validate(dict(body.get("spec") or {}))
-    except ValidationError as err:
-        raise FailClosed(Reason.INVALID_SPEC, str(err.errors()[0]["msg"])) from None
+    if spec is None:
+        try:
+            spec = AgentJobSpec.model_validate(dict(body.get("spec") or {}))
+        except ValidationError as err:
+            raise FailClosed(Reason.INVALID_SPEC, str(err.errors()[0]["msg"])) from None
     name = await _resolve_profile_name(runtime, spec, namespace, expect)
     absent = missing_profile(namespace=namespace, name=name)
     expect(absent.reference)

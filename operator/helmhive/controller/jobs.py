@@ -144,7 +144,9 @@ class JobQueue:
         self.room.forget(key)  # what it waits for is recorded afresh below, before each read
         missing: MissingReference | None = None
         try:
-            binding = await bind_profile(self.runtime, body, expect=functools.partial(self.room.expect, key))
+            binding = await bind_profile(
+                self.runtime, body, expect=functools.partial(self.room.expect, key), spec=job.spec
+            )
         except FailClosed as closed:
             reason, message, missing = closed.reason, closed.message, closed.missing
         except ProfileRevisionPending as pending:

@@ -37,6 +37,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, cast
 from urllib.parse import quote, urlencode, urlsplit
 
+import orjson
 import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -198,7 +199,7 @@ class Kube:
             raise ApiException(
                 status=response.status, reason=response.reason, body=response.data.decode("utf-8", "replace")
             )
-        return cast(dict[str, Any], json.loads(response.data))
+        return cast(dict[str, Any], orjson.loads(response.data))  # every job's write answers here: orjson is faster
 
     async def _json_call(
         self, method: str, path: str, body: Any = None, *, content_type: str = "application/json"

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import threading
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
+import orjson
 import urllib3
 
 from helmhive.api.kubeerrors import KubeError, build_kube_error
@@ -124,6 +124,6 @@ class WatchStream:
             rest = lines.pop()
             for line in lines:
                 if line.strip():
-                    self._put(json.loads(line))
+                    self._put(orjson.loads(line))  # a few times faster than json: every job event is decoded here
         if rest.strip():
-            self._put(json.loads(rest))
+            self._put(orjson.loads(rest))

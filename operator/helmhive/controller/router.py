@@ -55,7 +55,12 @@ from helmhive.controller.router_indexes import RouterIndexes
 from helmhive.controller.router_settings import RouterSettings, RouterStats, TokenBucket
 from helmhive.controller.runtime import Runtime
 from helmhive.policy import agentjob
-from helmhive.policy.agentjob import decide_held_runner, decide_needs_binding, decide_needs_routing
+from helmhive.policy.agentjob import (
+    decide_held_runner,
+    decide_needs_binding,
+    decide_needs_routing,
+    parse_agent_job,
+)
 from helmhive.policy.conditions import find_condition
 from helmhive.policy.memory import select_memory
 from helmhive.policy.routing import RouteOutcome, RoutingDecision
@@ -213,7 +218,7 @@ class Router(RouterIndexes):
         inputs = build_route_inputs(
             job=dataclasses.replace(job, attempts=attempts) if attempts != job.attempts else job,
             runners=views,
-            active_jobs=self.active_jobs(v.key for v in views),
+            active_jobs=self.active_counts(),
             sessions=(view for store in self.sessions.values() for view in store),
             implementation_provider=self._implementation_provider,
         )
@@ -236,9 +241,11 @@ class Router(RouterIndexes):
         """Decide and write one job (see the module docstring)."""
         woke = self._take_wake(key)
         body = self.bodies.get(key)
-        job = parse_queued_job(body) if body is not None and decide_needs_routing(body) else None
+        state = parse_agent_job(body) if body is not None else None
+        needs_routing = state is not None and state.needs_routing
+        job = parse_queued_job(state) if state is not None and needs_routing else None
         if job is None:
-            if body is not None and decide_needs_routing(body):
+            if needs_routing:
                 log.warning("job %s/%s has an unusable spec or profile binding; not routed", *key, extra=_ref(key))
             self._forget_body(key)
             self._stop_waiting(key)  # nothing to route: it must not keep taking wake-ups

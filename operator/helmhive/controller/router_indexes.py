@@ -20,8 +20,9 @@ from typing import Any
 from helmhive.controller.router_capacity import Capacity
 from helmhive.policy.job_store import JobStore
 from helmhive.policy.memory import NamedMemoryRecord
-from helmhive.policy.routing import RunnerView, SessionBindingView
+from helmhive.policy.routing import SessionBindingView
 from helmhive.policy.routing_inputs import PoolServing, RunnerFacts, build_runner_views
+from helmhive.policy.routing_prepared import RunnerSet
 
 __all__ = ["RouterIndexes"]
 
@@ -41,7 +42,7 @@ class RouterIndexes(Capacity):
         self.sessions: Mapping[Any, Iterable[SessionBindingView]] = {}
         self.implementations_written: dict[tuple[str, str, int], str] = {}  # (namespace, change, iteration) -> provider
         self.topology = 0  # bumped when runners, pools or namespaces change
-        self._views: dict[str, tuple[int, list[RunnerView]]] = {}
+        self._views: dict[str, tuple[int, RunnerSet]] = {}
 
     def bind(self, indexes: Mapping[str, Any]) -> None:
         """Take the Kopf indexes (the same objects for the operator's lifetime)."""
@@ -54,15 +55,21 @@ class RouterIndexes(Capacity):
     def changed_topology(self) -> None:
         self.topology += 1
 
-    def runner_views(self, namespace: str) -> list[RunnerView]:
-        """Every runner as seen by a job in ``namespace`` (cached until runners, pools or namespaces change)."""
+    def runner_views(self, namespace: str) -> RunnerSet:
+        """Every runner as seen by a job in ``namespace`` (cached until runners, pools or namespaces change).
+
+        A :class:`~helmhive.policy.routing_prepared.RunnerSet`: it also keeps each runner's static
+        checks per profile requirement, so they are computed once per fleet change, not per decision.
+        """
         cached = self._views.get(namespace)
         if cached is not None and cached[0] == self.topology:
             return cached[1]
         pools = {p.key: p for store in self.pools.values() for p in store}
         labels = next(iter(self.namespaces.get(namespace, ())), None)
         facts = [r for store in self.runners.values() for r in store]
-        views = build_runner_views(runners=facts, pools=pools, job_namespace=namespace, namespace_labels=labels)
+        views = RunnerSet(
+            build_runner_views(runners=facts, pools=pools, job_namespace=namespace, namespace_labels=labels)
+        )
         self._views[namespace] = (self.topology, views)
         return views
 

@@ -9,7 +9,9 @@ life and the status writer table: :mod:`helmhive.policy.agentjob`, which re-expo
 
 from __future__ import annotations
 
+import copy
 import functools
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from helmhive.api.job import AgentJobSpec, AgentJobStatus, ProfileBinding
+from helmhive.api.profile import EffectiveProfile
 from helmhive.api.reasons import ConditionType, Reason
 from helmhive.policy.waiting import WAITING_REASONS
 
@@ -79,10 +82,10 @@ class AgentJob:
     def binding(self) -> ProfileBinding | None:
         """``status.profile`` as the typed binding; None when absent or unusable."""
         raw = self.raw_status.get("profile")
-        if not raw:
+        if not raw or not isinstance(raw, Mapping):
             return None
         try:
-            return ProfileBinding.model_validate(raw)
+            return _parse_binding(raw)
         except ValidationError:
             return None
 
@@ -223,6 +226,30 @@ class AgentJob:
             return False
         routed = self._condition(ConditionType.ROUTED)
         return routed is None or routed[0] != "False" or routed[1] == Reason.WAITING_FOR_CAPACITY.value
+
+
+_SNAPSHOTS: OrderedDict[tuple[str, str, str], tuple[dict[str, Any], EffectiveProfile]] = OrderedDict()
+_SNAPSHOTS_KEPT = 64
+
+
+def _parse_binding(raw: Mapping[str, Any]) -> ProfileBinding:
+    """``status.profile`` parsed; the snapshot of a revision seen before is not validated again.
+
+    A burst of jobs bound to one revision carries the same snapshot thousands of times: a
+    snapshot equal to the one kept for its (name, revision, hash) reuses that parsed profile
+    (read-only for every caller); any other is validated and kept.
+    """
+    snapshot = raw.get("snapshot")
+    key = (str(raw.get("name")), str(raw.get("revision")), str(raw.get("hash")))
+    kept = _SNAPSHOTS.get(key)
+    if kept is not None and kept[0] == snapshot:
+        return ProfileBinding.model_validate({**raw, "snapshot": kept[1]})
+    binding = ProfileBinding.model_validate(raw)
+    if isinstance(snapshot, Mapping):
+        _SNAPSHOTS[key] = (copy.deepcopy(dict(snapshot)), binding.snapshot)
+        while len(_SNAPSHOTS) > _SNAPSHOTS_KEPT:
+            _SNAPSHOTS.popitem(last=False)
+    return binding
 
 
 def parse_agent_job(body: Mapping[str, Any]) -> AgentJob:

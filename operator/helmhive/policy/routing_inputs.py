@@ -337,9 +337,13 @@ def decide_implementation_provider(body: Mapping[str, Any]) -> tuple[tuple[str, 
     return (str(namespace), str(change["name"]), iteration), str(provider)
 
 
-def parse_queued_job(body: Mapping[str, Any]) -> QueuedJob | None:
-    """Parse a job awaiting routing; None when its spec or profile binding is unusable."""
-    job = parse_agent_job(body)
+def parse_queued_job(body: Mapping[str, Any] | AgentJob) -> QueuedJob | None:
+    """Parse a job awaiting routing; None when its spec or profile binding is unusable.
+
+    ``body`` may be the job already read (:func:`~helmhive.policy.agentjob.parse_agent_job`), so
+    a caller that checked its state first does not read it twice.
+    """
+    job = body if isinstance(body, AgentJob) else parse_agent_job(body)
     spec, binding = job.spec, job.binding
     if spec is None or binding is None:
         return None

@@ -1,0 +1,133 @@
+"""Routing's per-runner checks that do not depend on load, computed once per fleet and requirement. Pure.
+
+A runner's rejection for a job (not schedulable, namespace not served, provider, capability,
+label) and which of the job's options its models allow depend only on the runner and on the
+job's options and requirements; only its free concurrency changes from one decision to the
+next. :func:`build_static_checks` computes the former once (a :class:`StaticChecks`), and
+:func:`helmhive.policy.routing.decide_route` adds the load per decision.
+
+A :class:`RunnerSet` is an immutable sequence of runner views that keeps those checks per
+requirement (a small bounded memo), so the operator's router, which decides thousands of jobs
+over the same fleet and profile, checks each runner once per fleet change instead of once per
+decision. A plain sequence of views is checked afresh on every call: the decision is the same.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from typing import overload
+
+from helmhive.api.reasons import Reason
+from helmhive.policy.routing_candidates import (
+    _MODEL,
+    _MODEL_NOT_ADVERTISED,
+    _NO_DEFAULT_MODEL,
+    _NO_POSITION,
+    _Result,
+    _runner_check,
+)
+from helmhive.policy.routing_model import RouteOption, RunnerKey, RunnerView
+
+__all__ = ["RunnerSet", "StaticChecks", "build_static_checks"]
+
+_HEARTBEAT_HELD = Reason.HEARTBEAT_HELD.value
+_KEPT = 16  # requirements remembered per fleet (a burst usually has one or two profiles)
+
+Requirement = tuple[tuple[RouteOption, ...], tuple[str, ...], tuple[tuple[str, str], ...]]
+"""(the job's options in order, its required capabilities in order, its required labels sorted)."""
+
+Passing = tuple[RunnerKey, RunnerView, tuple[tuple[RouteOption, str], ...], "_Result | None"]
+"""A runner that passes every runner-level check: (key, view, the options its models allow with the
+model each runs, in position order; its closest result when no option is allowed, else None)."""
+
+
+class StaticChecks:
+    """Per runner, in input order: a fixed rejection (``_Result``) or what its models allow (``Passing``)."""
+
+    __slots__ = ("entries", "held")
+
+    def __init__(self, entries: list[_Result | Passing], held: frozenset[RunnerKey]) -> None:
+        self.entries = entries
+        self.held = held
+        """Runners rejected only because the operator holds them (``HeartbeatHeld``)."""
+
+
+def build_static_checks(runners: Sequence[RunnerView], requirement: Requirement) -> StaticChecks:
+    """The load-independent part of every runner's check for one requirement (see the module docstring)."""
+    options, capabilities, labels = requirement
+    providers = {o.provider for o in options}
+    by_provider: dict[str, list[RouteOption]] = {}
+    for option in options:
+        by_provider.setdefault(option.provider, []).append(option)
+    required = frozenset(capabilities)
+    required_labels = frozenset(labels)
+    entries: list[_Result | Passing] = []
+    held: set[RunnerKey] = set()
+    for runner in runners:
+        key = runner.key
+        if (
+            runner.schedulable
+            and runner.serves_namespace
+            and runner.provider in providers
+            and required <= runner.capabilities
+            and required_labels <= runner.labels.items()
+        ):
+            failed = None
+        else:
+            failed = _runner_check(
+                runner, providers=providers, capabilities=capabilities, required=required, labels=list(labels)
+            )
+        if failed is not None:
+            entries.append((failed[0], _NO_POSITION, runner.namespace, runner.name, failed[1], None, None, runner))
+            if runner.schedulable_reason == _HEARTBEAT_HELD:
+                held.add(key)  # maybe alive: the operator only lost sight of it (policy.runners)
+            continue
+        allowed: list[tuple[RouteOption, str]] = []
+        closest: _Result | None = None
+        for option in by_provider[runner.provider or ""]:  # in position order
+            model = option.model
+            if model is not None:
+                if model in runner.models or model == runner.default_model:
+                    allowed.append((option, model))
+                elif closest is None:
+                    reason = f"{_MODEL_NOT_ADVERTISED}:{model}"
+                    closest = (_MODEL, option.position, runner.namespace, runner.name, reason, option, model, runner)
+            elif runner.default_model is not None:
+                allowed.append((option, runner.default_model))
+            elif closest is None:
+                reason = _NO_DEFAULT_MODEL
+                closest = (_MODEL, option.position, runner.namespace, runner.name, reason, option, None, runner)
+        entries.append((key, runner, tuple(allowed), None if allowed else closest))
+    return StaticChecks(entries, frozenset(held))
+
+
+class RunnerSet(Sequence[RunnerView]):
+    """An immutable sequence of runner views that remembers their static checks per requirement."""
+
+    __slots__ = ("_checks", "_views")
+
+    def __init__(self, views: Sequence[RunnerView]) -> None:
+        self._views = tuple(views)
+        self._checks: OrderedDict[Requirement, StaticChecks] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._views)
+
+    def __iter__(self) -> Iterator[RunnerView]:
+        return iter(self._views)
+
+    @overload
+    def __getitem__(self, index: int) -> RunnerView: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[RunnerView]: ...
+    def __getitem__(self, index: int | slice) -> RunnerView | Sequence[RunnerView]:
+        return self._views[index]
+
+    def static_checks(self, requirement: Requirement) -> StaticChecks:
+        checks = self._checks.get(requirement)
+        if checks is None:
+            checks = self._checks[requirement] = build_static_checks(self._views, requirement)
+            while len(self._checks) > _KEPT:
+                self._checks.popitem(last=False)
+        return checks

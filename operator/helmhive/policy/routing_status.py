@@ -1,0 +1,95 @@
+"""Routing's status builders: the wire form of a decision in the job's status. Pure.
+
+``status.routing``, ``status.assignment`` and the Routed/Ready conditions; re-exported by
+:mod:`helmhive.policy.routing`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from helmhive.api.reasons import ConditionType
+from helmhive.policy.conditions import set_condition
+from helmhive.policy.routing_model import RouteChoice, RouteOutcome, RoutingDecision
+from helmhive.policy.timestamps import format_timestamp
+
+__all__ = ["build_assignment", "build_routing_status", "build_status_patch"]
+
+
+def build_routing_status(*, decision: RoutingDecision, attempts: int, now: dt.datetime) -> dict[str, Any]:
+    """``status.routing`` (wire form) for ``decision``."""
+    status: dict[str, Any] = {
+        "consideredRunners": decision.considered_runners,
+        "candidates": [c.to_wire() for c in decision.candidates],
+        "attempts": attempts,
+        "decidedAt": format_timestamp(now),
+    }
+    if decision.retry_after is not None:
+        status["nextAttemptAt"] = format_timestamp(now + dt.timedelta(seconds=decision.retry_after))
+    if decision.capacity_deadline is not None:
+        status["capacityDeadline"] = format_timestamp(decision.capacity_deadline)
+    if decision.avoided_provider is not None:
+        status["avoidedProvider"] = decision.avoided_provider
+    return status
+
+
+def build_assignment(*, choice: RouteChoice, memory_ids: Sequence[str], now: dt.datetime | None) -> dict[str, Any]:
+    """``status.assignment`` (wire form of :class:`~helmhive.api.job.Assignment`): the choice plus the
+    injected memory ids (at most 20). The one builder of that form: the router writes it, and
+    ``explain-routing`` prints it with ``now=None`` (a dry run assigns nothing, so no ``assignedAt``).
+    """
+    assignment: dict[str, Any] = {
+        "runner": choice.runner,
+        "pool": choice.pool,
+        "runnerNamespace": choice.runner_namespace,
+        "provider": choice.provider,
+        "model": choice.model,
+        "modelSource": choice.model_source.value,
+        "mappingIndex": choice.mapping_index,
+        "memoryIds": list(memory_ids)[:20],
+        "credentialGeneration": choice.credential_generation,
+    }
+    if now is not None:
+        assignment["assignedAt"] = format_timestamp(now)
+    if choice.effort is not None:
+        assignment["reasoningEffort"] = choice.effort.value
+    return assignment
+
+
+def build_status_patch(
+    *,
+    decision: RoutingDecision,
+    conditions: Sequence[dict[str, Any]] | None,
+    generation: int | None,
+    attempts: int,
+    memory_ids: Sequence[str] = (),
+    now: dt.datetime,
+) -> dict[str, Any]:
+    """The job's ``status`` fields for ``decision``: routing, conditions and (when routed) the assignment.
+
+    Routed: ``Routed=True/Assigned`` and ``Ready=Unknown/Assigned`` (the job has not run yet).
+    Waiting: ``Routed=False`` and ``Ready=Unknown``, reason ``WaitingForCapacity``.
+    Failed: ``Routed=False`` and ``Ready=False`` with the decision's reason.
+    """
+    routed = decision.outcome is RouteOutcome.ASSIGNED
+    ready: bool | None = False if decision.outcome is RouteOutcome.FAILED else None
+    current = list(conditions or [])
+    for ctype, status in ((ConditionType.ROUTED, routed), (ConditionType.READY, ready)):
+        current = set_condition(
+            current,
+            type=ctype,
+            status=status,
+            reason=decision.reason.value,
+            message=decision.message,
+            generation=generation,
+            now=now,
+        ).conditions
+    patch: dict[str, Any] = {
+        "routing": build_routing_status(decision=decision, attempts=attempts, now=now),
+        "conditions": current,
+    }
+    if decision.choice is not None:
+        patch["assignment"] = build_assignment(choice=decision.choice, memory_ids=memory_ids, now=now)
+    return patch

@@ -1,0 +1,56 @@
+"""A RunnerSet's remembered static checks give exactly the decisions a plain list of runners gives.
+
+The operator's router hands decide_route one :class:`RunnerSet` per fleet and decides thousands
+of jobs over it; the static part of each runner's check is computed once per requirement and
+reused. Over generated cases (the fast-path test's generator: every kind of rejection, overrides,
+review diversity, loads, sessions) a set reused across many decisions, with changing loads,
+jobs and profiles, must decide as the earlier implementation (:mod:`routing_oracle_v1`) does.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import routing_oracle_v1 as oracle
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from routing_builders import NOW, binding, job, mapping, runner
+from test_routing_fast_path import cases
+
+from helmhive.policy.routing import decide_route
+from helmhive.policy.routing_prepared import RunnerSet
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(cases(), min_size=1, max_size=4), st.randoms(use_true_random=False))
+def test_a_reused_runner_set_decides_as_the_oracle(batch: list[dict[str, Any]], rnd: random.Random) -> None:
+    # One fleet (the first case's runners), several jobs and profiles over it, each twice with other loads.
+    fleet = RunnerSet(batch[0]["runners"])
+    assert list(fleet) == batch[0]["runners"] and len(fleet) == len(batch[0]["runners"])
+    for case in batch * 2:
+        active = {r.key: rnd.randint(0, 5) for r in fleet}
+        over_fleet = {**case, "runners": fleet, "active_jobs": active}
+        expected = oracle.decide_route(**{**over_fleet, "runners": list(fleet)})
+        assert decide_route(**over_fleet) == expected
+
+
+def test_the_set_remembers_checks_per_requirement_and_a_new_fleet_starts_afresh() -> None:
+    runners = [runner(f"r{i}", "anthropic", models=["m1"], concurrency=1) for i in range(3)]
+    fleet = RunnerSet(runners)
+    profile = binding(mapping("anthropic", "m1"))
+    full = {r.key: 1 for r in runners[:2]}
+    first = decide_route(job=job(), binding=profile, runners=fleet, active_jobs=full, now=NOW)
+    assert first.choice is not None and first.choice.runner == "r2"
+    # Same requirement, other loads: the remembered checks, a fresh capacity check.
+    second = decide_route(job=job(), binding=profile, runners=fleet, active_jobs={}, now=NOW)
+    assert second.choice is not None and second.choice.runner == "r0"
+    # Another model: another requirement, checked afresh (no runner advertises it).
+    other = decide_route(job=job(), binding=binding(mapping("anthropic", "m9")), runners=fleet, active_jobs={}, now=NOW)
+    assert other.choice is None and other.reason.value == "ModelNotAdvertised"
+    # A fleet that changed is a new set: a runner that now advertises m9 is found.
+    changed = RunnerSet([*runners, runner("r3", "anthropic", models=["m9"], concurrency=1)])
+    found = decide_route(
+        job=job(), binding=binding(mapping("anthropic", "m9")), runners=changed, active_jobs={}, now=NOW
+    )
+    assert found.choice is not None and found.choice.runner == "r3"
