@@ -426,7 +426,10 @@ def test_the_program_exits_2_naming_every_missing_setting(tmp_path: Path) -> Non
         check=False,
     )
     assert done.returncode == 2
-    line = json.loads(done.stderr.strip().splitlines()[-1])
+    lines = [json.loads(text) for text in done.stderr.strip().splitlines()]
+    # The last line is the program's own exit record (docs/runner-program.md); the error precedes it.
+    assert (lines[-1]["message"], lines[-1]["exitCode"], lines[-1]["threads"]) == ("runner exiting", 2, [])
+    line = lines[-2]
     assert line["message"] == "invalid configuration" and line["severity"] == "ERROR"
     problems = "\n".join(line["problems"])
     for name in ("HELMHIVE_NAMESPACE", "HELMHIVE_POOL", "HELMHIVE_RUNNER_CONFIG"):
