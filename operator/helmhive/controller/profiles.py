@@ -27,6 +27,7 @@ from helmhive.controller.runtime import Runtime
 from helmhive.policy.agentjob import parse_agent_job
 from helmhive.policy.audit import build_audit_record
 from helmhive.policy.conditions import set_condition
+from helmhive.policy.job_store import job_binding
 from helmhive.policy.profiles import decide_profile_body, format_violations
 from helmhive.policy.revisions import (
     LABEL_PROFILE,
@@ -80,9 +81,9 @@ async def _referenced_revisions(runtime: Runtime, namespace: str, profile: str) 
     referenced = set()
     async for page in runtime.kube.list_pages(AGENT_JOB, namespace, limit=_JOB_PAGE):
         for body in page:
-            job = parse_agent_job(body)
-            if job.profile_name == profile and not job.finished:
-                referenced.add(str(job.raw_status["profile"].get("revision")))
+            binding = job_binding(parse_agent_job(body))
+            if binding is not None and binding[0] == profile:
+                referenced.add(binding[1])
     return referenced
 
 

@@ -48,6 +48,7 @@ __all__ = [
     "JobStore",
     "ProfileKey",
     "build_job_facts",
+    "job_binding",
     "parse_resource_version",
 ]
 
@@ -93,11 +94,12 @@ def build_job_facts(body: Mapping[str, Any]) -> JobFacts:
         version=parse_resource_version(body),
         runner=_intern_key(runner) if runner is not None else None,
         implementation=decide_implementation_provider(body),
-        binding=_binding(job),
+        binding=job_binding(job),
     )
 
 
-def _binding(job: AgentJob) -> ProfileKey | None:
+def job_binding(job: AgentJob) -> ProfileKey | None:
+    """(profile, revision) of a bound, unfinished job; None otherwise."""
     profile = job.profile_name
     if profile is None or job.finished:
         return None
