@@ -3,7 +3,8 @@
 :func:`bind_profile` resolves the job's profile (``spec.profile``, else the Workspace's active
 profile for the job kind), requires it to be Valid at its current revision, and returns the
 ``status.profile`` binding: name, revision, hash and the full effective snapshot. It reads the
-Workspace and the Profile and writes nothing, so the operator's queue step
+Workspace and the Profile (each read a GET that started after the call, shared with the jobs
+that asked meanwhile: :mod:`helmhive.controller.shared_reads`) and writes nothing, so the operator's queue step
 (:mod:`helmhive.controller.jobs`) and ``helmhive explain-routing`` bind the same way. No Kopf
 here: the CLI imports it.
 
@@ -115,7 +116,7 @@ async def _resolve_profile_name(runtime: Runtime, spec: AgentJobSpec, namespace:
     absent = missing_workspace(namespace=namespace, name=spec.workspace)
     expect(absent.reference)
     try:
-        workspace = await runtime.kube.get(WORKSPACE, spec.workspace, namespace=namespace)
+        workspace = await runtime.reads.get(WORKSPACE, spec.workspace, namespace)
     except NotFound:
         raise _missing(absent) from None
     try:
@@ -151,7 +152,7 @@ async def bind_profile(
     absent = missing_profile(namespace=namespace, name=name)
     expect(absent.reference)
     try:
-        profile = await runtime.kube.get(PROFILE, name, namespace=namespace)
+        profile = await runtime.reads.get(PROFILE, name, namespace)
     except NotFound:
         raise _missing(absent) from None
     parsed, invalid, snapshot, digest = _profile_verdict(profile)

@@ -236,5 +236,6 @@ def register(runtime: Runtime) -> JobQueue:
     @kopf.on.cleanup()
     async def stop_job_deadlines(**_: Any) -> None:
         await runtime.deadlines.stop()
+        await runtime.reads.close()
 
     return jobs

@@ -13,10 +13,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from helmhive.api.kinds import KindDef
 from helmhive.controller.contact import ApiContact
 from helmhive.controller.deadlines import DeadlineScheduler
 from helmhive.controller.job_store_sync import JobStoreSync
 from helmhive.controller.kube import Kube, KubeError
+from helmhive.controller.shared_reads import SharedReads
 from helmhive.policy.failed_jobs import DEFAULT_RETRY_WINDOW
 from helmhive.policy.waiting import DEFAULT_REFERENCE_WAIT
 
@@ -122,6 +124,8 @@ class Runtime:
     clock: Clock = utc_now
     config: OperatorConfig = field(default_factory=OperatorConfig)
     deadlines: DeadlineScheduler = field(init=False)
+    reads: SharedReads = field(init=False)
+    """Single-object GETs shared by concurrent callers (the queue step's Workspace and Profile reads)."""
     job_events: JobEvents = field(default_factory=JobEvents)
     job_store: JobStoreSync = field(default_factory=JobStoreSync)
     """The operator's AgentJob store (jobs by runner, implementations by change), filled by the AgentJob watch."""
@@ -130,6 +134,10 @@ class Runtime:
 
     def __post_init__(self) -> None:
         self.deadlines = DeadlineScheduler(clock=self.now)
+        self.reads = SharedReads(self._get)
+
+    async def _get(self, kind: KindDef, name: str, namespace: str) -> dict[str, Any]:
+        return await self.kube.get(kind, name, namespace=namespace)  # ``kube`` read per call: tests may swap it
 
     def now(self) -> dt.datetime:
         """The injected clock, read when called (so a test may swap ``clock`` later)."""
