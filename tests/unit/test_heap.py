@@ -52,3 +52,31 @@ def test_the_cap_keeps_concurrent_threads_to_two_arenas_unless_the_user_set_one(
     uncapped = _heaps(tmp_path, "none")[1]
     assert uncapped > 2  # glibc's default: an arena per concurrently allocating thread
     assert _heaps(tmp_path, "cap", MALLOC_ARENA_MAX="3") == ("False", 3)  # the user's setting stands
+
+
+FREEZE_PROBE = """
+import gc, weakref
+from helmhive.controller.heap import freeze_start_up
+
+class Node:
+    pass
+
+def cycle():
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    return a
+
+kept = cycle()                      # start-up state that lives on
+garbage = weakref.ref(cycle())      # start-up garbage: collected before the freeze, not frozen
+frozen = freeze_start_up()
+later = weakref.ref(cycle())        # made after the freeze: still collected
+gc.collect()
+print(frozen > 1000, garbage() is None, later() is None, kept.other.other is kept)
+"""
+
+
+def test_freezing_the_start_up_keeps_what_lives_and_still_collects_what_comes_after() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", FREEZE_PROBE], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.split()
+    assert out == ["True", "True", "True", "True"]

@@ -129,6 +129,11 @@ def test_the_heap_is_trimmed_once_the_steps_have_taken_every_listed_job() -> Non
     waits for or runs its steps any more (trimming earlier would leave the rest of the burst's garbage)."""
     dispatched: list[str] = []
     trimmed_after: list[int] = []
+    frozen_after: list[int] = []
+
+    def freeze() -> int:
+        frozen_after.append(len(dispatched))
+        return 7
 
     async def scenario() -> None:
         events = JobEvents()
@@ -138,7 +143,12 @@ def test_the_heap_is_trimmed_once_the_steps_have_taken_every_listed_job() -> Non
             dispatched.append(body["metadata"]["name"])
 
         events.subscribe("slow", step)
-        watch = JobWatch(JobStoreSync(page_size=500), events, trim=lambda: bool(trimmed_after.append(len(dispatched))))
+        watch = JobWatch(
+            JobStoreSync(page_size=500),
+            events,
+            trim=lambda: bool(trimmed_after.append(len(dispatched))),
+            freeze=freeze,
+        )
         watch.ready.set()
         workers = [asyncio.create_task(watch._worker()) for _ in range(4)]
         await watch._listed_page([job(f"j{i}", i) for i in range(40)])
@@ -150,6 +160,7 @@ def test_the_heap_is_trimmed_once_the_steps_have_taken_every_listed_job() -> Non
 
     asyncio.run(scenario())
     assert trimmed_after == [40, 40]
+    assert frozen_after == [40], "the start-up is frozen once, after the first listing passed the steps"
 
 
 def test_trimming_the_heap_is_safe_and_reports_whether_the_c_library_did() -> None:

@@ -15,11 +15,11 @@ bounded cache): a burst of jobs on one profile parses it once, not once per job.
 
 from __future__ import annotations
 
-import copy
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import orjson
 from pydantic import ValidationError
 
 from helmhive.api.job import AgentJobSpec
@@ -171,6 +171,8 @@ async def bind_profile(
         "name": name,
         "revision": revision_name(name, digest),
         "hash": digest,
-        "snapshot": copy.deepcopy(snapshot),  # the cached copy is never handed out
+        # The cached copy is never handed out; it is plain JSON, and a JSON round trip copies it
+        # several times faster than deepcopy (once per job).
+        "snapshot": orjson.loads(orjson.dumps(snapshot)),
         "boundAt": runtime.clock().strftime("%Y-%m-%dT%H:%M:%SZ"),
     }

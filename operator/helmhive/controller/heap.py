@@ -13,6 +13,15 @@ an arena of its own (up to 8 per core), and a freed page inside one arena cannot
 so the API threads' short-lived pages of parsed JSON fragment several heaps at once. Two arenas
 is the conventional setting for Python services (``MALLOC_ARENA_MAX=2``); an explicit
 ``MALLOC_ARENA_MAX`` in the environment is left as the user set it.
+
+:func:`freeze_start_up` is about Python's own cyclic garbage collector, not the C heap: once
+the operator has started (its modules, Kopf, the kubernetes client's model classes, the first
+listing of jobs), those objects live as long as the process, yet every full collection scanned
+them all again: a quarter of a second each, several times in a burst of jobs (about 6% of the
+operator's CPU in a 2,000-job burst). ``gc.freeze()`` moves them to the collector's permanent
+generation, which later collections skip. Objects freed by their reference count are still
+freed; only a reference cycle among the frozen objects that becomes garbage later is kept, so
+one full collection runs first.
 """
 
 from __future__ import annotations
@@ -20,10 +29,11 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import gc
 import os
 from collections.abc import Callable
 
-__all__ = ["DEFAULT_ARENAS", "limit_arenas", "rss_mib", "trim_heap"]
+__all__ = ["DEFAULT_ARENAS", "freeze_start_up", "limit_arenas", "rss_mib", "trim_heap"]
 
 DEFAULT_ARENAS = 2
 _M_ARENA_MAX = -8  # glibc <malloc.h>
@@ -58,6 +68,13 @@ def trim_heap() -> bool:
     """Return the allocator's free pages to the OS; True when the C library did (and released some)."""
     trim = _malloc_trim()
     return bool(trim(0)) if trim is not None else False
+
+
+def freeze_start_up() -> int:
+    """Collect once, then freeze every object the collector tracks now; returns how many are frozen."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 def rss_mib() -> float | None:

@@ -11,7 +11,9 @@ arguments, and after a restart held every listed job whole in its backlogs: issu
    next page is read only when the steps have taken most of this one, so at most about two
    pages of whole jobs are held at once. Once the steps have taken every listed job, the C
    heap's free pages go back to the OS (:func:`helmhive.controller.heap.trim_heap`): the listing
-   allocated and freed hundreds of MiB at 10,000 jobs, which the allocator otherwise keeps.
+   allocated and freed hundreds of MiB at 10,000 jobs, which the allocator otherwise keeps. After
+   the first listing only, the start-up's objects are also frozen out of the garbage
+   collector's scans (:func:`helmhive.controller.heap.freeze_start_up`).
 2. **WATCH** from the list's ``resourceVersion`` (``allowWatchBookmarks``, the server ends it
    after ``server_timeout_s``), through :class:`helmhive.controller.kube_watch.WatchStream`; each
    event goes into the store first, then to the steps; a stream that ends is resumed from the
@@ -54,7 +56,7 @@ import kopf
 
 from helmhive.api.kinds import GROUP, VERSION, kind_by_name
 from helmhive.api.kubeerrors import KubeError
-from helmhive.controller.heap import rss_mib, trim_heap
+from helmhive.controller.heap import freeze_start_up, rss_mib, trim_heap
 from helmhive.controller.job_store_sync import JobStoreSync
 from helmhive.controller.kube import Kube
 from helmhive.controller.kube_watch import WatchStream
@@ -95,6 +97,7 @@ class JobWatch:
         in_contact: Callable[[], bool] = lambda: True,
         reopen_after_s: float = 30.0,
         trim: Callable[[], bool] = trim_heap,
+        freeze: Callable[[], int] = freeze_start_up,
     ) -> None:
         self.sync = sync
         self.events = events
@@ -104,6 +107,8 @@ class JobWatch:
         self.in_contact = in_contact
         self.reopen_after_s = reopen_after_s
         self.trim = trim
+        self.freeze = freeze
+        self._frozen = False
         self._busy = 0  # workers running a job's steps
         self._idle = asyncio.Event()  # set when no job waits for or runs its steps
         self._reopen: asyncio.TimerHandle | None = None
@@ -203,6 +208,10 @@ class JobWatch:
         while len(self.pending) or self._busy:
             self._idle.clear()
             await self._idle.wait()
+        if not self._frozen:  # the first listing: the start-up's objects are in place
+            self._frozen = True
+            frozen = await asyncio.to_thread(self.freeze)
+            log.info("agentjob watch: %d objects of the start-up frozen out of the garbage collector's scans", frozen)
         before = rss_mib()
         trimmed = await asyncio.to_thread(self.trim)
         after = rss_mib()
