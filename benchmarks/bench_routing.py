@@ -7,9 +7,12 @@ Run by hand (pytest does not collect it)::
 It starts its own local control plane (``helmhive.devcluster``) in a temporary directory,
 installs Helmhive and then, in one run:
 
-1. **raw patch rate**: before the operator starts, a plain client (httpx, admin certificate,
+1. **raw patch rates**: before the operator starts, a plain client (httpx, admin certificate,
    ``--writers`` requests in flight) merge-patches the status of scratch AgentJobs for
-   ``--raw-seconds``; the scratch jobs are deleted again;
+   ``--raw-seconds``: a tiny status (two counters; the issue's raw rate, also one at a time),
+   then a status the shape and size of the router's write (the binding, ``MAX_CANDIDATES``
+   candidate rows, the assignment, Routed/Ready; built by the router's pure core,
+   :func:`build_like_router_status`: the like-for-like rate); the scratch jobs are deleted again;
 2. starts the real operator (its own ServiceAccount token) and M runners in pools of up to
    100, each writing its Runner, report and Lease as its own Pod (``runner_fleet``), reporting
    ``--concurrency`` slots; waits until all are schedulable;
@@ -18,7 +21,12 @@ installs Helmhive and then, in one run:
    profile bound (the queue step) and when it first showed ``status.assignment``;
 4. reports jobs routed per second, p50/p95 queue-to-assigned latency, API mutating calls per
    job (``apiserver_request_total``, by resource), the operator's RSS, routing throughput as
-   a ratio of the raw patch rate, and how many runners ended over their concurrency (must be 0);
+   a ratio of the raw patch rate and of the like-for-like rate, and how many runners ended over
+   their concurrency (must be 0);
+4a. **where the CPU goes**: the CPU seconds (``/proc/PID/stat``) of this cluster's kube-apiserver
+   and etcd (their pid records), the operator and the bench process, and the machine's busy
+   cores (``/proc/stat``), per patch in each raw phase and per routed job in the burst (first
+   create to last assignment) and, with ``--backlog``, from the first assignment to the last;
 5. **decide_route alone**: the pure decision for one job over 1,000 runners, timed in-process.
 """
 
@@ -799,6 +807,7 @@ async def run(  # noqa: PLR0915
                 routed = (await admin.get(f"{GROUP_PATH}/namespaces/{NS}/agentjobs/{name}")).json()
                 result["burst"]["routed_status_bytes"] = len(orjson.dumps(routed.get("status") or {}))
             result["burst"].pop("runner_of")
+            result["ratios"] = ratios(result)
             if release is not None:
                 operator = release.operator
                 found = result["burst"]["backlog"] or {}
@@ -883,6 +892,18 @@ def cluster_pids(layout: StateLayout) -> dict[str, int]:
 CPU_COLUMNS = ("kube-apiserver", "etcd", "operator", "bench client")
 
 
+def ratios(result: dict[str, Any]) -> dict[str, float | None]:
+    """Routing throughput over the raw rates: the tiny patch (the issue's) and the like-for-like one."""
+    raw, b = result["raw"], result["burst"]
+    backlog = (b.get("backlog") or {}).get("jobs_per_second_first_to_last")
+    return {
+        "burst_to_raw": b["jobs_per_second"] / raw["parallel"],
+        "burst_to_like_router": b["jobs_per_second"] / raw["like_router"],
+        "backlog_to_raw": backlog / raw["parallel"] if backlog else None,
+        "backlog_to_like_router": backlog / raw["like_router"] if backlog else None,
+    }
+
+
 def render_cpu(result: dict[str, Any]) -> list[str]:
     """The CPU table: each window's CPU per patch (raw phases) or per routed job, and the machine's busy cores."""
     raw, b = result["raw"], result["burst"]
@@ -905,7 +926,7 @@ def render_cpu(result: dict[str, Any]) -> list[str]:
         lines.append(f"{label:44}{window['seconds']:8.1f}{window['count']:7d}{cells}{ours:12.2f}{busy:12.2f}")
     lines.append(f"(their cores: these processes' CPU over the window; busy cores: the whole machine's, of "
                  f"{os.cpu_count()}, anyone's processes; the bench client is this process: its patches, its "
-                 "watch and the runners' heartbeats)")  # fmt: skip
+                 "watch and the runners' heartbeats; -: not running over the whole window)")  # fmt: skip
     return lines
 
 
@@ -931,12 +952,12 @@ def render(result: dict[str, Any]) -> str:
         f"in {b.get('audit_batches', 0)} RoutingDecisions records",
         f"jobs routed per second: {b['jobs_per_second']:.1f} overall, "
         f"{(b['steady_jobs_per_second'] or 0):.1f} between 10% and 90% assigned",
-        f"routing throughput / raw patch rate: {b['jobs_per_second'] / raw['parallel']:.3f} "
+        f"routing throughput / raw patch rate: {result['ratios']['burst_to_raw']:.3f} "
         f"(one status write per job at {args['qps']:g} QPS shared with audit records and events)",
         f"raw status patches like the router's write (the binding, {MAX_CANDIDATES} candidate rows, the "
         f"assignment, Routed/Ready; {raw['like_router_status_bytes']} B of status, a routed job's here "
         f"{b.get('routed_status_bytes', 0)} B): {raw['like_router']:.0f}/s with {raw['writers']} in flight",
-        f"routing throughput / like-for-like patch rate: {b['jobs_per_second'] / raw['like_router']:.3f}",
+        f"routing throughput / like-for-like patch rate: {result['ratios']['burst_to_like_router']:.3f}",
         "queue-to-assigned latency: p50 {queue_to_assigned_p50:.2f} s, p95 {queue_to_assigned_p95:.2f} s, "
         "max {queue_to_assigned_max:.2f} s (queue step p50 {queue_to_bound_p50:.2f} s; bound-to-assigned "
         "p50 {bound_to_assigned_p50:.2f} s, p95 {bound_to_assigned_p95:.2f} s)".format(**lat),
@@ -958,8 +979,8 @@ def render(result: dict[str, Any]) -> str:
             f"{backlog['operator_started_to_last_seconds']:.1f} s after it; jobs routed per second "
             f"{backlog['jobs_per_second_from_start']:.1f} from the start, "
             f"{backlog['jobs_per_second_first_to_last'] or 0:.1f} from the first assignment to the last "
-            f"(ratio to the raw rate {(backlog['jobs_per_second_first_to_last'] or 0) / raw['parallel']:.3f}, "
-            f"to the like-for-like rate {(backlog['jobs_per_second_first_to_last'] or 0) / raw['like_router']:.3f}); "
+            f"(ratio to the raw rate {result['ratios']['backlog_to_raw'] or 0:.3f}, "
+            f"to the like-for-like rate {result['ratios']['backlog_to_like_router'] or 0:.3f}); "
             f"operator CPU {backlog['cpu_seconds_before_first']:.1f} s before the first assignment "
             f"(start-up), {routing_cpu:.1f} s from it to the last ({1000 * routing_cpu / jobs:.1f} ms per job)"
         )
