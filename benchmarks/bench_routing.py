@@ -7,9 +7,12 @@ Run by hand (pytest does not collect it)::
 It starts its own local control plane (``helmhive.devcluster``) in a temporary directory,
 installs Helmhive and then, in one run:
 
-1. **raw patch rate**: before the operator starts, a plain client (httpx, admin certificate,
+1. **raw patch rates**: before the operator starts, a plain client (httpx, admin certificate,
    ``--writers`` requests in flight) merge-patches the status of scratch AgentJobs for
-   ``--raw-seconds``; the scratch jobs are deleted again;
+   ``--raw-seconds``: a tiny status (two counters; the issue's raw rate, also one at a time),
+   then a status the shape and size of the router's write (the binding, ``MAX_CANDIDATES``
+   candidate rows, the assignment, Routed/Ready; built by the router's pure core,
+   :func:`build_like_router_status`: the like-for-like rate); the scratch jobs are deleted again;
 2. starts the real operator (its own ServiceAccount token) and M runners in pools of up to
    100, each writing its Runner, report and Lease as its own Pod (``runner_fleet``), reporting
    ``--concurrency`` slots; waits until all are schedulable;
@@ -18,7 +21,12 @@ installs Helmhive and then, in one run:
    profile bound (the queue step) and when it first showed ``status.assignment``;
 4. reports jobs routed per second, p50/p95 queue-to-assigned latency, API mutating calls per
    job (``apiserver_request_total``, by resource), the operator's RSS, routing throughput as
-   a ratio of the raw patch rate, and how many runners ended over their concurrency (must be 0);
+   a ratio of the raw patch rate and of the like-for-like rate, and how many runners ended over
+   their concurrency (must be 0);
+4a. **where the CPU goes**: the CPU seconds (``/proc/PID/stat``) of this cluster's kube-apiserver
+   and etcd (their pid records), the operator and the bench process, and the machine's busy
+   cores (``/proc/stat``), per patch in each raw phase and per routed job in the burst (first
+   create to last assignment) and, with ``--backlog``, from the first assignment to the last;
 5. **decide_route alone**: the pure decision for one job over 1,000 runners, timed in-process.
 """
 
@@ -44,7 +52,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from bench_runners import cpu_seconds, install, operator_kubeconfig, wait, write_counts
+import orjson
+from bench_runners import CpuProbe, cpu_seconds, cpu_window, install, operator_kubeconfig, wait, write_counts
 from kubernetes import client, config
 from runner_fleet import Fleet, SimRunner, micro_time
 
@@ -54,11 +63,14 @@ from helmhive.api.profile import ProfileSpec
 from helmhive.devcluster import cluster as devcluster
 from helmhive.devcluster.build import ensure_binaries
 from helmhive.devcluster.flags import StateLayout
-from helmhive.devcluster.procs import client_tls, free_ports, read_record
+from helmhive.devcluster.procs import client_tls, free_ports, is_alive, read_record
+from helmhive.policy import agentjob
 from helmhive.policy.envelopes import ENVELOPES
-from helmhive.policy.profiles import decide_profile
-from helmhive.policy.routing import RoutingJob, RunnerView, decide_route
+from helmhive.policy.profiles import decide_profile, decide_profile_body
+from helmhive.policy.revisions import profile_hash, revision_name
+from helmhive.policy.routing import MAX_CANDIDATES, RoutingJob, RunnerView, decide_route
 from helmhive.policy.routing_audit import iter_routing_decisions
+from helmhive.policy.timestamps import format_timestamp
 
 try:
     from helmhive.policy.routing_prepared import RunnerSet
@@ -71,6 +83,15 @@ RAW_NS = "raw-bench"
 POOL_SIZE = 100
 MODEL = "sonnet-4-5"
 GROUP_PATH = "/apis/helmhive.dev/v1alpha1"
+BENCH_PROFILE_SPEC: dict[str, Any] = {
+    "envelope": "implementation-probe",
+    "purpose": "bench",
+    "providerMappings": [{"provider": "anthropic", "model": MODEL}],
+}
+"""The spec of the bench's Profile ``bench``: the one every routed job binds, and the like-for-like baseline's."""
+RUNNER_LABELS = {"domain": "code", "region": "eu"}
+RUNNER_CAPABILITIES = ["structured-output", "diff-review", "workspace-write"]
+RUNNER_MODELS = ("opus-4", MODEL, "haiku")
 
 
 class RoutingFleet(Fleet):
@@ -86,12 +107,12 @@ class RoutingFleet(Fleet):
             "provider": "anthropic",
             "adapter": {"type": "claude-cli", "name": "claude", "version": "2.0.14"},
             "authentication": {"state": "Authenticated", "reason": "SessionCreated", "verifiedAt": runner.verified_at},
-            "placementLabels": {"domain": "code", "region": "eu"},
-            "capabilities": ["structured-output", "diff-review", "workspace-write"],
+            "placementLabels": RUNNER_LABELS,
+            "capabilities": RUNNER_CAPABILITIES,
             "concurrency": self.concurrency,
             "activeJobs": 0,
             "environmentFingerprint": "sha256:" + "ab" * 32,
-            "catalogue": {"models": [{"id": m} for m in ("opus-4", MODEL, "haiku")], "default": MODEL},
+            "catalogue": {"models": [{"id": m} for m in RUNNER_MODELS], "default": MODEL},
             "credentialGeneration": self.generation,
             "podName": runner.name,
             "reportedAt": micro_time(dt.datetime.now(dt.UTC)),
@@ -122,41 +143,133 @@ def job_body(name: str, kind: str = "implementation-probe", profile: str = "benc
     }
 
 
-# 1. The raw rate -------------------------------------------------------------------------------
+# 1. The raw rates ------------------------------------------------------------------------------
 
 
-async def raw_patch_rate(admin: httpx.AsyncClient, *, seconds: float, writers: int) -> dict[str, float]:
-    """Status merge-patches per second by a plain client, ``writers`` in flight, then one at a time."""
+def build_like_router_status(*, runners: int, concurrency: int, now: dt.datetime) -> dict[str, Any]:
+    """The status the router writes for one bench job it assigns, built by the same pure core. Pure.
+
+    The binding is the bench Profile's (``BENCH_PROFILE_SPEC``, decided as the queue step does,
+    ``helmhive.controller.binding``), the decision ``decide_route`` over ``runners`` runners
+    like the bench's (so ``MAX_CANDIDATES`` candidate rows once there are that many), the wire
+    form ``agentjob.route`` with the binding: routing, the assignment, Routed/Ready, the profile.
+    """
+    parsed, verdict = decide_profile_body(BENCH_PROFILE_SPEC)
+    assert parsed is not None and verdict.effective is not None, verdict.violations
+    digest = profile_hash(parsed)
+    binding = {
+        "name": "bench",
+        "revision": revision_name("bench", digest),
+        "hash": digest,
+        "snapshot": verdict.effective.to_wire(),
+        "boundAt": format_timestamp(now),
+    }
+    pools = (runners + POOL_SIZE - 1) // POOL_SIZE
+    views = [
+        RunnerView(
+            namespace=NS,
+            name=f"pool-{i % pools}-{i // pools}",  # the StatefulSet's Pod names, as the bench's runners
+            pool=f"pool-{i % pools}",
+            provider="anthropic",
+            schedulable=True,
+            default_model=MODEL,
+            models=frozenset(RUNNER_MODELS),
+            capabilities=frozenset(RUNNER_CAPABILITIES),
+            labels=RUNNER_LABELS,
+            concurrency=concurrency,
+            credential_generation=1,
+        )
+        for i in range(runners)
+    ]
+    job = job_body("job-00000")
+    job["metadata"] |= {"namespace": NS, "generation": 1, "resourceVersion": "1"}
+    decision = decide_route(
+        job=RoutingJob(namespace=NS, name="job-00000", spec=AgentJobSpec.model_validate(job["spec"])),
+        binding=ProfileBinding.model_validate(binding),
+        runners=views,
+        active_jobs={},
+        now=now,
+    )
+    assert decision.choice is not None, decision.message
+    return agentjob.route(agentjob.parse_agent_job(job), decision=decision, binding=binding, now=now).status
+
+
+def like_router_patches(status: dict[str, Any]) -> Callable[[str, int], bytes]:
+    """Merge-patch bodies of ``status``, each a real change (``routing.attempts`` and ``decidedAt`` move on)."""
+    base = dt.datetime.now(dt.UTC)
+
+    def body(_: str, i: int) -> bytes:
+        routing = {**status["routing"], "attempts": i % 1000,
+                   "decidedAt": format_timestamp(base + dt.timedelta(seconds=i))}  # fmt: skip
+        return orjson.dumps({"status": {**status, "routing": routing}})
+
+    return body
+
+
+def tiny_patch(_: str, i: int) -> bytes:
+    """The issue's raw patch: a tiny ``status`` (two counters), as the benchmark has always sent it."""
+    return json.dumps({"status": {"attempts": i % 60000, "routing": {"attempts": i % 1000}}}).encode()
+
+
+async def hammer(
+    admin: httpx.AsyncClient,
+    jobs: list[str],
+    body: Callable[[str, int], bytes],
+    *,
+    width: int,
+    duration: float,
+    probe: CpuProbe,
+) -> dict[str, Any]:
+    """Merge-patch the jobs' status for ``duration`` with ``width`` in flight (each slot its own jobs).
+
+    Returns patches per second and the window's CPU (the probe read at its ends) per patch.
+    """
+    done = 0
+    stop = time.monotonic() + duration
+    headers = {"Content-Type": "application/merge-patch+json"}
+
+    async def one(slot: int) -> None:
+        nonlocal done
+        i = 0
+        while time.monotonic() < stop:
+            name = jobs[(slot + i * width) % len(jobs)]
+            url = f"{GROUP_PATH}/namespaces/{RAW_NS}/agentjobs/{name}/status"
+            (await admin.patch(url, content=body(name, i), headers=headers)).raise_for_status()
+            done += 1
+            i += 1
+
+    before = probe.sample()
+    await asyncio.gather(*(one(s) for s in range(width)))
+    after = probe.sample()
+    return {"rate": done / (after.at - before.at), "cpu": cpu_window(before, after, done)}
+
+
+async def raw_patch_rate(
+    admin: httpx.AsyncClient, *, seconds: float, writers: int, probe: CpuProbe, like_router: dict[str, Any]
+) -> dict[str, Any]:
+    """Status merge-patches per second by a plain client: tiny ones (the issue's raw rate), ``writers``
+    in flight then one at a time; then ones the shape and size of the router's write (``like_router``),
+    ``writers`` in flight for ``seconds`` too. Each phase with its CPU per patch.
+    """
     await admin.post("/api/v1/namespaces", json={"metadata": {"name": RAW_NS}})
     jobs = [f"raw-{i}" for i in range(writers * 4)]
     for name in jobs:
         response = await admin.post(f"{GROUP_PATH}/namespaces/{RAW_NS}/agentjobs", json=job_body(name))
         response.raise_for_status()
-    headers = {"Content-Type": "application/merge-patch+json"}
-
-    async def hammer(width: int, duration: float) -> float:
-        done = 0
-        stop = time.monotonic() + duration
-
-        async def one(slot: int) -> None:
-            nonlocal done
-            i = 0
-            while time.monotonic() < stop:
-                name = jobs[(slot + i * width) % len(jobs)]
-                body = {"status": {"attempts": i % 60000, "routing": {"attempts": i % 1000}}}
-                url = f"{GROUP_PATH}/namespaces/{RAW_NS}/agentjobs/{name}/status"
-                (await admin.patch(url, content=json.dumps(body), headers=headers)).raise_for_status()
-                done += 1
-                i += 1
-
-        started = time.monotonic()
-        await asyncio.gather(*(one(s) for s in range(width)))
-        return done / (time.monotonic() - started)
-
-    parallel = await hammer(writers, seconds)
-    sequential = await hammer(1, seconds / 2)
+    parallel = await hammer(admin, jobs, tiny_patch, width=writers, duration=seconds, probe=probe)
+    sequential = await hammer(admin, jobs, tiny_patch, width=1, duration=seconds / 2, probe=probe)
+    like = await hammer(admin, jobs, like_router_patches(like_router), width=writers, duration=seconds,
+                        probe=probe)  # fmt: skip
+    stored = (await admin.get(f"{GROUP_PATH}/namespaces/{RAW_NS}/agentjobs/{jobs[0]}")).json()
     await admin.delete(f"/api/v1/namespaces/{RAW_NS}")
-    return {"parallel": parallel, "sequential": sequential, "writers": writers}
+    return {
+        "parallel": parallel["rate"],
+        "sequential": sequential["rate"],
+        "writers": writers,
+        "like_router": like["rate"],
+        "like_router_status_bytes": len(orjson.dumps(stored.get("status") or {})),
+        "cpu": {"parallel": parallel["cpu"], "sequential": sequential["cpu"], "like_router": like["cpu"]},
+    }
 
 
 # 2. Runners --------------------------------------------------------------------------------------
@@ -176,8 +289,8 @@ def create_pools(api: client.ApiClient, runners: int, concurrency: int) -> list[
             "adapter": {"type": "claude-cli"},
             "image": "ghcr.io/helmhive/runner:bench",
             "credential": {"secretRef": {"name": "bench-key", "key": "api-key"}},
-            "placementLabels": {"domain": "code", "region": "eu"},
-            "capabilities": ["structured-output", "diff-review", "workspace-write"],
+            "placementLabels": RUNNER_LABELS,
+            "capabilities": RUNNER_CAPABILITIES,
             "concurrency": concurrency,
             "replicas": min(POOL_SIZE, runners - i * POOL_SIZE),
             # Long Leases: the runners' own write rate stays out of the routing figures.
@@ -239,7 +352,7 @@ async def burst(  # noqa: PLR0915
                 async for line in stream.aiter_lines():
                     if not line:
                         continue
-                    event = json.loads(line)
+                    event = orjson.loads(line)
                     obj = event["object"]
                     version = obj["metadata"].get("resourceVersion", version)
                     if event["type"] == "BOOKMARK":
@@ -312,6 +425,8 @@ async def burst(  # noqa: PLR0915
         }
     return {
         "started": started,
+        "assigned_at": (min(times), max(times)) if times else (None, None),
+        "runner_of": runner_of,
         "backlog": backlog,
         "jobs": jobs,
         "assigned": len(assigned),
@@ -531,9 +646,15 @@ class Backlog:
     """
 
     def __init__(
-        self, operator: subprocess.Popen[bytes], workdir: Path, env: dict[str, str], profile: Path | None
+        self,
+        operator: subprocess.Popen[bytes],
+        workdir: Path,
+        env: dict[str, str],
+        profile: Path | None,
+        probe: CpuProbe,
     ) -> None:
         self.operator = operator
+        self.probe = probe
         self.workdir = workdir
         self.env = env
         self.profile = profile
@@ -544,10 +665,12 @@ class Backlog:
     async def stop(self) -> None:
         self.operator.terminate()
         await asyncio.to_thread(self.operator.wait, 60)
+        self.probe.pids.pop("operator", None)
 
     async def __call__(self) -> None:
         self.started = time.monotonic()
         self.operator, _ = start_operator(self.workdir / "operator.kubeconfig", self.workdir, self.env)
+        self.probe.pids["operator"] = self.operator.pid
         self.profile_run = start_profile(self.operator.pid, self.profile)
         self.sampler = asyncio.create_task(self._sample())
 
@@ -584,7 +707,7 @@ def start_operator(
 
 
 async def run(  # noqa: PLR0915
-    args: argparse.Namespace, info: devcluster.ClusterInfo, layout: StateLayout, workdir: Path
+    args: argparse.Namespace, info: devcluster.ClusterInfo, layout: StateLayout, workdir: Path, probe: CpuProbe
 ) -> dict[str, Any]:
     api = config.new_client_from_config(config_file=str(info.kubeconfig))
     admin_tls = client_tls(ca_file=info.ca_file, cert_file=layout.pki.cert("admin"), key_file=layout.pki.key("admin"))
@@ -596,9 +719,14 @@ async def run(  # noqa: PLR0915
             base_url=info.server, verify=client_tls(ca_file=info.ca_file), limits=limits, timeout=60
         ) as http,  # fmt: skip
     ):
-        print(f"raw status-patch rate for {args.raw_seconds:g} s ({args.writers} in flight) ...", flush=True)
-        result["raw"] = await raw_patch_rate(admin, seconds=args.raw_seconds, writers=args.writers)
-        print(f"  {result['raw']}", flush=True)
+        print(f"raw status-patch rates, tiny and like the router's, {args.raw_seconds:g} s each "
+              f"({args.writers} in flight) ...", flush=True)  # fmt: skip
+        like_router = build_like_router_status(runners=args.runners, concurrency=args.concurrency,
+                                               now=dt.datetime.now(dt.UTC))  # fmt: skip
+        result["raw"] = await raw_patch_rate(admin, seconds=args.raw_seconds, writers=args.writers, probe=probe,
+                                             like_router=like_router)  # fmt: skip
+        print(f"  tiny {result['raw']['parallel']:.0f}/s ({result['raw']['sequential']:.0f}/s one at a time), "
+              f"like the router's {result['raw']['like_router']:.0f}/s", flush=True)  # fmt: skip
         await asyncio.to_thread(
             wait, lambda: client.CoreV1Api(api).list_namespace(field_selector=f"metadata.name={RAW_NS}").items == [],
             180, "the scratch namespace to go",
@@ -606,6 +734,7 @@ async def run(  # noqa: PLR0915
 
         env = {"HELMHIVE_ROUTING_QPS": str(args.qps), "HELMHIVE_ROUTING_BURST": str(args.burst)}
         operator, health = start_operator(operator_kubeconfig(api, info, workdir / "operator.kubeconfig"), workdir, env)
+        probe.pids["operator"] = operator.pid
         try:
             await asyncio.to_thread(wait, lambda: httpx.get(health, timeout=2).status_code == 200, 60, "liveness")
             create_pools(api, args.runners, args.concurrency)
@@ -642,9 +771,8 @@ async def run(  # noqa: PLR0915
                 "apiVersion": "helmhive.dev/v1alpha1",
                 "kind": "Profile",
                 "metadata": {"name": "bench"},
-                "spec": {"envelope": "implementation-probe", "purpose": "bench",
-                         "providerMappings": [{"provider": "anthropic", "model": MODEL}]},
-            }  # fmt: skip
+                "spec": BENCH_PROFILE_SPEC,
+            }
             (await admin.post(f"{GROUP_PATH}/namespaces/{NS}/profiles", json=profile)).raise_for_status()
 
             async def valid() -> bool:
@@ -662,16 +790,32 @@ async def run(  # noqa: PLR0915
             release = None
             if args.backlog:
                 pace += ", the operator stopped until every job exists"
-                release = Backlog(operator, workdir, env, args.profile)
+                release = Backlog(operator, workdir, env, args.profile, probe)
                 await release.stop()
                 cpu_before, rss_before = 0.0, (0, 0)
             profile_run = start_profile(operator.pid, args.profile) if args.profile and not args.backlog else None
             print(f"creating {args.jobs} jobs {pace} ...", flush=True)
+            sampler = asyncio.create_task(probe.run())
             result["burst"] = await burst(admin, jobs=args.jobs, limit=args.timeout, rate=args.rate, release=release)
+            sampler.cancel()
+            probe.samples.append(probe.sample())
+            first_at, last_at = result["burst"].pop("assigned_at")
+            if result["burst"]["assigned"]:
+                result["burst"]["cpu"] = cpu_window(probe.at(result["burst"]["started"]), probe.at(last_at),
+                                                    result["burst"]["assigned"])  # fmt: skip
+                name = min(result["burst"]["runner_of"])
+                routed = (await admin.get(f"{GROUP_PATH}/namespaces/{NS}/agentjobs/{name}")).json()
+                result["burst"]["routed_status_bytes"] = len(orjson.dumps(routed.get("status") or {}))
+            result["burst"].pop("runner_of")
+            result["ratios"] = ratios(result)
             if release is not None:
                 operator = release.operator
                 found = result["burst"]["backlog"] or {}
                 result["burst"]["backlog"] = {**found, **release.figures(found.get("first_assigned_seconds"))}
+                if result["burst"]["assigned"] > 1:
+                    # The routing alone: neither the client's creates nor the operator's start-up.
+                    result["burst"]["backlog"]["cpu"] = cpu_window(probe.at(first_at), probe.at(last_at),
+                                                                   result["burst"]["assigned"] - 1)  # fmt: skip
                 profile_run = release.profile_run
             stop_profile(profile_run)
             waiting_note = asyncio.create_task(note_while("waiting for every routing audit record", operator.pid))
@@ -732,6 +876,60 @@ async def run(  # noqa: PLR0915
     return result
 
 
+def cluster_pids(layout: StateLayout) -> dict[str, int]:
+    """The pids whose CPU the bench reads: this cluster's kube-apiserver and etcd (their pid records,
+    checked against the kernel's start time), and the bench process itself (client, watch, runners).
+    """
+    pids = {"bench client": os.getpid()}
+    for name in ("kube-apiserver", "etcd"):
+        record = read_record(layout.pids, name)
+        if record is None or not is_alive(record.pid, record.start_ticks):
+            raise SystemExit(f"no live {name} recorded in {layout.pids}")
+        pids[name] = record.pid
+    return pids
+
+
+CPU_COLUMNS = ("kube-apiserver", "etcd", "operator", "bench client")
+
+
+def ratios(result: dict[str, Any]) -> dict[str, float | None]:
+    """Routing throughput over the raw rates: the tiny patch (the issue's) and the like-for-like one."""
+    raw, b = result["raw"], result["burst"]
+    backlog = (b.get("backlog") or {}).get("jobs_per_second_first_to_last")
+    return {
+        "burst_to_raw": b["jobs_per_second"] / raw["parallel"],
+        "burst_to_like_router": b["jobs_per_second"] / raw["like_router"],
+        "backlog_to_raw": backlog / raw["parallel"] if backlog else None,
+        "backlog_to_like_router": backlog / raw["like_router"] if backlog else None,
+    }
+
+
+def render_cpu(result: dict[str, Any]) -> list[str]:
+    """The CPU table: each window's CPU per patch (raw phases) or per routed job, and the machine's busy cores."""
+    raw, b = result["raw"], result["burst"]
+    writers = raw["writers"]
+    rows = [
+        (f"raw tiny patches, {writers} in flight", raw["cpu"]["parallel"]),
+        ("raw tiny patches, one at a time", raw["cpu"]["sequential"]),
+        (f"raw patches like the router's, {writers} in flight", raw["cpu"]["like_router"]),
+        ("burst, first create to last assignment", b.get("cpu")),
+        ("backlog, first to last assignment", (b.get("backlog") or {}).get("cpu")),
+    ]
+    head = f"{'CPU ms per patch / per routed job':44}{'seconds':>8}{'count':>7}"
+    lines = [head + "".join(f"{c:>15}" for c in CPU_COLUMNS) + f"{'their cores':>12}{'busy cores':>12}"]
+    for label, window in rows:
+        if window is None:
+            continue
+        per = window["ms_per_item"]
+        cells = "".join(f"{per[c]:15.2f}" if c in per else f"{'-':>15}" for c in CPU_COLUMNS)
+        ours, busy = window.get("processes_cores") or 0, window["machine_busy_cores"] or 0
+        lines.append(f"{label:44}{window['seconds']:8.1f}{window['count']:7d}{cells}{ours:12.2f}{busy:12.2f}")
+    lines.append(f"(their cores: these processes' CPU over the window; busy cores: the whole machine's, of "
+                 f"{os.cpu_count()}, anyone's processes; the bench client is this process: its patches, its "
+                 "watch and the runners' heartbeats; -: not running over the whole window)")  # fmt: skip
+    return lines
+
+
 def render(result: dict[str, Any]) -> str:
     args, raw, b, writes = result["args"], result["raw"], result["burst"], Counter(result["writes"])
     jobs = max(1, b["assigned"])
@@ -754,8 +952,12 @@ def render(result: dict[str, Any]) -> str:
         f"in {b.get('audit_batches', 0)} RoutingDecisions records",
         f"jobs routed per second: {b['jobs_per_second']:.1f} overall, "
         f"{(b['steady_jobs_per_second'] or 0):.1f} between 10% and 90% assigned",
-        f"routing throughput / raw patch rate: {b['jobs_per_second'] / raw['parallel']:.3f} "
+        f"routing throughput / raw patch rate: {result['ratios']['burst_to_raw']:.3f} "
         f"(one status write per job at {args['qps']:g} QPS shared with audit records and events)",
+        f"raw status patches like the router's write (the binding, {MAX_CANDIDATES} candidate rows, the "
+        f"assignment, Routed/Ready; {raw['like_router_status_bytes']} B of status, a routed job's here "
+        f"{b.get('routed_status_bytes', 0)} B): {raw['like_router']:.0f}/s with {raw['writers']} in flight",
+        f"routing throughput / like-for-like patch rate: {result['ratios']['burst_to_like_router']:.3f}",
         "queue-to-assigned latency: p50 {queue_to_assigned_p50:.2f} s, p95 {queue_to_assigned_p95:.2f} s, "
         "max {queue_to_assigned_max:.2f} s (queue step p50 {queue_to_bound_p50:.2f} s; bound-to-assigned "
         "p50 {bound_to_assigned_p50:.2f} s, p95 {bound_to_assigned_p95:.2f} s)".format(**lat),
@@ -777,10 +979,12 @@ def render(result: dict[str, Any]) -> str:
             f"{backlog['operator_started_to_last_seconds']:.1f} s after it; jobs routed per second "
             f"{backlog['jobs_per_second_from_start']:.1f} from the start, "
             f"{backlog['jobs_per_second_first_to_last'] or 0:.1f} from the first assignment to the last "
-            f"(ratio to the raw rate {(backlog['jobs_per_second_first_to_last'] or 0) / raw['parallel']:.3f}); "
+            f"(ratio to the raw rate {result['ratios']['backlog_to_raw'] or 0:.3f}, "
+            f"to the like-for-like rate {result['ratios']['backlog_to_like_router'] or 0:.3f}); "
             f"operator CPU {backlog['cpu_seconds_before_first']:.1f} s before the first assignment "
             f"(start-up), {routing_cpu:.1f} s from it to the last ({1000 * routing_cpu / jobs:.1f} ms per job)"
         )
+    lines += render_cpu(result)
     if "idle" in result:
         idle = result["idle"]
         lines.append(
@@ -871,9 +1075,7 @@ def main() -> None:
     info = devcluster.start(binaries, layout.root, tie_to_parent=True)
     try:
         install(config.new_client_from_config(config_file=str(info.kubeconfig)))
-        apiserver = read_record(layout.pids, "kube-apiserver")
-        assert apiserver is not None
-        result = asyncio.run(run(args, info, layout, workdir))
+        result = asyncio.run(run(args, info, layout, workdir, CpuProbe(cluster_pids(layout))))
         print()
         print(render(result))
         if args.json:

@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,74 @@ def cpu_seconds(pid: int) -> float:
     """User plus system CPU time of a process (all its threads), in seconds."""
     after_name = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(after_name[11]) + int(after_name[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has been busy since boot, all cores (``/proc/stat``: all but idle and iowait)."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    """One reading: when (monotonic), the machine's busy seconds, and each live process's CPU seconds."""
+
+    at: float
+    machine: float
+    procs: dict[str, float]
+
+
+@dataclass
+class CpuProbe:
+    """CPU seconds of named processes (``pids``, changeable: an operator restarts) and of the whole machine.
+
+    ``samples`` fills while :meth:`run` runs, so a window known only afterwards (first to last
+    assignment) can still be read, interpolated between the readings around its ends.
+    """
+
+    pids: dict[str, int]
+    samples: list[CpuSample] = field(default_factory=list)
+
+    def sample(self) -> CpuSample:
+        procs = {}
+        for name, pid in self.pids.items():
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError, IndexError):
+                procs[name] = cpu_seconds(pid)
+        return CpuSample(at=time.monotonic(), machine=machine_busy_seconds(), procs=procs)
+
+    async def run(self, every: float = 0.25) -> None:
+        """Sample every ``every`` seconds until cancelled."""
+        while True:
+            self.samples.append(self.sample())
+            await asyncio.sleep(every)
+
+    def at(self, moment: float) -> CpuSample:
+        """The reading at ``moment``, linear between the samples around it (the nearest one outside them)."""
+        later = next((i for i, s in enumerate(self.samples) if s.at >= moment), None)
+        if later is None:
+            return self.samples[-1]
+        if later == 0:
+            return self.samples[0]
+        a, b = self.samples[later - 1], self.samples[later]
+        w = (moment - a.at) / (b.at - a.at) if b.at > a.at else 1.0
+        procs = {n: a.procs[n] + w * (b.procs[n] - a.procs[n]) for n in a.procs.keys() & b.procs.keys()}
+        return CpuSample(at=moment, machine=a.machine + w * (b.machine - a.machine), procs=procs)
+
+
+def cpu_window(before: CpuSample, after: CpuSample, count: int) -> dict[str, Any]:
+    """What a window cost: each process's CPU seconds and ms per item (``count`` patches or jobs), and cores:
+    the whole machine's busy ones (anyone's processes) and those of the processes read (``processes_cores``).
+    """
+    seconds = after.at - before.at
+    spent = {n: after.procs[n] - before.procs[n] for n in sorted(before.procs.keys() & after.procs.keys())}
+    return {
+        "seconds": seconds,
+        "count": count,
+        "cpu_seconds": spent,
+        "ms_per_item": {n: 1000 * v / count for n, v in spent.items()} if count else {},
+        "machine_busy_cores": (after.machine - before.machine) / seconds if seconds > 0 else None,
+        "processes_cores": sum(spent.values()) / seconds if seconds > 0 else None,
+    }
 
 
 def pool_names(n: int) -> list[str]:
