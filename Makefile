@@ -32,8 +32,8 @@ test: $(STAMP) lint
 
 lint: $(STAMP)
 	$(BIN)/helmhive crds check
-	$(BIN)/ruff check operator runner tests
-	$(BIN)/ruff format --check operator runner tests
+	$(BIN)/ruff check operator runner tests benchmarks
+	$(BIN)/ruff format --check operator runner tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
