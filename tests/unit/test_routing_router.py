@@ -222,3 +222,29 @@ async def test_durations_come_from_the_injected_monotonic_clock() -> None:
     r._wait(("team", "b"), waiting)  # still waiting: keeps when it started (no further clock read)
     assert r.waiting[("team", "b")].since == 900.0
     r._stop_waiting(("team", "b"))
+
+
+def test_a_runner_event_changes_the_topology_only_when_it_changes_what_routing_sees() -> None:
+    """A runner's periodic report (a new ``reportedAt``) leaves the cached runner views alone; a change
+    routing reads (a capability, its Schedulable condition), its first sight and its deletion do not."""
+    from test_routing_inputs import pool, runner_body
+
+    r = router()
+    r.pools = {"runners": [pool(namespace="runners", generation=1)]}
+    body = runner_body()
+    assert r.runner_view_changed(body, deleted=False), "first seen"
+    assert not r.runner_view_changed(body, deleted=False), "the same object again"
+    reported = runner_body()
+    reported["status"]["report"] |= {"reportedAt": "2026-06-01T12:00:30Z"}
+    assert not r.runner_view_changed(reported, deleted=False), "a report that changes nothing routing reads"
+    more = runner_body()
+    more["status"]["report"] |= {"capabilities": ["diff-review", "workspace-write"]}
+    assert r.runner_view_changed(more, deleted=False)
+    held = runner_body(conditions=[{"type": "Schedulable", "status": "False", "reason": "Held",
+                                    "lastTransitionTime": "2026-06-01T12:01:00Z"}])  # fmt: skip
+    assert r.runner_view_changed(held, deleted=False)
+    assert not r.runner_view_changed(held, deleted=False)
+    assert r.runner_view_changed(held, deleted=True), "gone"
+    assert r.runner_view_changed(held, deleted=False), "seen again after its deletion"
+    unreadable = {**held, "spec": {"poolRef": {}}}
+    assert r.runner_view_changed(unreadable, deleted=False), "an unusable spec drops it from the views"

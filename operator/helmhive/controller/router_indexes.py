@@ -4,7 +4,10 @@ Owns (:class:`RouterIndexes`, between :class:`~helmhive.controller.router_capaci
 and :class:`~helmhive.controller.router.Router`): the index stores the routing handlers fill
 (:mod:`helmhive.controller.routing` hands them over once, :meth:`RouterIndexes.bind`), the
 runner views per job namespace, cached until a runner, pool or namespace changes
-(:meth:`RouterIndexes.changed_topology`), and which provider a change's implementation ran on
+(:meth:`RouterIndexes.changed_topology`; a Runner event changes them only when it changes what
+routing sees of that runner, :meth:`RouterIndexes.runner_view_changed`: a runner's periodic
+report alone does not, so a fleet of 1,000 reporting runners does not rebuild the views over
+and over), and which provider a change's implementation ran on
 (the operator's AgentJob store, :class:`~helmhive.policy.job_store.JobStore`, or this process's
 own write, known before its watch event). Jobs are not in Kopf's indexes: an index on a kind
 with thousands of objects makes Kopf's start-up O(N²).
@@ -20,8 +23,8 @@ from typing import Any
 from helmhive.controller.router_capacity import Capacity
 from helmhive.policy.job_store import JobStore
 from helmhive.policy.memory import NamedMemoryRecord
-from helmhive.policy.routing import SessionBindingView
-from helmhive.policy.routing_inputs import PoolServing, RunnerFacts, build_runner_views
+from helmhive.policy.routing import RunnerKey, RunnerView, SessionBindingView
+from helmhive.policy.routing_inputs import PoolServing, RunnerFacts, build_runner_view, build_runner_views, parse_runner
 from helmhive.policy.routing_prepared import RunnerSet
 
 __all__ = ["RouterIndexes"]
@@ -43,6 +46,7 @@ class RouterIndexes(Capacity):
         self.implementations_written: dict[tuple[str, str, int], str] = {}  # (namespace, change, iteration) -> provider
         self.topology = 0  # bumped when runners, pools or namespaces change
         self._views: dict[str, tuple[int, RunnerSet]] = {}
+        self._runner_seen: dict[RunnerKey, RunnerView] = {}  # each runner's view when topology last took it in
 
     def bind(self, indexes: Mapping[str, Any]) -> None:
         """Take the Kopf indexes (the same objects for the operator's lifetime)."""
@@ -54,6 +58,28 @@ class RouterIndexes(Capacity):
 
     def changed_topology(self) -> None:
         self.topology += 1
+
+    def runner_view_changed(self, body: Mapping[str, Any], *, deleted: bool) -> bool:
+        """Whether a Runner event changes what routing sees of that runner (call after Kopf's index took it in).
+
+        Compares the runner's view (:func:`~helmhive.policy.routing_inputs.build_runner_view`, all a
+        decision reads of it) with its view when the cached views last took it in. The job's
+        namespace enters a view only through its pool (whose own events change the topology), so one
+        view per runner, built as if its pool served the job, tells. True when unsure: a runner seen
+        for the first time, gone, or unreadable.
+        """
+        meta = body.get("metadata") or {}
+        key: RunnerKey = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        facts = None if deleted else parse_runner(body)
+        if facts is None:
+            self._runner_seen.pop(key, None)
+            return True
+        pool = next((p for store in self.pools.values() for p in store if p.key == facts.pool_key), None)
+        view = build_runner_view(runner=facts, pool=pool, serves_namespace=True)
+        if self._runner_seen.get(key) == view:
+            return False
+        self._runner_seen[key] = view
+        return True
 
     def runner_views(self, namespace: str) -> RunnerSet:
         """Every runner as seen by a job in ``namespace`` (cached until runners, pools or namespaces change).

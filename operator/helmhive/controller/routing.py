@@ -105,8 +105,9 @@ def register(runtime: Runtime, router: Router | None = None) -> Router:
 
     # Event handlers run after the indexes took the same event in, so cached views are dropped in time.
     @kopf.on.event(GROUP, VERSION, "runners")
-    async def wake_on_runners(body: kopf.Body, **_: Any) -> None:
-        router.changed_topology()
+    async def wake_on_runners(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        if router.runner_view_changed(body, deleted=event.get("type") == "DELETED"):
+            router.changed_topology()
         router.observe_runner(body)
 
     @kopf.on.event(GROUP, VERSION, "runnerpools")
