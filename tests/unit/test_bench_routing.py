@@ -24,6 +24,7 @@ from bench_routing import (
     NS,
     build_like_router_status,
     like_router_patches,
+    synced_from_log,
     tiny_patch,
 )
 from bench_runners import CpuProbe, CpuSample, cpu_window, machine_busy_seconds
@@ -109,11 +110,26 @@ def test_the_probe_reads_this_process_and_the_machine_from_proc() -> None:
     before = probe.sample()
     after = before
     deadline = time.monotonic() + 10
-    while after.procs["bench client"] <= before.procs["bench client"] and time.monotonic() < deadline:
-        sum(i * i for i in range(100_000))  # burn CPU until the kernel has counted a tick of it
+    # Burn CPU until the kernel has counted it, for this process and for the machine: the two
+    # counters are updated separately (/proc/stat may lag the process's own by a tick).
+    while (
+        after.procs["bench client"] <= before.procs["bench client"] or after.machine <= before.machine
+    ) and time.monotonic() < deadline:
+        sum(i * i for i in range(100_000))
         after = probe.sample()
 
     assert "gone" not in before.procs  # a pid with no process is left out, not an error
     assert after.procs["bench client"] > before.procs["bench client"]
-    assert after.machine > before.machine > 0  # this process's tick is the machine's too
+    assert after.machine > before.machine > 0  # this process's ticks are the machine's too
     assert machine_busy_seconds() >= after.machine
+
+
+def test_the_restart_reads_the_store_sync_from_the_operators_own_log_line() -> None:
+    """Kopf caches probe answers for 10 s, so the benchmark falls back to the line the operator logs."""
+    line = (
+        '{"message": "agentjob store synced: 10000 jobs (20 pages, 10000 copies newer than the store\'s), '
+        '10000 holding a runner, 0 vanished, 19.4 s after start-up", "severity": "info"}'
+    )
+    relisted = '{"message": "agentjob store listed again: 3 jobs (1 pages, 0 copies newer than the store\'s)"}'
+    assert synced_from_log("other\n" + line + "\n" + relisted) == 19.4
+    assert synced_from_log(relisted) is None
