@@ -125,11 +125,15 @@ def test_a_binding_home_lives_as_long_as_its_binding(execution: ExecutionRig, cl
     def swept() -> bool:
         return not (restarted.rig.state_dir / "homes" / deleted).exists()
 
+    def removed() -> list[dict[str, Any]]:
+        return [
+            line
+            for line in restarted.proc.lines()
+            if line.get("message") == "removed the homes of deleted session bindings"
+        ]
+
     wait_for(swept, timeout=60, describe=f"the HOME of deleted binding {deleted} to be removed")
     assert _home(restarted, binding).is_dir()  # a binding that exists keeps its HOME
-    removed = [
-        line
-        for line in restarted.proc.lines()
-        if line.get("message") == "removed the homes of deleted session bindings"
-    ]
-    assert removed and removed[0]["bindings"] == [deleted]
+    # The line follows the removal: the directory can be gone before the test has read the line.
+    wait_for(lambda: bool(removed()), timeout=30, describe="the runner's line about the removed homes")
+    assert removed()[0]["bindings"] == [deleted]
