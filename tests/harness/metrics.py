@@ -14,12 +14,13 @@ label combinations exist yet::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-__all__ = ["Scrape", "scrape"]
+__all__ = ["Scrape", "parse_exposition", "scrape", "scrape_apiserver"]
 
 
 @dataclass(frozen=True)
@@ -41,13 +42,24 @@ class Scrape:
         return {s.labels[label] for s in self.samples if s.name == name and label in s.labels}
 
 
+def parse_exposition(text: str) -> Scrape:
+    """Parse a Prometheus text exposition."""
+    samples: list[Sample] = []
+    types: dict[str, str] = {}
+    for family in text_string_to_metric_families(text):
+        types[family.name] = family.type
+        samples.extend(family.samples)
+    return Scrape(samples=tuple(samples), types=types)
+
+
 def scrape(url: str, *, timeout: float = 10.0) -> Scrape:
     """GET ``url`` and parse it; raises on a connection error or a non-200 answer."""
     response = httpx.get(url, timeout=timeout)
     response.raise_for_status()
-    samples: list[Sample] = []
-    types: dict[str, str] = {}
-    for family in text_string_to_metric_families(response.text):
-        types[family.name] = family.type
-        samples.extend(family.samples)
-    return Scrape(samples=tuple(samples), types=types)
+    return parse_exposition(response.text)
+
+
+def scrape_apiserver(api: Any) -> Scrape:
+    """The API server's own ``/metrics``, read with ``api`` (a kubernetes ``ApiClient``: its credentials)."""
+    method, url, headers, body, _ = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    return parse_exposition(api.call_api(method, url, header_params=headers, body=body).read().decode())

@@ -8,12 +8,12 @@ the change (the reads are shared, never cached).
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Any
 
 from kubernetes import client
 
 from harness.kube import Kube
+from harness.metrics import scrape_apiserver
 from helmhive.api.kinds import kind_by_name
 from helmhive.controller.kube import Kube as OperatorKube
 from helmhive.controller.shared_reads import SharedReads
@@ -23,16 +23,9 @@ WORKSPACE = kind_by_name("Workspace")
 
 
 def _workspace_gets(api: client.ApiClient) -> int:
-    """The API server's count of GETs of workspaces, all of them."""
-    method, url, headers, body, _ = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
-    text = api.call_api(method, url, header_params=headers, body=body).read().decode()
-    total = 0
-    for line in text.splitlines():
-        if line.startswith("apiserver_request_total{"):
-            labels = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.rindex("}")]))
-            if labels.get("verb") == "GET" and labels.get("resource") == "workspaces" and not labels.get("subresource"):
-                total += int(float(line.rsplit(" ", 1)[1]))
-    return total
+    """The API server's count of GETs of workspaces (not of a subresource), all of them."""
+    series = scrape_apiserver(api).series("apiserver_request_total", verb="GET", resource="workspaces")
+    return int(sum(s.value for s in series if not s.labels.get("subresource")))
 
 
 def _workspace(name: str) -> dict[str, Any]:
