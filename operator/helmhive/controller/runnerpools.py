@@ -363,7 +363,7 @@ def register(runtime: Runtime, wakes: RunnerWakes) -> None:
     pool_wakes: dict[tuple[str, str], asyncio.Event] = {}
 
     @kopf.on.event(GROUP, VERSION, "runnerpools")
-    def pool_event(*, name: str, namespace: str | None, **_: Any) -> None:
+    async def pool_event(*, name: str, namespace: str | None, **_: Any) -> None:  # async: no thread hop
         wake = pool_wakes.get((namespace or "", name))
         if wake is not None:
             wake.set()

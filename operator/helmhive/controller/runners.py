@@ -334,9 +334,10 @@ def register(runtime: Runtime, wakes: RunnerWakes) -> None:
         for task in probes:
             task.cancel()
 
-    # Kopf hands each index to handlers as a keyword argument named by its id.
+    # Kopf hands each index to handlers as a keyword argument named by its id. These handlers are
+    # async although they never wait: Kopf runs a plain function in a thread, a hop per event.
     @kopf.index(GROUP, VERSION, "runners", id="runners_by_pool")
-    def runners_by_pool(*, body: kopf.Body, **_: Any) -> dict[tuple[str, str], ParsedRunner]:
+    async def runners_by_pool(*, body: kopf.Body, **_: Any) -> dict[tuple[str, str], ParsedRunner]:
         view = parse_runner_body(body)
         if view is None:
             # An empty dict drops the object from the index; None would keep its previous value.
@@ -348,7 +349,7 @@ def register(runtime: Runtime, wakes: RunnerWakes) -> None:
     digest_seen: dict[tuple[str, str], tuple[str | None, dt.datetime]] = {}
 
     @kopf.index("coordination.k8s.io", "v1", "leases", id="runner_leases", labels={RUNNER_LABEL: kopf.PRESENT})
-    def runner_leases(
+    async def runner_leases(
         *, name: str, namespace: str | None, spec: kopf.Spec, annotations: kopf.Annotations, **_: Any
     ) -> dict[tuple[str, str], LeaseView]:
         key = (namespace or "", name)
@@ -360,13 +361,15 @@ def register(runtime: Runtime, wakes: RunnerWakes) -> None:
 
     # Events run after the indexes have taken the same event in, so a woken loop reads the new state.
     @kopf.on.event(GROUP, VERSION, "runners")
-    def runner_event(*, event: kopf.RawEvent, body: kopf.Body, name: str, namespace: str | None, **_: Any) -> None:
+    async def runner_event(
+        *, event: kopf.RawEvent, body: kopf.Body, name: str, namespace: str | None, **_: Any
+    ) -> None:
         pool = ((body.get("spec") or {}).get("poolRef") or {}).get("name")
         deleted = event.get("type") == "DELETED"
         wakes.runner_changed(namespace=namespace or "", name=name, pool=None if deleted or not pool else str(pool))
 
     @kopf.on.event("coordination.k8s.io", "v1", "leases", labels={RUNNER_LABEL: kopf.PRESENT})
-    def lease_event(
+    async def lease_event(
         *,
         event: kopf.RawEvent,
         name: str,
