@@ -39,14 +39,12 @@ builders (:mod:`~helmhive.policy.routing_status`).
 from __future__ import annotations
 
 import datetime as dt
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 from helmhive.api.job import ProfileBinding
 from helmhive.api.reasons import Reason
 from helmhive.policy.routing_candidates import (
-    _CAPACITY,
-    _ELIGIBLE,
-    _NO_FREE_CONCURRENCY,
     _override,
     _Result,
     _table,
@@ -145,27 +143,25 @@ def decide_route(
     # One result per runner key (the input order does not matter: every ordering below ends on
     # the runner's namespace and name). Only free concurrency is checked here; the rest is static.
     results: dict[RunnerKey, _Result] = {}
-    eligible: dict[int, list[RunnerView]] = {}
+    eligible: defaultdict[int, list[RunnerView]] = defaultdict(list)
     blocked: set[RunnerKey] = set()
+    active = active_jobs.get
     for entry in checks.entries:
         if len(entry) == 8:  # rejected before any option: a fixed result
             results[entry[2], entry[3]] = entry
             continue
-        key, runner, allowed, closest = entry
-        if closest is not None:  # no option's model: its closest result
-            results[key] = closest
+        key, runner, positions, free, full = entry
+        if not positions:  # no option's model: its closest result
+            results[key] = free
             continue
-        first, model = allowed[0]
-        if active_jobs.get(key, 0) < runner.concurrency:
-            for option, _ in allowed:
-                eligible.setdefault(option.position, []).append(runner)
-            results[key] = (_ELIGIBLE, first.position, runner.namespace, runner.name, "", first, model, runner)
+        if active(key, 0) < runner.concurrency:
+            for position in positions:
+                eligible[position].append(runner)
+            results[key] = free
         else:
             if runner.concurrency > 0:
                 blocked.add(key)
-            results[key] = (
-                _CAPACITY, first.position, runner.namespace, runner.name, _NO_FREE_CONCURRENCY, first, model, runner
-            )  # fmt: skip
+            results[key] = full
     held = checks.held
 
     if eligible:

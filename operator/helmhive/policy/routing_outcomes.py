@@ -81,8 +81,18 @@ def _assigned(
         holds = (runner.namespace, runner.name, runner.provider, runner.credential_generation) in held
         return (0 if holds else 1, _load(runner, active_jobs.get(runner.key, 0)), runner.namespace, runner.name)
 
-    # Ranks are unique per runner key, so min() over the tuples never compares two runners.
-    win_rank, winner = min(((rank(r), r) for r in eligible[position]), key=_first)
+    runners = eligible[position]
+    if held:
+        # Ranks are unique per runner key, so min() over the tuples never compares two runners.
+        win_rank, winner = min(((rank(r), r) for r in runners), key=_first)
+    else:
+        # No runner holds a binding: every rank is (1, load, namespace, name), compared in C
+        # without a call per runner. An eligible runner has a free slot, so concurrency > 0.
+        get = active_jobs.get
+        load, namespace, name, index = min(
+            [(get(r.key, 0) / r.concurrency, r.namespace, r.name, i) for i, r in enumerate(runners)]
+        )
+        winner, win_rank = runners[index], (1, load, namespace, name)
     model = option.model if option.model is not None else winner.default_model
     assert model is not None  # eligibility checked the runner's default
     choice = RouteChoice(

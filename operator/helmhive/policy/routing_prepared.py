@@ -20,9 +20,12 @@ from typing import overload
 
 from helmhive.api.reasons import Reason
 from helmhive.policy.routing_candidates import (
+    _CAPACITY,
+    _ELIGIBLE,
     _MODEL,
     _MODEL_NOT_ADVERTISED,
     _NO_DEFAULT_MODEL,
+    _NO_FREE_CONCURRENCY,
     _NO_POSITION,
     _Result,
     _runner_check,
@@ -37,9 +40,11 @@ _KEPT = 16  # requirements remembered per fleet (a burst usually has one or two 
 Requirement = tuple[tuple[RouteOption, ...], tuple[str, ...], tuple[tuple[str, str], ...]]
 """(the job's options in order, its required capabilities in order, its required labels sorted)."""
 
-Passing = tuple[RunnerKey, RunnerView, tuple[tuple[RouteOption, str], ...], "_Result | None"]
-"""A runner that passes every runner-level check: (key, view, the options its models allow with the
-model each runs, in position order; its closest result when no option is allowed, else None)."""
+Passing = tuple[RunnerKey, RunnerView, tuple[int, ...], _Result, _Result]
+"""A runner that passes every runner-level check: (key, view, the positions of the options its
+models allow, in order; then its table row with a free slot and its row without one, built once
+here since only the load decides between them). When no option is allowed: no positions, and its
+closest result twice."""
 
 
 class StaticChecks:
@@ -98,7 +103,14 @@ def build_static_checks(runners: Sequence[RunnerView], requirement: Requirement)
             elif closest is None:
                 reason = _NO_DEFAULT_MODEL
                 closest = (_MODEL, option.position, runner.namespace, runner.name, reason, option, None, runner)
-        entries.append((key, runner, tuple(allowed), None if allowed else closest))
+        if not allowed:
+            assert closest is not None  # each option of the runner's provider was allowed or set it
+            entries.append((key, runner, (), closest, closest))
+            continue
+        first, model = allowed[0]
+        free = (_ELIGIBLE, first.position, runner.namespace, runner.name, "", first, model, runner)
+        full = (_CAPACITY, first.position, runner.namespace, runner.name, _NO_FREE_CONCURRENCY, first, model, runner)
+        entries.append((key, runner, tuple(option.position for option, _ in allowed), free, full))
     return StaticChecks(entries, frozenset(held))
 
 
