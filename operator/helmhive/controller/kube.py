@@ -46,6 +46,7 @@ from helmhive.api.kinds import GROUP, VERSION, KindDef
 from helmhive.api.kubeerrors import Conflict, Forbidden, Invalid, KubeError, NotFound, Unavailable
 from helmhive.controller.metrics import record_api_write
 from helmhive.kubeclient import API_CONNECTIONS, NETWORK_ERRORS, load_api_client, translate_api_error
+from helmhive.policy.timestamps import format_timestamp
 
 __all__ = [
     "API_CONNECTIONS",
@@ -499,32 +500,39 @@ class Kube:
         """Create a core/v1 Event about ``involved`` and return its name; best-effort (None on an error)."""
         meta = involved.get("metadata", {})
         namespace = meta.get("namespace") or "default"
-        body = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{meta.get('name', 'helmhive')}.", namespace=namespace),
-            involved_object=client.V1ObjectReference(
-                api_version=involved.get("apiVersion"),
-                kind=involved.get("kind"),
-                name=meta.get("name"),
-                namespace=meta.get("namespace"),
-                uid=meta.get("uid"),
-            ),
-            reason=reason,
-            message=message[:1024],
-            type=event_type,
-            source=client.V1EventSource(component=component),
-            first_timestamp=now,
-            last_timestamp=now,
-            count=count,
-        )
-        try:
-            created: Any = await self._write("Event", "create", self.core.create_namespaced_event, namespace, body)
+        reference = {
+            "apiVersion": involved.get("apiVersion"),
+            "kind": involved.get("kind"),
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+        }
+        stamp = format_timestamp(now)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name', 'helmhive')}.", "namespace": namespace},
+            "involvedObject": {k: v for k, v in reference.items() if v is not None},
+            "reason": reason,
+            "message": message[:1024],
+            "type": event_type,
+            "source": {"component": component},
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": count,
+        }
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/events"
+        try:  # plain JSON, not the generated client: its models cost ≈ 200 us of CPU per Event
+            created = await self._json_write("Event", "create", "POST", path, body)
         except KubeError:
             return None
-        return str(created.metadata.name) if getattr(created, "metadata", None) is not None else None
+        name = (created.get("metadata") or {}).get("name")
+        return str(name) if name else None
 
     async def patch_event_series(
         self, name: str, *, namespace: str, count: int, message: str, now: dt.datetime
     ) -> None:
         """Raise an Event's ``count`` and ``lastTimestamp`` (as client-go's correlator does); raises KubeError."""
-        patch = {"count": count, "lastTimestamp": now.isoformat().replace("+00:00", "Z"), "message": message[:1024]}
-        await self._write("Event", "patch", self.core.patch_namespaced_event, name, namespace, patch)
+        patch = {"count": count, "lastTimestamp": format_timestamp(now), "message": message[:1024]}
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/events/{quote(name, safe='')}"
+        await self._json_write("Event", "patch", "PATCH", path, patch, content_type=_MERGE_PATCH)
