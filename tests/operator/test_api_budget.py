@@ -40,7 +40,6 @@ one run each, old code at a182cfa: docs/performance.md):
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -54,6 +53,7 @@ from kubernetes.client.rest import ApiException
 from simulated_runner import GROUP, VERSION
 
 from harness.kube import IdentityFactory, Kube
+from harness.metrics import scrape_apiserver
 from harness.operator import OperatorProcess
 from harness.wait import wait_for
 
@@ -78,20 +78,16 @@ Key = tuple[str, str]  # (verb, resource[/subresource])
 
 def scrape(api: client.ApiClient) -> Counter[Key]:
     """``apiserver_request_total`` for group helmhive.dev and core events, by (verb, resource[/sub])."""
-    method, url, headers, body, _ = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
-    response = api.call_api(method, url, header_params=headers, body=body)
     counts: Counter[Key] = Counter()
-    for line in response.read().decode().splitlines():
-        if not line.startswith("apiserver_request_total{"):
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.rindex("}")]))
+    for sample in scrape_apiserver(api).series("apiserver_request_total"):
+        labels = sample.labels
         group, resource = labels.get("group", ""), labels.get("resource", "")
         if not (group == GROUP or (group == "" and resource == "events")):
             continue
         if labels.get("verb") not in READ_VERBS | WRITE_VERBS:
             continue
         sub = labels.get("subresource", "")
-        counts[(labels["verb"], f"{resource}/{sub}" if sub else resource)] += int(float(line.rsplit(" ", 1)[1]))
+        counts[(labels["verb"], f"{resource}/{sub}" if sub else resource)] += int(sample.value)
     return counts
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import time
 
 from harness import wait_for
+from harness.metrics import scrape_apiserver
 from helmhive.api.runner import REPORT_DIGEST_ANNOTATION, RunnerReport, build_report_digest
 
 from .program_harness import CANARY, RunnerRig, reference_runner_json
@@ -91,18 +91,10 @@ def test_report_is_not_written_per_heartbeat(rig: RunnerRig) -> None:
 
 def _report_writes(rig: RunnerRig) -> int:
     """Writes to ``runners/status`` the API server has counted (``apiserver_request_total``)."""
-    api = rig.kube.api_client
-    method, url, headers, body, _ = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
-    total = 0
-    for line in api.call_api(method, url, header_params=headers, body=body).read().decode().splitlines():
-        if not line.startswith("apiserver_request_total{"):
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.rindex("}")]))
-        if (labels.get("resource"), labels.get("subresource")) != ("runners", "status"):
-            continue
-        if labels.get("verb") in {"PATCH", "APPLY", "PUT", "POST"}:
-            total += int(float(line.rsplit(" ", 1)[1]))
-    return total
+    series = scrape_apiserver(rig.kube.api_client).series(
+        "apiserver_request_total", resource="runners", subresource="status"
+    )
+    return int(sum(s.value for s in series if s.labels.get("verb") in {"PATCH", "APPLY", "PUT", "POST"}))
 
 
 def test_every_renewal_carries_the_digest_and_the_report_is_written_only_when_it_changes(rig: RunnerRig) -> None:
