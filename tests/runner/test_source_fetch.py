@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from pydantic import SecretStr
@@ -314,13 +315,13 @@ def test_a_commit_that_does_not_exist(jobs: Jobs, repo: GitRepo, server: GitDaem
 
 
 def test_a_server_that_is_down(jobs: Jobs, repo: GitRepo, server: GitDaemon | GitHttpServer) -> None:
-    url = server.url_for(repo)
-    server.stop()
-    # Hold the freed port (bound, not listening) so no other server of a parallel test can take it
-    # and serve the same deterministic repository there: a connection to it is refused.
+    # The server's own URL, moved to a port this test holds bound and not listening: a connection
+    # to it is refused, and no server of a parallel test can take it. (Re-binding the server's port
+    # after stopping it raced with the daemon's exit: EADDRINUSE.)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
-        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        held.bind(("127.0.0.1", server.port))
+        held.bind(("127.0.0.1", 0))
+        url = urlsplit(server.url_for(repo))._replace(netloc=f"127.0.0.1:{held.getsockname()[1]}").geturl()
+        server.stop()
         error = jobs.fails(url, repo.head)
     assert error.reason is Reason.SOURCE_UNAVAILABLE
 
