@@ -224,6 +224,34 @@ async def test_durations_come_from_the_injected_monotonic_clock() -> None:
     r._stop_waiting(("team", "b"))
 
 
+def test_a_runner_event_is_parsed_once_for_the_index_the_views_and_the_wake_ups() -> None:
+    """The routing index and the event handler read one parse per resourceVersion; a new version, or a
+    runner deleted and created again, is parsed anew."""
+    import copy
+
+    from test_routing_inputs import runner_body
+
+    r = router()
+    body = runner_body()
+    body["metadata"]["resourceVersion"] = "7"
+    first = r.runner_facts(body)
+    assert first is not None and first.schedulable is True
+    assert r.runner_facts(copy.deepcopy(body)) is first, "the same version is not parsed again"
+    held = runner_body(conditions=[{"type": "Schedulable", "status": "False", "reason": "Held",
+                                    "lastTransitionTime": "2026-06-01T12:01:00Z"}])  # fmt: skip
+    held["metadata"]["resourceVersion"] = "8"
+    second = r.runner_facts(held)
+    assert second is not None and (second.schedulable, second.schedulable_reason) == (False, "Held")
+    r.observe_runner(held)
+    assert r.schedulable == {("runners", "p-0"): False}
+    r.forget_runner(("runners", "p-0"))
+    assert r.schedulable == {}, "a deleted runner's schedulability goes with it"
+    again = r.runner_facts(held)
+    assert again is not second and again == second, "parsed anew after the deletion"
+    unversioned = runner_body()
+    assert r.runner_facts(unversioned) is not r.runner_facts(unversioned), "no version: nothing to key a cache on"
+
+
 def test_a_runner_event_changes_the_topology_only_when_it_changes_what_routing_sees() -> None:
     """A runner's periodic report (a new ``reportedAt``) leaves the cached runner views alone; a change
     routing reads (a capability, its Schedulable condition), its first sight and its deletion do not."""

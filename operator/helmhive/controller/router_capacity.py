@@ -14,7 +14,9 @@ Owns, for one operator process (:class:`Capacity`, the base of
   monotonic clock) and its backoff timer;
 - **wake-ups**: each freed slot re-decides the job that has waited longest for that runner, a
   different job per slot; a woken job that does not take the slot hands it on. A runner that
-  becomes schedulable re-decides every waiting job.
+  becomes schedulable re-decides every waiting job;
+- **each runner's parsed facts** (:meth:`Capacity.runner_facts`), kept for its resourceVersion, so
+  a Runner event is parsed once for the index, the views and the wake-ups.
 
 Nothing here talks to the API server or decides a route; the router does both.
 """
@@ -28,7 +30,7 @@ from typing import Any
 
 from helmhive.controller.router_queue import WorkQueue
 from helmhive.policy.routing import RouteOutcome, RoutingDecision, RunnerKey
-from helmhive.policy.routing_inputs import parse_runner
+from helmhive.policy.routing_inputs import RunnerFacts, parse_runner
 
 __all__ = ["Capacity", "JobKey"]
 
@@ -57,10 +59,32 @@ class Capacity(WorkQueue):
         self.waiting: dict[JobKey, _Waiting] = {}
         self.holding: dict[JobKey, RunnerKey] = {}
         self.schedulable: dict[RunnerKey, bool] = {}
+        self._facts: dict[RunnerKey, tuple[str, RunnerFacts | None]] = {}  # (resourceVersion, parsed)
+
+    def runner_facts(self, body: Mapping[str, Any]) -> RunnerFacts | None:
+        """The Runner ``body`` parsed (:func:`~helmhive.policy.routing_inputs.parse_runner`), once per resourceVersion.
+
+        Kopf hands the same event to the routing index and then to the event handler; both read it here.
+        """
+        meta = body.get("metadata") or {}
+        key: RunnerKey = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        version = str(meta.get("resourceVersion") or "")
+        cached = self._facts.get(key)
+        if version and cached is not None and cached[0] == version:
+            return cached[1]
+        facts = parse_runner(body)
+        if version:
+            self._facts[key] = (version, facts)
+        return facts
+
+    def forget_runner(self, key: RunnerKey) -> None:
+        """A deleted runner's parsed facts and schedulability go with it (one that comes back is new)."""
+        self._facts.pop(key, None)
+        self.schedulable.pop(key, None)
 
     def observe_runner(self, body: Mapping[str, Any]) -> None:
         """A runner that becomes schedulable may take waiting jobs: re-decide them now."""
-        facts = parse_runner(body)
+        facts = self.runner_facts(body)
         if facts is None:
             return
         now_schedulable = facts.schedulable is True

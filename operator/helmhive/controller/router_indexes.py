@@ -24,7 +24,7 @@ from helmhive.controller.router_capacity import Capacity
 from helmhive.policy.job_store import JobStore
 from helmhive.policy.memory import NamedMemoryRecord
 from helmhive.policy.routing import RunnerKey, RunnerView, SessionBindingView
-from helmhive.policy.routing_inputs import PoolServing, RunnerFacts, build_runner_view, build_runner_views, parse_runner
+from helmhive.policy.routing_inputs import PoolServing, RunnerFacts, build_runner_view, build_runner_views
 from helmhive.policy.routing_prepared import RunnerSet
 
 __all__ = ["RouterIndexes"]
@@ -70,7 +70,9 @@ class RouterIndexes(Capacity):
         """
         meta = body.get("metadata") or {}
         key: RunnerKey = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        facts = None if deleted else parse_runner(body)
+        if deleted:
+            self.forget_runner(key)
+        facts = None if deleted else self.runner_facts(body)
         if facts is None:
             self._runner_seen.pop(key, None)
             return True

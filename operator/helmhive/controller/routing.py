@@ -38,7 +38,6 @@ from helmhive.policy.routing_inputs import (
     RunnerFacts,
     parse_memory_record,
     parse_pool,
-    parse_runner,
     parse_session_binding,
 )
 
@@ -76,7 +75,7 @@ def register(runtime: Runtime, router: Router | None = None) -> Router:
     # values when its index function returns None (a finished job would hold its slot forever).
     @kopf.index(GROUP, VERSION, "runners", id="routing_runners")
     async def routing_runners(body: kopf.Body, **_: Any) -> dict[str, RunnerFacts]:
-        facts = parse_runner(body)
+        facts = router.runner_facts(body)  # parsed once: the event handler below reads the same facts
         return {facts.namespace: facts} if facts is not None else {}
 
     @kopf.index(GROUP, VERSION, "runnerpools", id="routing_pools")
@@ -106,9 +105,11 @@ def register(runtime: Runtime, router: Router | None = None) -> Router:
     # Event handlers run after the indexes took the same event in, so cached views are dropped in time.
     @kopf.on.event(GROUP, VERSION, "runners")
     async def wake_on_runners(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        if router.runner_view_changed(body, deleted=event.get("type") == "DELETED"):
+        deleted = event.get("type") == "DELETED"
+        if router.runner_view_changed(body, deleted=deleted):
             router.changed_topology()
-        router.observe_runner(body)
+        if not deleted:
+            router.observe_runner(body)
 
     @kopf.on.event(GROUP, VERSION, "runnerpools")
     async def pools_changed(**_: Any) -> None:
