@@ -3,16 +3,20 @@
 Owns loading an ``ApiClient`` (:func:`load_api_client`) and translating whatever a call through
 the ``kubernetes`` client raises into the one error tree of :mod:`helmhive.api.kubeerrors`
 (:func:`translate_api_error`): an answer by its HTTP status, no answer at all (a timeout, a
-refused or reset connection) as ``Unavailable``. The other doors -- ``helmhive.controller.kube``
-(the operator), ``helmhive.cli.kubeapi`` (the CLI), ``helmhive.runner.kube`` (the runner) and
-``helmhive.devcluster.localpod`` (the dev cluster's stand-in kubelet) -- build on it; nothing
-else in ``helmhive`` imports ``kubernetes`` (an import-linter contract and
-``tests/unit/test_layering.py`` enforce it).
+refused or reset connection) as ``Unavailable``. A client it loads reads its credentials again
+at most once a second (:func:`throttle_credential_refresh`), for every door built on it.
+
+The other doors -- ``helmhive.controller.kube`` (the operator), ``helmhive.cli.kubeapi`` (the
+CLI), ``helmhive.runner.kube`` (the runner) and ``helmhive.devcluster.localpod`` (the dev
+cluster's stand-in kubelet) -- build on it; nothing else in ``helmhive`` imports ``kubernetes``
+(an import-linter contract and ``tests/unit/test_layering.py`` enforce it).
 """
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from typing import Any
 
 import urllib3
@@ -32,6 +36,7 @@ from helmhive.api.kubeerrors import (
 
 __all__ = [
     "API_CONNECTIONS",
+    "CREDENTIAL_REFRESH_SECONDS",
     "NETWORK_ERRORS",
     "Conflict",
     "Forbidden",
@@ -40,11 +45,17 @@ __all__ = [
     "NotFound",
     "Unavailable",
     "load_api_client",
+    "throttle_credential_refresh",
     "translate_api_error",
 ]
 
 API_CONNECTIONS = 32
 """Connections kept per API client: as many as the operator's API threads, so none is discarded."""
+
+CREDENTIAL_REFRESH_SECONDS = 1.0
+"""How often a loaded client runs its credential refresh hook at most. The kubeconfig loader's hook
+reloads the whole kubeconfig on every request (≈ 45 µs of CPU); a rotated token is used at most
+this much later."""
 
 NETWORK_ERRORS: tuple[type[BaseException], ...] = (ApiException, urllib3.exceptions.HTTPError, OSError)
 """What a call through the client raises when it fails: catch these, then :func:`translate_api_error`."""
@@ -63,6 +74,40 @@ def translate_api_error(exc: BaseException) -> KubeError:
     return build_unavailable(exc)
 
 
+class _ThrottledRefresh:
+    """A configuration's refresh hook that runs at most once per ``every`` seconds of ``monotonic``.
+
+    A hook that fails is not counted as a refresh: the next request runs it again. Threads may
+    race at the boundary and both run it, as every request did before.
+    """
+
+    def __init__(self, hook: Callable[[Any], None], *, every: float, monotonic: Callable[[], float]) -> None:
+        self.hook = hook
+        self.every = every
+        self.monotonic = monotonic
+        self.refreshed_at: float | None = None
+
+    def __call__(self, configuration: Any) -> None:
+        now = self.monotonic()
+        last = self.refreshed_at
+        if last is not None and 0 <= now - last < self.every:
+            return
+        self.hook(configuration)
+        self.refreshed_at = now
+
+
+def throttle_credential_refresh(
+    configuration: Any,
+    *,
+    every: float = CREDENTIAL_REFRESH_SECONDS,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> None:
+    """Make ``configuration``'s credential refresh hook (if it has one) run at most once per ``every`` seconds."""
+    hook = configuration.refresh_api_key_hook
+    if hook is not None and not isinstance(hook, _ThrottledRefresh):
+        configuration.refresh_api_key_hook = _ThrottledRefresh(hook, every=every, monotonic=monotonic)
+
+
 def load_api_client(kubeconfig: str | None = None, *, connections: int = API_CONNECTIONS) -> Any:
     """An ApiClient from ``kubeconfig`` (or ``$KUBECONFIG``), else the pod's in-cluster identity."""
     path = kubeconfig or os.environ.get("KUBECONFIG")
@@ -72,4 +117,5 @@ def load_api_client(kubeconfig: str | None = None, *, connections: int = API_CON
     else:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     configuration.connection_pool_maxsize = connections
+    throttle_credential_refresh(configuration)
     return client.ApiClient(configuration)

@@ -1,9 +1,11 @@
-"""The operator's door reads its credential headers at most once a second, and a refreshed token still
-reaches the API server within that second (:meth:`helmhive.controller.kube.Kube.auth_headers`).
+"""A loaded client reads its credentials at most once a second, and a refreshed token still reaches the
+API server within that second (:func:`helmhive.kubeclient.throttle_credential_refresh`).
 
-Two real ServiceAccount tokens; the API server itself says who each request authenticated as
-(a SelfSubjectReview). The refresh hook is the kubernetes client's own mechanism, as its
-kubeconfig loader installs one; here it hands out whichever token the test made current.
+Both kinds of request share it: the operator's plain JSON requests (:meth:`Kube.request`) and the
+generated client's calls, which the runner's door makes. Two real ServiceAccount tokens; the API
+server itself says who each request authenticated as (a SelfSubjectReview). The refresh hook is
+the kubernetes client's own mechanism, as its kubeconfig loader installs one; here it hands out
+whichever token the test made current.
 """
 
 from __future__ import annotations
@@ -11,20 +13,28 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from kubernetes import client
 
 from harness.identity import Identity
 from harness.kube import IdentityFactory
-from helmhive.controller.kube import AUTH_HEADERS_TTL_SECONDS, Kube
+from helmhive.controller.kube import Kube
+from helmhive.kubeclient import CREDENTIAL_REFRESH_SECONDS, throttle_credential_refresh
 
 REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+REVIEW_BODY = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
 
 
 def _who(kube: Kube) -> str:
-    """The username the API server authenticated this request as."""
-    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
-    response = kube.request("POST", REVIEW, body)
+    """The username the API server authenticated this plain JSON request as (the operator's door)."""
+    response = kube.request("POST", REVIEW, REVIEW_BODY)
     assert response.status == 201, response.data
     return str(orjson.loads(response.data)["status"]["userInfo"]["username"])
+
+
+def _who_generated(api: Any) -> str:
+    """The username the API server authenticated this generated-client call as (the runner's door)."""
+    review = client.AuthenticationV1Api(api).create_self_subject_review(REVIEW_BODY)
+    return str(review.status.user_info.username)
 
 
 def test_the_token_is_read_once_a_second_and_a_refreshed_one_is_used_after_it(
@@ -42,16 +52,48 @@ def test_the_token_is_read_once_a_second_and_a_refreshed_one_is_used_after_it(
 
     api.configuration.refresh_api_key_hook = refresh
     now = [100.0]
-    kube = Kube(api, monotonic=lambda: now[0])
+    throttle_credential_refresh(api.configuration, monotonic=lambda: now[0])
+    throttled = api.configuration.refresh_api_key_hook
+    throttle_credential_refresh(api.configuration, monotonic=lambda: now[0])
+    assert api.configuration.refresh_api_key_hook is throttled, "throttling twice does not wrap twice"
+    kube = Kube(api)
 
-    assert [_who(kube) for _ in range(10)] == [first.username] * 10
-    assert len(reads) == 1, "ten requests within the second read the credentials once"
+    assert [_who(kube) for _ in range(5)] + [_who_generated(api) for _ in range(5)] == [first.username] * 10
+    assert len(reads) == 1, "ten requests within the second, of both kinds, read the credentials once"
 
-    current["token"] = second.token  # rotated: the cached headers still carry the first token
-    now[0] += AUTH_HEADERS_TTL_SECONDS / 2
-    assert _who(kube) == first.username
+    current["token"] = second.token  # rotated: the client still holds the first token
+    now[0] += CREDENTIAL_REFRESH_SECONDS / 2
+    assert (_who(kube), _who_generated(api)) == (first.username, first.username)
     assert len(reads) == 1
 
-    now[0] += AUTH_HEADERS_TTL_SECONDS  # past the second: the next request reads the new token
+    now[0] += CREDENTIAL_REFRESH_SECONDS  # past the second: the next request reads the new token
+    assert _who_generated(api) == second.username
     assert _who(kube) == second.username
     assert len(reads) == 2
+
+
+def test_a_refresh_that_fails_is_tried_again_on_the_next_request(
+    namespace: str, service_account_identity: IdentityFactory
+) -> None:
+    identity: Identity = service_account_identity(namespace, "flaky")
+    api = identity.api_client()
+    calls: list[bool] = []
+
+    def refresh(configuration: Any) -> None:
+        calls.append(True)
+        if len(calls) == 1:
+            raise OSError("the credential plugin is not answering")
+        configuration.api_key = {"BearerToken": f"Bearer {identity.token}"}
+
+    api.configuration.refresh_api_key_hook = refresh
+    throttle_credential_refresh(api.configuration, monotonic=lambda: 100.0)
+    kube = Kube(api)
+    try:
+        _who(kube)
+    except OSError as exc:
+        assert "not answering" in str(exc)
+    else:
+        raise AssertionError("the first refresh failed, so the first request must fail")
+    assert _who(kube) == identity.username, "the clock did not move, yet the failed refresh was retried"
+    assert _who(kube) == identity.username
+    assert len(calls) == 2

@@ -1,7 +1,7 @@
 """A watch stream through the operator's ``Kube`` door: one streaming GET, its events as dicts.
 
 Owns :class:`WatchStream`: a ``?watch=1`` request on the same connection pool, TLS and
-credentials as every other call (:meth:`helmhive.controller.kube.Kube.request`), read in a
+credentials as every other call (:meth:`helmhive.controller.kube_json.JsonKube.request`), read in a
 thread of its own (the stream holds it for minutes; the API threads stay free for routing),
 split into lines and decoded there, and handed to the event loop. The stream ends when the
 server closes it (its ``timeoutSeconds``), and raises the error tree of

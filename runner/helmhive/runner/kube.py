@@ -33,8 +33,9 @@ from typing import Any, TypeVar, cast
 from kubernetes import client, watch
 
 from helmhive.api.kinds import API_VERSION, GROUP, VERSION
-from helmhive.api.kubeerrors import MAX_MESSAGE, Conflict, Forbidden, Invalid, KubeError, NotFound, Unavailable
+from helmhive.api.kubeerrors import Conflict, Forbidden, Invalid, KubeError, NotFound, Unavailable
 from helmhive.kubeclient import NETWORK_ERRORS, load_api_client, translate_api_error
+from helmhive.policy.events import build_event
 
 __all__ = [
     "FIELD_MANAGER",
@@ -361,22 +362,13 @@ class RunnerKube:
     ) -> bool:
         """Create a core/v1 Event about ``runner`` (its own Runner, or a job of ``kind``); best effort."""
         meta = runner.get("metadata", {})
-        body = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{meta.get('name', 'runner')}.", namespace=self.namespace),
-            involved_object=client.V1ObjectReference(
-                api_version=API_VERSION,
-                kind=kind,
-                name=meta.get("name"),
-                namespace=self.namespace,
-                uid=meta.get("uid"),
-            ),
-            reason=reason,
-            message=message[:MAX_MESSAGE],
-            type=event_type,
-            source=client.V1EventSource(component=FIELD_MANAGER),
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
+        involved = {
+            "apiVersion": API_VERSION,
+            "kind": kind,
+            "metadata": {"name": meta.get("name"), "namespace": self.namespace, "uid": meta.get("uid")},
+        }
+        body = build_event(
+            involved, reason=reason, message=message, now=now, component=FIELD_MANAGER, event_type=event_type
         )
         try:
             await self._call(self._core.create_namespaced_event, self.namespace, body)
