@@ -30,7 +30,7 @@ from typing import Any
 
 from helmhive.controller.router_queue import WorkQueue
 from helmhive.policy.routing import RouteOutcome, RoutingDecision, RunnerKey
-from helmhive.policy.routing_inputs import RunnerFacts, parse_runner
+from helmhive.policy.routing_fleet import RunnerFacts, parse_runner
 
 __all__ = ["Capacity", "JobKey"]
 
@@ -62,7 +62,7 @@ class Capacity(WorkQueue):
         self._facts: dict[RunnerKey, tuple[str, RunnerFacts | None]] = {}  # (resourceVersion, parsed)
 
     def runner_facts(self, body: Mapping[str, Any]) -> RunnerFacts | None:
-        """The Runner ``body`` parsed (:func:`~helmhive.policy.routing_inputs.parse_runner`), once per resourceVersion.
+        """The Runner ``body`` parsed (:func:`~helmhive.policy.routing_fleet.parse_runner`), once per resourceVersion.
 
         Kopf hands the same event to the routing index and then to the event handler; both read it here.
         """

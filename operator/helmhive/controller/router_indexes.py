@@ -62,7 +62,7 @@ class RouterIndexes(Capacity):
     def runner_view_changed(self, body: Mapping[str, Any], *, deleted: bool) -> bool:
         """Whether a Runner event changes what routing sees of that runner (call after Kopf's index took it in).
 
-        Compares the runner's view (:func:`~helmhive.policy.routing_inputs.build_runner_view`, all a
+        Compares the runner's view (:func:`~helmhive.policy.routing_fleet.build_runner_view`, all a
         decision reads of it) with its view when the cached views last took it in. The job's
         namespace enters a view only through its pool (whose own events change the topology), so one
         view per runner, built as if its pool served the job, tells. True when unsure: a runner seen

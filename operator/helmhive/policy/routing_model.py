@@ -45,7 +45,7 @@ class RouteOutcome(enum.StrEnum):
 class RunnerView:
     """One runner as routing sees it: its report, its pool's facts and what the operator derived.
 
-    Built by :func:`helmhive.policy.routing_inputs.build_runner_view`; ``serves_namespace``
+    Built by :func:`helmhive.policy.routing_fleet.build_runner_view`; ``serves_namespace``
     is precomputed for the job's namespace from the pool's selector.
     """
 
