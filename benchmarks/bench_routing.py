@@ -12,7 +12,9 @@ installs Helmhive and then, in one run:
    ``--raw-seconds``: a tiny status (two counters; the issue's raw rate, also one at a time),
    then a status the shape and size of the router's write (the binding, ``MAX_CANDIDATES``
    candidate rows, the assignment, Routed/Ready; built by the router's pure core,
-   :func:`build_like_router_status`: the like-for-like rate); the scratch jobs are deleted again;
+   :func:`build_like_router_status`: the like-for-like rate), then the tiny status again on the
+   same jobs, which now hold a routed-size status (the API server's cost follows the stored
+   object); the scratch jobs are deleted again;
 2. starts the real operator (its own ServiceAccount token) and M runners in pools of up to
    100, each writing its Runner, report and Lease as its own Pod (``runner_fleet``), reporting
    ``--concurrency`` slots; waits until all are schedulable;
@@ -260,6 +262,9 @@ async def raw_patch_rate(
     sequential = await hammer(admin, jobs, tiny_patch, width=1, duration=seconds / 2, probe=probe)
     like = await hammer(admin, jobs, like_router_patches(like_router), width=writers, duration=seconds,
                         probe=probe)  # fmt: skip
+    # The tiny patch again, now that each job holds a routed-size status: the API server's cost
+    # follows the stored object, not the patch.
+    tiny_on_routed = await hammer(admin, jobs, tiny_patch, width=writers, duration=seconds / 2, probe=probe)
     stored = (await admin.get(f"{GROUP_PATH}/namespaces/{RAW_NS}/agentjobs/{jobs[0]}")).json()
     await admin.delete(f"/api/v1/namespaces/{RAW_NS}")
     return {
@@ -267,8 +272,16 @@ async def raw_patch_rate(
         "sequential": sequential["rate"],
         "writers": writers,
         "like_router": like["rate"],
+        "tiny_on_routed": tiny_on_routed["rate"],
+        "stored_bytes": len(orjson.dumps(stored)),
+        "managed_fields_bytes": len(orjson.dumps(stored["metadata"].get("managedFields") or [])),
         "like_router_status_bytes": len(orjson.dumps(stored.get("status") or {})),
-        "cpu": {"parallel": parallel["cpu"], "sequential": sequential["cpu"], "like_router": like["cpu"]},
+        "cpu": {
+            "parallel": parallel["cpu"],
+            "sequential": sequential["cpu"],
+            "like_router": like["cpu"],
+            "tiny_on_routed": tiny_on_routed["cpu"],
+        },
     }
 
 
@@ -747,8 +760,11 @@ async def run(  # noqa: PLR0915
                                                now=dt.datetime.now(dt.UTC))  # fmt: skip
         result["raw"] = await raw_patch_rate(admin, seconds=args.raw_seconds, writers=args.writers, probe=probe,
                                              like_router=like_router)  # fmt: skip
-        print(f"  tiny {result['raw']['parallel']:.0f}/s ({result['raw']['sequential']:.0f}/s one at a time), "
-              f"like the router's {result['raw']['like_router']:.0f}/s", flush=True)  # fmt: skip
+        raw = result["raw"]
+        print(f"  tiny {raw['parallel']:.0f}/s ({raw['sequential']:.0f}/s one at a time), like the router's "
+              f"{raw['like_router']:.0f}/s, tiny on a routed-size job {raw.get('tiny_on_routed', 0):.0f}/s "
+              f"(stored job {raw.get('stored_bytes', 0)} B, managedFields {raw.get('managed_fields_bytes', 0)} B)",
+              flush=True)  # fmt: skip
         await asyncio.to_thread(
             wait, lambda: client.CoreV1Api(api).list_namespace(field_selector=f"metadata.name={RAW_NS}").items == [],
             180, "the scratch namespace to go",
@@ -934,6 +950,7 @@ def render_cpu(result: dict[str, Any]) -> list[str]:
         (f"raw tiny patches, {writers} in flight", raw["cpu"]["parallel"]),
         ("raw tiny patches, one at a time", raw["cpu"]["sequential"]),
         (f"raw patches like the router's, {writers} in flight", raw["cpu"]["like_router"]),
+        (f"raw tiny patches on routed-size jobs, {writers}", raw["cpu"].get("tiny_on_routed")),
         ("burst, first create to last assignment", b.get("cpu")),
         ("backlog, first to last assignment", (b.get("backlog") or {}).get("cpu")),
     ]
@@ -980,6 +997,8 @@ def render(result: dict[str, Any]) -> str:
         f"assignment, Routed/Ready; {raw['like_router_status_bytes']} B of status, a routed job's here "
         f"{b.get('routed_status_bytes', 0)} B): {raw['like_router']:.0f}/s with {raw['writers']} in flight",
         f"routing throughput / like-for-like patch rate: {result['ratios']['burst_to_like_router']:.3f}",
+        f"raw tiny patches on the routed-size jobs: {raw.get('tiny_on_routed', 0):.0f}/s (stored job "
+        f"{raw.get('stored_bytes', 0)} B, of it managedFields {raw.get('managed_fields_bytes', 0)} B)",
         "queue-to-assigned latency: p50 {queue_to_assigned_p50:.2f} s, p95 {queue_to_assigned_p95:.2f} s, "
         "max {queue_to_assigned_max:.2f} s (queue step p50 {queue_to_bound_p50:.2f} s; bound-to-assigned "
         "p50 {bound_to_assigned_p50:.2f} s, p95 {bound_to_assigned_p95:.2f} s)".format(**lat),

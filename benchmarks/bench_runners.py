@@ -47,6 +47,7 @@ import httpx
 from kubernetes import client, config, utils
 from runner_fleet import Fleet, SimRunner, leases_path, runners_path
 
+from helmhive.api.crdgen import build_crds
 from helmhive.controller.runtime import OperatorConfig
 from helmhive.deploy.manifests import OperatorIdentity, build_install_manifests
 from helmhive.devcluster import cluster as devcluster
@@ -218,9 +219,9 @@ def wait(predicate: Any, timeout: float, what: str) -> Any:
 
 
 def install(api: client.ApiClient) -> None:
-    import yaml  # noqa: PLC0415
-
-    docs = [yaml.safe_load(p.read_text()) for p in sorted((REPO / "crds").glob("*.yaml"))]
+    # The CRDs of the code on the path (equal to crds/ at any commit), so a base commit measured
+    # through PYTHONPATH runs with its own schemas.
+    docs = list(build_crds().values())
     for doc in [*docs, *build_install_manifests(OperatorIdentity())]:
         with contextlib.suppress(utils.FailToCreateError):
             utils.create_from_dict(api, doc)

@@ -455,3 +455,27 @@ def test_a_change_review_prefers_a_provider_other_than_the_implementations(
         "codex-0": "Selected",
         "claude-0": "NotPreferred:SameProviderAsImplementation",
     }
+
+
+def test_the_routed_write_is_tracked_as_whole_objects_in_managed_fields(
+    fleet: Fleet, kube: Kube, namespace: str
+) -> None:
+    # The binding, the decision and the assignment are each written whole, so the API server keeps
+    # one managedFields entry for each instead of one per leaf (a smaller object on every write).
+    fleet("claude", replicas=1, concurrency=1)
+    profile(kube, namespace, "probe", envelope="implementation-probe")
+    apply(kube, namespace, "agentjobs", job_manifest("atomic", "probe", "implementation-probe"))
+    job = wait_for(routed(kube, namespace, "atomic", "True"), timeout=60)
+    status = job["status"]
+    assert status["routing"]["candidates"] and status["profile"]["snapshot"] and status["assignment"]["runner"]
+    tracked = [
+        entry["fieldsV1"]["f:status"]
+        for entry in job["metadata"]["managedFields"]
+        if entry.get("subresource") == "status" and "f:routing" in entry["fieldsV1"].get("f:status", {})
+    ]
+    assert len(tracked) == 1, job["metadata"]["managedFields"]
+    assert {k: tracked[0][k] for k in ("f:profile", "f:routing", "f:assignment")} == {
+        "f:profile": {},
+        "f:routing": {},
+        "f:assignment": {},
+    }

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
 __all__ = [
+    "ATOMIC_OBJECT",
     "DNS_LABEL_PATTERN",
     "DNS_SUBDOMAIN_PATTERN",
     "ApiModel",
@@ -91,6 +92,13 @@ class ApiModel(BaseModel):
     def to_wire(self) -> dict[str, Any]:
         """Serialise as the API server stores it: camelCase, unset fields omitted."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+ATOMIC_OBJECT: dict[str, Any] = {"x-kubernetes-map-type": "atomic"}
+"""``json_schema_extra`` for an object written whole by one step: the API server tracks it as one
+field in ``managedFields`` instead of one entry per leaf. That keeps the stored object smaller and
+cheaper to decode, merge and validate on every write (about a seventh of the API server's CPU per
+routed job, docs/performance.md). JSON merge patches still merge into it as before."""
 
 
 def immutable(message: str) -> dict[str, Any]:

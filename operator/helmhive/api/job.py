@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field, StringConstraints
 
 from helmhive.api.common import (
+    ATOMIC_OBJECT,
     DNS_LABEL_PATTERN,
     ApiModel,
     JobKind,
@@ -247,9 +248,10 @@ class JobResult(ApiModel):
 
 
 class AgentJobStatus(StatusBase):
-    profile: ProfileBinding | None = None
-    routing: RoutingStatus | None = None
-    assignment: Assignment | None = None
-    session: SessionStatus | None = None
-    result: JobResult | None = None
+    # Each is written whole by its steps (helmhive.policy.agentjob): atomic for managedFields.
+    profile: Annotated[ProfileBinding | None, Field(json_schema_extra=ATOMIC_OBJECT)] = None
+    routing: Annotated[RoutingStatus | None, Field(json_schema_extra=ATOMIC_OBJECT)] = None
+    assignment: Annotated[Assignment | None, Field(json_schema_extra=ATOMIC_OBJECT)] = None
+    session: Annotated[SessionStatus | None, Field(json_schema_extra=ATOMIC_OBJECT)] = None
+    result: Annotated[JobResult | None, Field(json_schema_extra=ATOMIC_OBJECT)] = None
     attempts: Annotated[int, Field(ge=0)] = 0
