@@ -16,6 +16,7 @@ from helmhive.runner.jobstatus import (
     build_running_status,
     decide_job_action,
     decide_turn_failure,
+    decide_unlisted,
     view_job,
 )
 
@@ -97,6 +98,74 @@ def test_decide_job_action(
         decide_job_action(view=view, event=event, runner="r-0", namespace="ns", in_flight=in_flight, done=done)
         == expected
     )
+
+
+def _attempt(job: dict[str, Any], attempts: int) -> dict[str, Any]:
+    job["status"]["attempts"] = attempts
+    return job
+
+
+@pytest.mark.parametrize(
+    ("job", "event", "started_at", "expected"),
+    [
+        # The watch missed the re-queue; an event or a re-list shows the job assigned elsewhere...
+        (_job(runner="r-1"), "LISTED", 0, (JobAction.CANCEL, CancelCause.SUPERSEDED)),
+        (_job(runner=None), "MODIFIED", 0, (JobAction.CANCEL, CancelCause.SUPERSEDED)),
+        # ... or assigned here again at a later attempt.
+        (_attempt(_job(running="True"), 1), "LISTED", 0, (JobAction.CANCEL, CancelCause.SUPERSEDED)),
+        (_attempt(_job(), 2), "ADDED", 1, (JobAction.CANCEL, CancelCause.SUPERSEDED)),
+        # The same attempt, or a run not started yet (no attempt to compare): nothing to cancel.
+        (_attempt(_job(running="True"), 1), "MODIFIED", 1, (JobAction.IGNORE, None)),
+        (_attempt(_job(), 1), "MODIFIED", None, (JobAction.IGNORE, None)),
+        # Finished (this run's own final write, or the operator's): nothing to cancel.
+        (_attempt(_job(runner="r-1", succeeded="False"), 1), "MODIFIED", 0, (JobAction.IGNORE, None)),
+        # A DELETED event carries the job as it last matched the selector: deleted and re-queued look alike.
+        (_job(), "DELETED", 0, (JobAction.CANCEL, CancelCause.DELETED)),
+    ],
+    ids=[
+        "listed-elsewhere",
+        "assignment-removed",
+        "later-attempt-listed-here",
+        "later-attempt-added-here",
+        "same-attempt",
+        "not-started",
+        "finished",
+        "deleted-or-requeued",
+    ],
+)
+def test_a_started_run_that_is_no_longer_this_runs_is_cancelled_as_superseded(
+    job: dict[str, Any], event: str, started_at: int | None, expected: tuple[JobAction, CancelCause | None]
+) -> None:
+    action = decide_job_action(
+        view=view_job(job),
+        event=event,
+        runner="r-0",
+        namespace="ns",
+        in_flight=True,
+        done=False,
+        in_flight_attempt=started_at,
+    )
+    assert action == expected
+    # Not in flight, the same events never cancel anything.
+    idle = decide_job_action(view=view_job(job), event=event, runner="r-0", namespace="ns", in_flight=False, done=False)
+    assert idle[0] is not JobAction.CANCEL
+
+
+def test_a_relist_cancels_the_started_runs_it_no_longer_shows() -> None:
+    started = {"u-1": 0, "u-2": 1, "u-3": None, "u-4": 0}
+    assert decide_unlisted(started=started, listed={"u-1", "u-9"}) == ["u-2", "u-4"]  # u-3 is checked when it starts
+    assert decide_unlisted(started=started, listed={"u-1", "u-2", "u-3", "u-4"}) == []
+    assert decide_unlisted(started={}, listed=set()) == []
+
+
+def test_a_superseded_turn_is_interrupted_and_says_why() -> None:
+    ending = decide_turn_failure(
+        result=TurnResult(outcome=TurnOutcome.CANCELLED, message="cancelled", cancel_origin=CancelOrigin.CALLER),
+        cause=CancelCause.SUPERSEDED,
+        timeout_s=60,
+    )
+    assert (ending.succeeded, ending.reason) == (False, "Interrupted")
+    assert "re-queued or assigned elsewhere" in ending.message
 
 
 @pytest.mark.parametrize(

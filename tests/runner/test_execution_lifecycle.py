@@ -127,8 +127,8 @@ def test_a_job_still_running_when_the_runner_stops_is_interrupted(execution: Exe
 def test_a_later_attempt_placed_here_while_the_earlier_one_still_ran_is_run_after_it(execution: ExecutionRig) -> None:
     """The operator re-queued a job whose runner it wrongly thought lost (a chaos run saw this after an
     etcd restart) and placed the next attempt on the same runner while the first still ran there.
-    The runner ignores events of a job it is running; when that run ends (its final write refused:
-    the attempt moved on), it looks at the job again and runs the later attempt."""
+    The runner cancels the first run's turn once the job leaves it; when that run ends (its final
+    write refused: the attempt moved on), it looks at the job again and runs the later attempt."""
     runner = execution.start_runner(env={"HELMHIVE_REFERENCE_AGENT_SLOW_STEPS": "40"})
     routed = execution.create_job("again", runner=runner, prompt="Take your time.\nREFERENCE-AGENT: slow")
     execution.wait_running("again")
@@ -164,3 +164,8 @@ def test_a_later_attempt_placed_here_while_the_earlier_one_still_ran_is_run_afte
     assert job["status"]["attempts"] == 1
     assert len(runner.proc.messages("job started")) == 2, "the first attempt ended, then the second ran"
     assert runner.proc.messages("a later attempt of a job came while it ran here")
+    # The first run's turn was cancelled once the re-queue took the job away (the field selector
+    # reports that as a deletion), not run to its end; it is logged once.
+    causes = [line["cause"] for line in runner.proc.messages("cancelling a running job")]
+    assert causes == ["Deleted"], causes
+    assert runner.methods().count("session/cancel") == 1

@@ -10,6 +10,10 @@ of the CRD), never a list of everything -- and turns each event into an action w
   and the runner is Active;
 * ``spec.cancel`` or deletion of a running job cancels its turn; a queued job that is cancelled
   is finished as ``Cancelled`` without running;
+* a started job that is no longer this run's has its turn cancelled: re-queued, which the field
+  selector reports as a deletion (``Deleted``), or, when the watch missed that, an event or a
+  re-list that shows it assigned elsewhere, at a later attempt or gone (``Superseded``); nothing
+  is written for it, and a later attempt placed here runs once the cancelled run ends;
 * a job that says it is Running here but is not running in this process was lost by an
   earlier process of this runner (it restarted mid-job): it ends with ``RunnerLost``, and the
   operator's retry policy (:mod:`helmhive.policy.retry`) decides whether it runs again.
@@ -33,7 +37,7 @@ from helmhive.api.reasons import Reason
 from helmhive.runner.agents import build_job_adapter
 from helmhive.runner.cgroups import build_cgroup_prefix, remove_stale_job_cgroups
 from helmhive.runner.execution import AGENT_JOBS, ExecutionContext, JobExecution
-from helmhive.runner.jobstatus import JobAction, JobEnding, decide_job_action, view_job
+from helmhive.runner.jobstatus import CancelCause, JobAction, JobEnding, decide_job_action, decide_unlisted, view_job
 from helmhive.runner.journal import JobJournal, JournalEntry, decide_recovery
 from helmhive.runner.kube import KubeError, WatchThread
 from helmhive.runner.landlock import landlock_abi
@@ -128,6 +132,9 @@ class ClusterJobSource:
             self._on_event("LISTED", obj)
         for uid in [uid for uid in self._pending if uid not in listed]:
             self._pending.pop(uid, None)  # gone, or no longer assigned here
+        started = {uid: execution.attempt for uid, execution in self._in_flight.items()}
+        for uid in decide_unlisted(started=started, listed=listed):  # gone while the watch was away
+            self._cancel(self._in_flight[uid], CancelCause.SUPERSEDED)
 
     def _on_event(self, kind: str, obj: dict[str, Any]) -> None:
         view = view_job(obj)
@@ -143,13 +150,13 @@ class ClusterJobSource:
             namespace=self.ctx.config.env.namespace,
             in_flight=execution is not None,
             done=self._ended(view.uid, view.attempts),
+            in_flight_attempt=execution.attempt if execution is not None else None,
         )
         if action is JobAction.RUN and view.uid not in self._pending:
             self._pending[view.uid] = view.name
             self._ready.set()
         elif action is JobAction.CANCEL and execution is not None and cause is not None:
-            self._log(logging.INFO, "cancelling a running job", job=view.name, cause=cause.value)
-            execution.request_cancel(cause)
+            self._cancel(execution, cause)
         elif action is JobAction.FORGET:
             self._pending.pop(view.uid, None)
         elif action is JobAction.CANCEL_PENDING:
@@ -159,6 +166,11 @@ class ClusterJobSource:
             self._pending.pop(view.uid, None)
             self._lost.add(view.uid)
             self._spawn(self._end_unstarted(view.uid, view.name, lost=True, seen=view.attempts))
+
+    def _cancel(self, execution: JobExecution, cause: CancelCause) -> None:
+        if execution.cause is None:  # the first cause names the ending; later events add nothing
+            self._log(logging.INFO, "cancelling a running job", job=execution.name, cause=cause.value)
+        execution.request_cancel(cause)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)

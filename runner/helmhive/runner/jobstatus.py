@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,7 @@ __all__ = [
     "build_running_status",
     "decide_job_action",
     "decide_turn_failure",
+    "decide_unlisted",
     "iso",
     "view_job",
 ]
@@ -56,6 +57,9 @@ class CancelCause(enum.StrEnum):
     """The job was deleted."""
     TIMED_OUT = "TimedOut"
     """``spec.timeoutSeconds`` passed."""
+    SUPERSEDED = "Superseded"
+    """The job is no longer this run's: at a later attempt, or assigned elsewhere. Nothing is
+    written for it: its final write is made only at the attempt it started."""
 
 
 class JobAction(enum.StrEnum):
@@ -107,12 +111,30 @@ def view_job(obj: Mapping[str, Any]) -> JobView:
 
 
 def decide_job_action(
-    *, view: JobView, event: str, runner: str, namespace: str, in_flight: bool, done: bool
+    *,
+    view: JobView,
+    event: str,
+    runner: str,
+    namespace: str,
+    in_flight: bool,
+    done: bool,
+    in_flight_attempt: int | None = None,
 ) -> tuple[JobAction, CancelCause | None]:
-    """What to do about one watch event (``LISTED``, ``ADDED``, ``MODIFIED`` or ``DELETED``)."""
+    """What to do about one watch event (``LISTED``, ``ADDED``, ``MODIFIED`` or ``DELETED``).
+
+    ``in_flight_attempt`` is the attempt the running job started at (None: not started yet). A
+    ``DELETED`` event carries the job as it last matched the watch's field selector, so a job
+    deleted and one re-queued (its assignment removed) look alike: both cancel its turn as
+    ``Deleted``. A started run that an event shows assigned elsewhere or at a later attempt (the
+    watch missed the re-queue, or a re-list after a gap shows it) is cancelled as
+    ``Superseded``: its turns would be spent on an answer nobody may write.
+    """
     if event == "DELETED" or view.deleting:
         return (JobAction.CANCEL, CancelCause.DELETED) if in_flight else (JobAction.FORGET, None)
     mine = view.runner == runner and view.runner_namespace in (None, namespace)
+    started = in_flight and in_flight_attempt is not None
+    if started and not view.finished and (not mine or view.attempts > (in_flight_attempt or 0)):
+        return JobAction.CANCEL, CancelCause.SUPERSEDED
     if not mine or view.finished or done:
         return (JobAction.IGNORE, None) if in_flight else (JobAction.FORGET, None)
     if view.cancel:
@@ -120,6 +142,13 @@ def decide_job_action(
     if in_flight:
         return JobAction.IGNORE, None
     return (JobAction.MARK_LOST, None) if view.running else (JobAction.RUN, None)
+
+
+def decide_unlisted(*, started: Mapping[str, int | None], listed: Collection[str]) -> list[str]:
+    """The started runs (uid -> the attempt each started at) a fresh list of this runner's jobs no
+    longer shows: deleted or re-queued while the watch was away. Each is cancelled as
+    ``Superseded``; a run not started yet (None) is checked when it starts."""
+    return [uid for uid, attempt in started.items() if attempt is not None and uid not in listed]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,6 +190,12 @@ def decide_turn_failure(
     if cause is CancelCause.DELETED:
         return JobEnding(
             succeeded=False, reason=Reason.CANCELLED, message="the job was deleted; the turn was cancelled"
+        )
+    if cause is CancelCause.SUPERSEDED:  # never written: the job is no longer this run's
+        return JobEnding(
+            succeeded=False,
+            reason=Reason.INTERRUPTED,
+            message="the job was re-queued or assigned elsewhere; this run's turn was cancelled",
         )
     if result.outcome is TurnOutcome.CANCELLED and result.cancel_origin is not None:
         why = "the runner stopped the turn (shutdown or control state)"

@@ -10,7 +10,8 @@ reference agent. Its life:
    write the report (reason ``Registration``) and post a ``Registered`` Event.
 2. **Steady state**, four concurrent loops:
    - the Lease and the report (:class:`~helmhive.runner.reporting.Reporting`, the base class);
-   - a watch on its own Runner feeds the control state (:mod:`helmhive.runner.control`);
+   - a watch on its own Runner feeds the control state (:class:`~helmhive.runner.control_loop.ControlLoop`,
+     a base, deciding with :mod:`helmhive.runner.control`);
    - with a job source, jobs are taken while Active and a slot is free.
 3. **Stop.** SIGTERM: take no more work, let jobs finish within the shutdown grace, cancel the
    rest, delete the Lease, exit 0. Revoked: cancel jobs, wipe the credential, remember the
@@ -29,7 +30,6 @@ import contextlib
 import enum
 import logging
 import threading
-import time
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
@@ -42,18 +42,17 @@ from helmhive.runner.adapters.base import AdapterReport, AgentAdapter, TurnOutco
 from helmhive.runner.agents import AdapterFactory, build_adapter
 from helmhive.runner.config import RunnerConfig
 from helmhive.runner.control import (
-    ControlAction,
     accepts_jobs,
-    decide_control_action,
     decide_control_state,
     decide_startup,
     read_control_fields,
 )
+from helmhive.runner.control_loop import ControlLoop
 from helmhive.runner.credentials import CredentialHolder, read_revoked_generation, write_revoked_generation
 from helmhive.runner.egress import EgressProxy, build_request_limits
 from helmhive.runner.heartbeat import LeaseKeeper
 from helmhive.runner.jobsource import Clock, Job, JobRun, JobSource, SystemClock, WatchingJobSource
-from helmhive.runner.kube import WATCH_JOIN_S, KubeError, RunnerKube, WatchThread
+from helmhive.runner.kube import KubeError, RunnerKube, WatchThread
 from helmhive.runner.logs import fields
 from helmhive.runner.metrics import RunnerGauges, record_turn
 from helmhive.runner.registration import ReportPublisher, ensure_runner
@@ -90,7 +89,7 @@ class ExitCode(enum.IntEnum):
 JobSourceFactory = Callable[["RunnerProcess"], JobSource]
 
 
-class RunnerProcess(Reporting):
+class RunnerProcess(Reporting, ControlLoop):
     """One runner's whole life. ``run()`` returns the process exit code."""
 
     def __init__(
@@ -297,78 +296,6 @@ class RunnerProcess(Reporting):
         for waiter in waiters:
             waiter.cancel()
         return await self._shutdown(why=why, tasks=tasks)
-
-    # -- control -------------------------------------------------------------------------
-    def _start_watch(self) -> None:
-        loop = asyncio.get_running_loop()
-
-        def on_object(obj: dict[str, Any] | None) -> None:
-            loop.call_soon_threadsafe(self._on_runner, obj)
-
-        def on_error(exc: KubeError) -> None:
-            loop.call_soon_threadsafe(
-                lambda: self._log(
-                    logging.WARNING, "watching the Runner failed; retrying", status=exc.status, detail=exc.message
-                )
-            )
-
-        self._runner_watch = self.kube.watch_runner(
-            self.name, on_object=on_object, on_error=on_error, stop=self._watch_stop
-        )
-
-    async def _stop_watches(self) -> None:
-        """Stop the watch threads (the Runner's, the job source's) and wait for them to end.
-
-        None may outlive ``run()``: a thread still reading from the API server while the
-        interpreter finalizes can crash the process after a clean stop (docs/runners.md,
-        "Stopping"). A list in flight cannot be interrupted, hence the bounded wait.
-        """
-        self._watch_stop.set()
-        joins: list[tuple[str, Callable[[float], bool]]] = []
-        if self._runner_watch is not None:
-            self._runner_watch.stop()
-            joins.append((self._runner_watch.name, self._runner_watch.join))
-        if isinstance(self.jobs, WatchingJobSource):
-            self.jobs.stop()
-            joins.append(("jobs", self.jobs.join))
-
-        def join_all() -> list[str]:
-            deadline = time.monotonic() + WATCH_JOIN_S
-            return [name for name, join in joins if not join(max(0.0, deadline - time.monotonic()))]
-
-        left = await asyncio.to_thread(join_all) if joins else []
-        if left:
-            self._log(logging.WARNING, "watch threads did not stop in time", threads=left, waitedSeconds=WATCH_JOIN_S)
-
-    def _on_runner(self, obj: dict[str, Any] | None) -> None:
-        if obj is None:
-            self._log(logging.WARNING, "the Runner was deleted; shutting down to register anew")
-            self._deregistered.set()
-            return
-        self._runner = obj
-        state = decide_control_state(view=read_control_fields(obj))
-        if state is not self.state:
-            previous, self.state = self.state, state
-            self._log(logging.INFO, "control state changed", previous=previous.value, state=state.value)
-            self._apply_control(initial=False)
-
-    def _apply_control(self, *, initial: bool) -> None:
-        action = decide_control_action(state=self.state)
-        self._wake_jobs.set()
-        if action in (ControlAction.HOLD, ControlAction.REVOKE):
-            for job in self._active.values():
-                job.cancel.set()
-        if action is ControlAction.REVOKE:
-            self._revoke.set()
-        if not initial or action is not ControlAction.RUN:
-            message = {
-                ControlAction.RUN: "Active: accepting jobs",
-                ControlAction.DRAIN: "Draining: no new jobs; running jobs finish",
-                ControlAction.HOLD: "Disabled: no jobs; running jobs cancelled; still registered",
-                ControlAction.REVOKE: "Revoked: stopping work, wiping the credential, releasing the Lease",
-            }[action]
-            task = asyncio.ensure_future(self._event(f"Control{self.state.value}", message))
-            task.add_done_callback(lambda t: t.exception())
 
     # -- jobs ----------------------------------------------------------------------------
     async def _job_loop(self) -> None:
