@@ -356,3 +356,52 @@ def test_runner_passes_the_runner_identity_admission_policy(rig: RunnerRig) -> N
             admission.delete_validating_admission_policy_binding(binding["metadata"]["name"])
         if "ValidatingAdmissionPolicy" in created:
             admission.delete_validating_admission_policy(policy["metadata"]["name"])
+
+
+# The runner's own requests: its jobs' watch is namespace-scoped, its Runner's (a metadata.name
+# field selector) resource-scoped; the operator's, if one runs in this session, are cluster-wide.
+_SCOPES = {"agentjobs": "namespace", "runners": "resource"}
+
+
+def _requests(rig: RunnerRig, verbs: set[str], resource: str) -> int:
+    """``verbs`` requests for ``resource`` by the runner that the API server has counted (any code)."""
+    series = scrape_apiserver(rig.kube.api_client).series("apiserver_request_total", resource=resource)
+    scope = _SCOPES[resource]
+    return int(sum(s.value for s in series if s.labels.get("verb") in verbs and s.labels.get("scope") == scope))
+
+
+def test_a_quiet_runner_resumes_its_watches_without_listing_again(rig: RunnerRig) -> None:
+    # Watch requests of 5 s: each of the runner's two watches (its Runner, its jobs) ends several
+    # times in the window, and each resumes from the last version it saw instead of listing again,
+    # so a quiet runner costs the API server no read (a list every round was a poll per runner).
+    proc = rig.start(reference_runner_json(renew=1, refresh=600), extra_env={"HELMHIVE_WATCH_ROUND_SECONDS": "5"})
+    rig.wait_registered(proc)
+    watching = {"WATCH"}
+    reading = {"LIST", "GET"}  # the API server counts a list by metadata.name as a GET
+    wait_for(
+        lambda: all(_requests(rig, watching, r) >= 1 for r in _SCOPES),
+        timeout=60,
+        describe="a first watch round of each watch",
+    )
+    # The namespace controller lists a deleted namespace's objects too (earlier tests' namespaces).
+    wait_for(
+        lambda: not [n for n in rig.kube.core.list_namespace().items if n.status.phase == "Terminating"],
+        timeout=120,
+        describe="earlier tests' namespaces to be gone",
+    )
+    reads = {r: _requests(rig, reading, r) for r in _SCOPES}
+    relists = len(proc.messages("watch listing again"))
+    watches = {r: _requests(rig, watching, r) for r in _SCOPES}
+    assert all(reads.values()), reads  # each watch listed when it started
+
+    def three_more_rounds_each() -> bool:
+        return all(_requests(rig, watching, r) >= watches[r] + 3 for r in _SCOPES)
+
+    wait_for(three_more_rounds_each, timeout=90, interval=1, describe="three more rounds of each watch")
+    after = {r: _requests(rig, reading, r) for r in _SCOPES}
+    # A list again is allowed only with a reason the runner logs (the API server said the version
+    # is too old, or a request failed); on a quiet machine there is none.
+    explained = len(proc.messages("watch listing again")) - relists
+    assert sum(after.values()) - sum(reads.values()) == explained, (reads, after, proc.messages("watch listing again"))
+    assert explained <= 1, proc.messages("watch listing again")
+    assert proc.popen.poll() is None

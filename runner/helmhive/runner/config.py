@@ -63,6 +63,7 @@ ENV = {
     "metrics_port": "HELMHIVE_METRICS_PORT",
     "metrics_addr": "HELMHIVE_METRICS_ADDR",
     "api_patience_seconds": "HELMHIVE_API_PATIENCE_SECONDS",
+    "watch_round_seconds": "HELMHIVE_WATCH_ROUND_SECONDS",
 }
 """Field of :class:`RunnerEnvironment` -> the environment variable it is read from."""
 
@@ -106,6 +107,9 @@ class RunnerEnvironment(BaseModel):
     api_patience_seconds: Annotated[float, Field(ge=1, le=86400)] = 900.0
     """How long a job's status reads and writes are retried while the API server is unreachable
     (:mod:`helmhive.runner.patience`); past it a finished job's result waits in the journal."""
+    watch_round_seconds: Annotated[int, Field(ge=5, le=1800)] = 300
+    """The longest one watch request lasts (its Runner's, its jobs'); the next resumes from the
+    last version seen, without a list (:meth:`helmhive.runner.kube.RunnerKube.watch_objects`)."""
 
 
 class LandlockMode(enum.StrEnum):

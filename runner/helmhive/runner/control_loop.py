@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from helmhive.api.common import ControlState
+from helmhive.runner.config import RunnerConfig
 from helmhive.runner.control import ControlAction, decide_control_action, decide_control_state, read_control_fields
 from helmhive.runner.jobsource import Job, JobSource, WatchingJobSource
 from helmhive.runner.kube import WATCH_JOIN_S, KubeError, RunnerKube, WatchThread
@@ -35,6 +36,7 @@ class ControlLoop:
     """The Runner watch and the control state of one runner process (see the module docstring)."""
 
     name: str
+    config: RunnerConfig
     kube: RunnerKube
     state: ControlState
     jobs: JobSource | None
@@ -66,7 +68,11 @@ class ControlLoop:
             )
 
         self._runner_watch = self.kube.watch_runner(
-            self.name, on_object=on_object, on_error=on_error, stop=self._watch_stop
+            self.name,
+            on_object=on_object,
+            on_error=on_error,
+            stop=self._watch_stop,
+            timeout_s=self.config.env.watch_round_seconds,
         )
 
     async def _stop_watches(self) -> None:

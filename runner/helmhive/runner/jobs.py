@@ -104,6 +104,7 @@ class ClusterJobSource:
             on_list=on_list,
             on_error=on_error,
             stop=self._stop,
+            timeout_s=self.ctx.config.env.watch_round_seconds,
             thread_name=f"watch-jobs-{self.ctx.runner}",
         )
 
@@ -296,11 +297,18 @@ class ClusterJobSource:
             self._remember(execution.uid, execution.attempt)
         elif execution.kept:  # the API server stayed away: the next list writes the journal's result
             self._log(logging.WARNING, "a job's final status waits in the journal", job=execution.name)
+            self._relist()
         elif execution.started:  # its end was never written: the next list ends it from the journal
             self._log(logging.WARNING, "a job ended without its final status", job=execution.name)
+            self._relist()
         else:  # the loop turned it down (not Active any more): it waits for its turn again
             self._pending[execution.uid] = execution.name
             self._pending.move_to_end(execution.uid, last=False)
+
+    def _relist(self) -> None:
+        """List this runner's jobs again now (the watch otherwise resumes without a list)."""
+        if self._watch is not None:
+            self._watch.relist()
 
     @property
     def queued(self) -> int:

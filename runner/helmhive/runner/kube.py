@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 import threading
 import time
 from collections.abc import Callable
+from http import HTTPStatus
 from typing import Any, TypeVar, cast
 
 from kubernetes import client, watch
@@ -36,6 +38,7 @@ from helmhive.api.kinds import API_VERSION, GROUP, VERSION
 from helmhive.api.kubeerrors import Conflict, Forbidden, Invalid, KubeError, NotFound, Unavailable
 from helmhive.kubeclient import NETWORK_ERRORS, load_api_client, translate_api_error
 from helmhive.policy.events import build_event
+from helmhive.runner.logs import fields
 
 __all__ = [
     "FIELD_MANAGER",
@@ -52,10 +55,14 @@ __all__ = [
     "load_api_client",
 ]
 
+log = logging.getLogger("helmhive.runner")
+
 FIELD_MANAGER = "helmhive-runner"
 RUNNERS = "runners"
 REQUEST_TIMEOUT = (5.0, 15.0)
 """(connect, read) seconds for every call but the watch."""
+WATCH_ROUND_S = 300
+"""The longest one watch request lasts (server-side); the next resumes where it ended, without a list."""
 WATCH_JOIN_S = sum(REQUEST_TIMEOUT) + 5.0
 """How long :meth:`WatchThread.join` waits by default: a list in flight cannot be interrupted."""
 _INTERRUPT_EVERY_S = 0.1
@@ -79,6 +86,7 @@ class WatchThread:
         self._lock = threading.Lock()
         self._stream: Any = None
         self.thread: threading.Thread | None = None
+        self.relist_requested = False
 
     def attach(self, stream: Any) -> None:
         """The watch (a :class:`kubernetes.watch.Watch`) the thread reads now, or None (called from it)."""
@@ -92,6 +100,20 @@ class WatchThread:
             stream = self._stream
         if stream is not None:
             stream.stop()
+
+    def relist(self) -> None:
+        """Ask for a fresh list at once: the current watch ends and the next round lists (any thread)."""
+        with self._lock:
+            self.relist_requested = True
+            stream = self._stream
+        if stream is not None:
+            stream.stop()
+
+    def take_relist(self) -> bool:
+        """Whether a list was asked for since the last call (called from the thread)."""
+        with self._lock:
+            asked, self.relist_requested = self.relist_requested, False
+        return asked
 
     def alive(self) -> bool:
         return self.thread is not None and self.thread.is_alive()
@@ -111,6 +133,11 @@ class WatchThread:
             assert self.thread is not None
             self.thread.join(min(_INTERRUPT_EVERY_S, left))
         return True
+
+
+def _log_relist(watch_name: str, reason: str) -> None:
+    """Each list after the first says why (a quiet runner never lists; a list per round was a poll)."""
+    log.info("watch listing again", extra=fields(watch=watch_name, reason=reason))
 
 
 class RunnerKube:
@@ -170,15 +197,15 @@ class RunnerKube:
         on_object: Callable[[dict[str, Any] | None], None],
         on_error: Callable[[KubeError], None],
         stop: threading.Event,
-        timeout_s: int = 30,
+        timeout_s: int = WATCH_ROUND_S,
         backoff_s: float = 2.0,
     ) -> WatchThread:
-        """Watch Runner ``name`` in a daemon thread: list, then watch from that version, until stopped.
+        """Watch Runner ``name`` in a daemon thread, as :meth:`watch_objects` does, until stopped.
 
         ``on_object`` gets the object on every change (``None`` once it is deleted), called from
-        the thread. Each watch lasts at most ``timeout_s`` (a server-side limit); errors are
-        reported to ``on_error`` and retried after ``backoff_s``. Stop it with the returned
-        handle's :meth:`WatchThread.join` (setting ``stop`` alone leaves a read blocked).
+        the thread. Errors are reported to ``on_error`` and retried after ``backoff_s``. Stop it
+        with the returned handle's :meth:`WatchThread.join` (setting ``stop`` alone leaves a read
+        blocked).
         """
 
         def on_event(kind: str, obj: dict[str, Any] | None) -> None:
@@ -210,39 +237,50 @@ class RunnerKube:
         on_list: Callable[[list[dict[str, Any]]], None],
         on_error: Callable[[KubeError], None],
         stop: threading.Event,
-        timeout_s: int = 30,
+        timeout_s: int = WATCH_ROUND_S,
         backoff_s: float = 2.0,
         max_backoff_s: float = 60.0,
         thread_name: str = "watch",
     ) -> WatchThread:
         """Watch the ``plural`` objects matching ``field_selector`` in a daemon thread, until stopped.
 
-        Each round lists (``on_list`` gets every item), then watches from that version for at
-        most ``timeout_s``; ``on_event(type, object)`` gets ``ADDED``, ``MODIFIED`` and
-        ``DELETED``. Errors go to ``on_error`` and are retried with a doubling backoff. The
+        As client-go's reflector does: list once (``on_list`` gets every item), then watch from
+        that version in rounds of at most ``timeout_s`` (a server-side limit), each resuming
+        from the last version seen (events and bookmarks), so a quiet runner costs the API
+        server no list. It lists again only when the version is too old (410), after an error
+        (the API server may have been away: what it missed is read whole), or when asked
+        (:meth:`WatchThread.relist`). ``on_event(type, object)`` gets ``ADDED``, ``MODIFIED``
+        and ``DELETED``. Errors go to ``on_error`` and are retried with a doubling backoff. The
         returned handle stops the thread and waits for it (:meth:`WatchThread.join`).
         """
         handle = WatchThread(name=thread_name, stop=stop)
 
         def loop() -> None:
             delay = backoff_s
+            version: str | None = None  # None: list first
             while not stop.is_set():
                 try:
-                    listed: dict[str, Any] = self._custom.list_namespaced_custom_object(  # type: ignore[assignment]
-                        GROUP,
-                        VERSION,
-                        self.namespace,
-                        plural,
-                        field_selector=field_selector,
-                        _request_timeout=REQUEST_TIMEOUT,
-                    )
-                    delay = backoff_s
-                    on_list(list(listed.get("items", [])))
-                    if stop.is_set():
-                        break
-                    version = listed.get("metadata", {}).get("resourceVersion")
+                    if handle.take_relist() and version is not None:
+                        version = None
+                        _log_relist(thread_name, "asked")
+                    if version is None:
+                        listed: dict[str, Any] = self._custom.list_namespaced_custom_object(  # type: ignore[assignment]
+                            GROUP,
+                            VERSION,
+                            self.namespace,
+                            plural,
+                            field_selector=field_selector,
+                            _request_timeout=REQUEST_TIMEOUT,
+                        )
+                        delay = backoff_s
+                        on_list(list(listed.get("items", [])))
+                        version = listed.get("metadata", {}).get("resourceVersion")
+                        if stop.is_set():
+                            break
                     stream = watch.Watch()  # type: ignore[no-untyped-call]
                     handle.attach(stream)
+                    if handle.relist_requested:  # asked for while listing: that list may predate the ask
+                        continue
                     for event in stream.stream(  # type: ignore[no-untyped-call]
                         self._custom.list_namespaced_custom_object,
                         GROUP,
@@ -251,6 +289,7 @@ class RunnerKube:
                         plural,
                         field_selector=field_selector,
                         resource_version=version,
+                        allow_watch_bookmarks=True,
                         timeout_seconds=int(timeout_s),
                         _request_timeout=(REQUEST_TIMEOUT[0], float(timeout_s) + 10.0),
                     ):
@@ -260,9 +299,19 @@ class RunnerKube:
                         kind, raw = event.get("type"), event.get("raw_object")
                         if kind in ("ADDED", "MODIFIED", "DELETED") and isinstance(raw, dict):
                             on_event(str(kind), raw)
+                    version = stream.resource_version or version  # the next round resumes here
+                    delay = backoff_s
                 except Exception as exc:  # the thread must survive any client hiccup
                     if stop.is_set():
                         break  # shutting down: the client was closed under the watch, nothing to report
+                    if handle.relist_requested:
+                        continue  # a list was asked for (the socket was shut under the watch)
+                    gone = getattr(exc, "status", None) == HTTPStatus.GONE
+                    if version is not None:
+                        _log_relist(thread_name, "version too old" if gone else "after an error")
+                    version = None
+                    if gone:
+                        continue  # nothing is wrong: list again at once
                     on_error(translate_api_error(exc))  # anything but an answer is Unavailable
                     stop.wait(delay)
                     delay = min(delay * 2, max_backoff_s)
