@@ -1005,8 +1005,9 @@ def render(result: dict[str, Any]) -> str:
         f"API mutating calls per job, all writers except the runners' own: {operator_writes / jobs:.2f} "
         f"(+1 create by the client); by resource: " + ", ".join(f"{k} {v:.2f}" for k, v in per_job.items()),
         f"runner writes during the burst (Leases, reports): {fleet_writes}",
-        f"operator: CPU {result['operator_cpu_seconds']:.1f} s; RSS {rss['before'] / 1024:.0f} MiB before, "
-        f"{rss['after'] / 1024:.0f} MiB after, peak {rss['peak'] / 1024:.0f} MiB",
+        f"operator: CPU {result['operator_cpu_seconds']:.1f} s; RSS "
+        + (f"{rss['before'] / 1024:.0f} MiB before, " if rss["before"] else "(a fresh process: no before), ")
+        + f"{rss['after'] / 1024:.0f} MiB after, peak {rss['peak'] / 1024:.0f} MiB",
         f"runners over their concurrency: {len(result['over_committed_runners'])} "
         f"(max jobs on one runner {b['per_runner']['max_jobs_on_one_runner']}, "
         f"runners used {b['per_runner']['runners_used']})",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -16,6 +17,7 @@ from kubernetes.client.rest import ApiException
 from typer.testing import CliRunner
 
 from harness import ClusterHandle, IdentityFactory, Kube, Kubectl, install_crds, wait_for
+from harness.audit import ApiAuditLog
 from helmhive.cli.main import app
 from helmhive.devcluster import cluster as devcluster
 from helmhive.devcluster.build import DEFAULT_KUBE_VERSION, cache_root
@@ -246,3 +248,26 @@ def test_dev_cluster_status_env_and_idempotent_start(cluster: ClusterHandle) -> 
     assert up.exit_code == 0, up.output
     assert "already running" in up.output
     assert devcluster.load_info(info.state_dir) == info
+
+
+def test_the_api_audit_log_names_who_read_helmhive_resources(
+    cluster: ClusterHandle, kube: Kube, namespace: str, crds: list[str]
+) -> None:
+    audit = ApiAuditLog.of(cluster)
+    kube.custom.list_namespaced_custom_object("helmhive.dev", "v1alpha1", namespace, "agentjobs")
+    kube.core.list_namespaced_config_map(namespace)
+
+    def mine() -> list[dict[str, Any]]:
+        # A list of a just-installed CRD may be answered 429 and retried by the client.
+        return [
+            e
+            for e in audit.events()
+            if e.get("objectRef", {}).get("namespace") == namespace and e.get("responseStatus", {}).get("code") == 200
+        ]
+
+    events = wait_for(mine, timeout=30, describe="the list of AgentJobs in the audit log")
+    # The policy keeps reads of helmhive.dev only: the ConfigMap list is not there.
+    assert [(e["verb"], e["objectRef"]["resource"], e["stage"]) for e in events] == [
+        ("list", "agentjobs", "ResponseComplete")
+    ]
+    assert events[0]["user"]["username"]

@@ -28,11 +28,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from helmhive.api.kinds import GROUP
 from helmhive.devcluster.build import Binaries
 from helmhive.devcluster.flags import (
     Ports,
     StateLayout,
     apiserver_args,
+    build_audit_policy,
     default_state_dir,
     etcd_args,
     kcm_args,
@@ -268,6 +270,8 @@ def start(
     layout.root.mkdir(parents=True, exist_ok=True)
     layout.info.unlink(missing_ok=True)
     ensure_pki(layout.pki.directory)
+    # JSON is YAML: the API server reads the policy either way.
+    layout.audit_policy.write_text(json.dumps(build_audit_policy(GROUP), indent=2) + "\n", encoding="utf-8")
     etcd_client, etcd_peer, apiserver, kcm = free_ports(4)
     ports = Ports(etcd_client=etcd_client, etcd_peer=etcd_peer, apiserver=apiserver, kcm=kcm)
     server = f"https://{LOOPBACK}:{ports.apiserver}"
