@@ -94,6 +94,13 @@ def test_the_api_server_stops_under_a_running_job_and_the_job_completes(
     assert not runner.proc.messages("a job ended without its final status")
     assert all(m["outcome"] != "ProtocolError" for m in runner.proc.messages("job finished"))
     wait_for(lambda: not _journal(runner), timeout=30, describe="the journal entry to be removed")
+    # Both watches broke with the server: each lists again (what it missed is read whole), says
+    # why, and a job queued after the outage is seen and run.
+    relisted = {(m["watch"].split("-", 2)[1], m["reason"]) for m in runner.proc.messages("watch listing again")}
+    assert {("jobs", "after an error"), ("runner", "after an error")} <= relisted, relisted
+    execution.create_job("after-outage", runner=runner, prompt="Say hello.", timeout=300)
+    later = execution.wait_finished("after-outage", timeout=120)
+    assert condition(later, "Succeeded")["status"] == "True"  # type: ignore[index]
     _assert_no_secret(json.dumps(job), runner.proc.raw_log(), json.dumps(entry))
 
 
