@@ -48,28 +48,25 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 # Typed by types-jsonschema when it is installed; without it the ignore keeps mypy clean.
 from jsonschema.exceptions import ValidationError as SchemaValidationError  # type: ignore[import-untyped,unused-ignore]
-from pydantic import BaseModel
 from pydantic import ValidationError as ModelValidationError
 
-from helmhive.api.change import ChangeSpec
-from helmhive.api.common import JobKind
 from helmhive.api.crdgen import build_offline_schema
-from helmhive.api.envelope import EnvelopeSpec
-from helmhive.api.job import AgentJobSpec
 from helmhive.api.kinds import API_VERSION, GROUP, KINDS, KindDef
-from helmhive.api.memory import MemoryRecordSpec, WorkspaceSpec
-from helmhive.api.profile import ProfileSpec
 from helmhive.api.reasons import Reason
-from helmhive.policy.envelopes import ENVELOPES
-from helmhive.policy.memory import decide_memory_scope
-from helmhive.policy.profiles import decide_profile
 from helmhive.policy.validate_apiserver import ApiServerValidator, without_nulls
+from helmhive.policy.validate_refs import EXTERNAL_PROFILES_ANNOTATION, GOVERNED_STAGES, apply_cross_object_rules
 from helmhive.policy.validate_rules import cel_rule_supported, decide_server_rules
+from helmhive.policy.validation_model import (
+    CheckedObject,
+    SkippedDocument,
+    SourceDocument,
+    ValidationIssue,
+    ValidationReport,
+)
 from helmhive.policy.violations import PathSegment, Violation, field_path
 
 __all__ = [
@@ -83,8 +80,6 @@ __all__ = [
     "validate_documents",
 ]
 
-EXTERNAL_PROFILES_ANNOTATION = "helmhive.dev/external-profiles"
-GOVERNED_STAGES = (JobKind.CHANGE_PLANNING, JobKind.CHANGE_IMPLEMENTATION, JobKind.CHANGE_REVIEW)
 _KINDS_BY_NAME: Mapping[str, KindDef] = {k.kind: k for k in KINDS}
 _API_VERSION_FORMAT = re.compile(
     r"(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
@@ -93,110 +88,13 @@ _API_VERSION_FORMAT = re.compile(
 _MESSAGE_LIMIT = 300
 
 
-@dataclass(frozen=True, kw_only=True)
-class SourceDocument:
-    """One YAML document as the command line read it.
-
-    ``index`` is its 0-based position in ``file``. When the file could not be read or
-    parsed, ``load_reason`` and ``load_message`` say why and ``body`` is None.
-    """
-
-    file: str
-    index: int = 0
-    body: Any = None
-    load_reason: Reason | None = None
-    load_message: str = ""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ValidationIssue:
-    """One error, printed as ``file:kind/name: field.path: Reason: message``."""
-
-    file: str
-    kind: str
-    name: str
-    field_path: str
-    reason: Reason
-    message: str
-    document: int = 0
-    line: int | None = None
-
-    def render(self) -> str:
-        """One line, whatever the input held: control characters are shown escaped."""
-        kind = _one_line(self.kind) or "?"
-        name = _one_line(self.name) or f"#{self.document + 1}"
-        path = _one_line(self.field_path) or "-"
-        return f"{_one_line(self.file)}:{kind}/{name}: {path}: {self.reason.value}: {_one_line(self.message)}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "file": self.file,
-            "line": self.line,
-            "document": self.document,
-            "kind": self.kind,
-            "name": self.name,
-            "fieldPath": self.field_path,
-            "reason": self.reason.value,
-            "message": self.message,
-        }
-
-
-@dataclass(frozen=True, kw_only=True)
-class SkippedDocument:
-    """A document that is not a Helmhive object, and why it was not checked."""
-
-    file: str
-    document: int
-    why: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class ValidationReport:
-    issues: tuple[ValidationIssue, ...]
-    objects: int
-    skipped: tuple[SkippedDocument, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return not self.issues
-
-
-@dataclass(kw_only=True)
-class _Object:
-    """A Helmhive object found in the set (parsed when ``spec`` is not None)."""
-
-    doc: SourceDocument
-    kind: str
-    name: str
-    namespace: str
-    annotations: Mapping[str, str]
-    spec: BaseModel | None = None
-    issues: list[ValidationIssue] = field(default_factory=list)
-
-    def issue(self, path: str, reason: Reason, message: str) -> None:
-        self.issues.append(
-            ValidationIssue(
-                file=self.doc.file,
-                kind=self.kind,
-                name=self.name,
-                field_path=path,
-                reason=reason,
-                message=message,
-                document=self.doc.index,
-            )
-        )
-
-    def violation(self, found: Violation) -> None:
-        self.issue(found.field_path, found.reason, found.message)
-
-
 def validate_documents(
     *, documents: Sequence[SourceDocument], external_profiles: Collection[str] = ()
 ) -> ValidationReport:
     """Check every document and every cross-object rule; return all issues together."""
     issues: list[ValidationIssue] = []
     skipped: list[SkippedDocument] = []
-    objects: list[_Object] = []
+    objects: list[CheckedObject] = []
     for doc in documents:
         found = _classify(doc, issues, skipped)
         if found is not None:
@@ -207,7 +105,7 @@ def validate_documents(
                 found.issues = []
                 found.issue("", Reason.INVALID_DOCUMENT, "nested too deeply to check (hundreds of levels)")
             objects.append(found)
-    _cross_check(objects, external=frozenset(external_profiles))
+    apply_cross_object_rules(objects, external=frozenset(external_profiles))
     for obj in objects:
         issues.extend(obj.issues)
     order = {(d.file, d.index): n for n, d in enumerate(documents)}
@@ -218,7 +116,9 @@ def validate_documents(
 # --- 1. shape -------------------------------------------------------------------------------
 
 
-def _classify(doc: SourceDocument, issues: list[ValidationIssue], skipped: list[SkippedDocument]) -> _Object | None:
+def _classify(
+    doc: SourceDocument, issues: list[ValidationIssue], skipped: list[SkippedDocument]
+) -> CheckedObject | None:
     def fail(path: str, reason: Reason, message: str, kind: str = "", name: str = "") -> None:
         issues.append(
             ValidationIssue(
@@ -292,7 +192,7 @@ def _classify(doc: SourceDocument, issues: list[ValidationIssue], skipped: list[
         return None
     namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
-    return _Object(
+    return CheckedObject(
         doc=doc,
         kind=kind,
         name=name,
@@ -314,7 +214,7 @@ def _validator(kind: str) -> Any:
     return ApiServerValidator(_schema(kind))
 
 
-def _check_object(obj: _Object) -> None:
+def _check_object(obj: CheckedObject) -> None:
     validator = _validator(obj.kind)
     body = without_nulls(_schema(obj.kind), obj.doc.body)
     schema_errors = sorted(validator.iter_errors(body), key=lambda e: [str(p) for p in e.absolute_path])
@@ -392,148 +292,6 @@ def _schema_violations(error: SchemaValidationError) -> Iterator[Violation]:
     )
 
 
-# --- 4. cross-object rules ---------------------------------------------------------------------
-
-
-def _cross_check(objects: list[_Object], *, external: frozenset[str]) -> None:
-    index: dict[tuple[str, str, str], _Object] = {}
-    for obj in objects:
-        if not obj.name:
-            continue
-        namespace = "" if obj.kind == "Envelope" else obj.namespace
-        key = (obj.kind, namespace, obj.name)
-        first = index.get(key)
-        if first is None:
-            index[key] = obj
-        else:
-            obj.issue(
-                "metadata.name",
-                Reason.DUPLICATE_OBJECT,
-                f"{obj.kind} {obj.name!r} is already defined in {first.doc.file} (document {first.doc.index + 1})",
-            )
-    refs = _References(index=index, external=external)
-    for obj in objects:
-        spec = obj.spec
-        if isinstance(spec, ProfileSpec):
-            envelope = ENVELOPES.get(spec.envelope)
-            for violation in decide_profile(profile=spec, envelope=envelope).violations:
-                obj.violation(violation)
-        elif isinstance(spec, EnvelopeSpec):
-            _check_envelope(obj, spec)
-        elif isinstance(spec, WorkspaceSpec):
-            for position, binding in enumerate(spec.profiles):
-                refs.profile(
-                    obj, binding.profile, binding.job_kind, field_path("spec", "profiles", position, "profile")
-                )
-        elif isinstance(spec, AgentJobSpec):
-            _check_job(obj, spec, refs)
-        elif isinstance(spec, ChangeSpec):
-            _check_change(obj, spec, refs)
-        elif isinstance(spec, MemoryRecordSpec):
-            workspace = refs.workspace(obj, spec.workspace)
-            if workspace is not None:
-                for violation in decide_memory_scope(record=spec, workspace=workspace):
-                    obj.violation(violation)
-
-
-@dataclass(frozen=True, kw_only=True)
-class _References:
-    index: Mapping[tuple[str, str, str], _Object]
-    external: frozenset[str]
-
-    def _is_external(self, obj: _Object, name: str) -> bool:
-        if name in self.external or f"{obj.namespace}/{name}" in self.external:
-            return True
-        listed = str(obj.annotations.get(EXTERNAL_PROFILES_ANNOTATION, ""))
-        names = {n.strip() for n in listed.split(",")}
-        return "*" in names or name in names
-
-    def profile(self, obj: _Object, name: str, job_kind: JobKind, where: str) -> None:
-        target = self.index.get(("Profile", obj.namespace, name))
-        if target is None:
-            if not self._is_external(obj, name):
-                obj.issue(
-                    where,
-                    Reason.PROFILE_NOT_FOUND,
-                    f"profile {name!r} is not in the validated set"
-                    + (f" (namespace {obj.namespace!r})" if obj.namespace else "")
-                    + f"; add it, or mark it external with --external-profile {name} or the "
-                    f"{EXTERNAL_PROFILES_ANNOTATION} annotation",
-                )
-            return
-        if isinstance(target.spec, ProfileSpec) and target.spec.envelope != job_kind:
-            obj.issue(
-                where,
-                Reason.PROFILE_KIND_MISMATCH,
-                f"profile {name!r} names envelope {target.spec.envelope.value}, not {job_kind.value}",
-            )
-
-    def workspace(self, obj: _Object, name: str) -> WorkspaceSpec | None:
-        target = self.index.get(("Workspace", obj.namespace, name))
-        return target.spec if target is not None and isinstance(target.spec, WorkspaceSpec) else None
-
-    def binding(
-        self, obj: _Object, workspace_name: str, workspace: WorkspaceSpec, job_kind: JobKind, where: str
-    ) -> None:
-        if not any(b.job_kind == job_kind for b in workspace.profiles):
-            obj.issue(
-                where,
-                Reason.PROFILE_NOT_FOUND,
-                f"workspace {workspace_name!r} binds no profile for job kind {job_kind.value}",
-            )
-
-    def service(self, obj: _Object, workspace_name: str, workspace: WorkspaceSpec, service: str | None) -> None:
-        if service is None or any(s.name == service for s in workspace.services):
-            return
-        known = ", ".join(s.name for s in workspace.services) or "none"
-        obj.issue(
-            "spec.service",
-            Reason.SERVICE_NOT_IN_WORKSPACE,
-            f"service {service!r} is not a service of workspace {workspace_name!r} (services: {known})",
-        )
-
-
-def _check_job(obj: _Object, spec: AgentJobSpec, refs: _References) -> None:
-    if spec.profile is not None:
-        refs.profile(obj, spec.profile, spec.job_kind, "spec.profile")
-    workspace = refs.workspace(obj, spec.workspace)
-    if workspace is None:
-        return
-    if spec.profile is None:
-        refs.binding(obj, spec.workspace, workspace, spec.job_kind, "spec.jobKind")
-    refs.service(obj, spec.workspace, workspace, spec.service)
-
-
-def _check_change(obj: _Object, spec: ChangeSpec, refs: _References) -> None:
-    workspace = refs.workspace(obj, spec.workspace)
-    if workspace is None:
-        return
-    for stage in GOVERNED_STAGES:
-        refs.binding(obj, spec.workspace, workspace, stage, "spec.workspace")
-    refs.service(obj, spec.workspace, workspace, spec.service)
-
-
-def _check_envelope(obj: _Object, spec: EnvelopeSpec) -> None:
-    code = ENVELOPES.get(JobKind(obj.name)) if obj.name in set(JobKind) else None
-    if code is None:
-        obj.issue(
-            "metadata.name",
-            Reason.UNKNOWN_ENVELOPE,
-            f"no envelope {obj.name!r} in the operator's catalogue; envelopes are published from code",
-        )
-        return
-    wanted, given = code.to_wire(), spec.to_wire()
-    for key in sorted({*wanted, *given}):
-        if wanted.get(key) != given.get(key):
-            obj.issue(
-                field_path("spec", key),
-                Reason.ENVELOPE_DIFFERS_FROM_CODE,
-                "envelopes are published by the operator from code and cannot be changed; "
-                "remove this object or make it equal to `kubectl get envelope "
-                f"{obj.name} -o yaml`",
-            )
-
-
 def _cel_message(schema: Any) -> str:
     """The message of a field's own CEL rule, which says in words what its pattern means."""
     rules = schema.get("x-kubernetes-validations") if isinstance(schema, dict) else None
@@ -550,13 +308,6 @@ def _type_name(value: Any) -> str:
         float: "a number",
         type(None): "null",
     }.get(type(value), type(value).__name__)
-
-
-def _one_line(text: str) -> str:
-    """``text`` with control characters (a newline in a name, say) escaped as Python would."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def _short(text: str, limit: int = _MESSAGE_LIMIT) -> str:
