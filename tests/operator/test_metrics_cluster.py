@@ -136,7 +136,7 @@ def test_metrics_move_as_jobs_are_routed_run_and_fail_closed(
         before_op,
         exact=False,
         kind="AgentJob",
-        verb="patch",
+        verb="update",  # the router PUTs the status it merged (StatusPatch.replacement)
         subresource="status",
         result="Success",
     )

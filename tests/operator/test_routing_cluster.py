@@ -479,3 +479,43 @@ def test_the_routed_write_is_tracked_as_whole_objects_in_managed_fields(
         "f:routing": {},
         "f:assignment": {},
     }
+
+
+def test_the_routed_write_replaces_the_status_and_keeps_the_rest_of_the_job(
+    fleet: Fleet, kube: Kube, namespace: str
+) -> None:
+    # The router PUTs the status subresource with only the name and the resourceVersion in its
+    # metadata: the API server must keep the job's labels, annotations, finalizers and spec, and
+    # the creator's managedFields entry for them.
+    fleet("claude", replicas=1, concurrency=1)
+    profile(kube, namespace, "probe", envelope="implementation-probe")
+    manifest = job_manifest("kept", "probe", "implementation-probe")
+    manifest["metadata"] |= {
+        "labels": {"team": "payments"},
+        "annotations": {"example.com/ticket": "PAY-1"},
+        "finalizers": ["example.com/keep"],
+    }
+    kube.custom.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, "agentjobs", manifest, field_manager="creator"
+    )
+    try:
+        created = get_job(kube, namespace, "kept")
+        job = wait_for(routed(kube, namespace, "kept", "True"), timeout=60)
+        meta = job["metadata"]
+        assert (meta["labels"], meta["annotations"], meta["finalizers"]) == (
+            {"team": "payments"},
+            {"example.com/ticket": "PAY-1"},
+            ["example.com/keep"],
+        )
+        assert job["spec"] == created["spec"]
+        creator = [e for e in meta["managedFields"] if e["manager"] == "creator"]
+        assert len(creator) == 1 and not creator[0].get("subresource"), meta["managedFields"]
+        owned = creator[0]["fieldsV1"]
+        assert {"f:labels", "f:annotations", "f:finalizers"} <= owned["f:metadata"].keys()
+        assert {"f:workspace", "f:jobKind", "f:profile", "f:request"} <= owned["f:spec"].keys()
+        # The binding made at queue time is written with the decision, in the same write.
+        assert job["status"]["profile"]["revision"] and job["status"]["assignment"]["runner"]
+    finally:
+        kube.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "agentjobs", "kept", {"metadata": {"finalizers": None}}
+        )

@@ -304,6 +304,38 @@ def test_apply_merge_patch_follows_rfc_7386() -> None:
     }
 
 
+def test_the_replacement_is_the_status_the_merge_patch_would_make_conditional_on_the_version_read() -> None:
+    waiting = SAMPLES["waiting-for-capacity"]
+    before = copy.deepcopy(waiting)
+    job = parse_agent_job(waiting)
+    patch = agentjob.route(job, decision=decision(RouteOutcome.ASSIGNED), binding=BINDING, now=NOW)
+    put = patch.replacement(job)
+    assert put["apiVersion"] == "helmhive.dev/v1alpha1" and put["kind"] == "AgentJob"
+    # Only the name and the precondition: the API server keeps the rest of the stored object.
+    assert put["metadata"] == {"name": "j", "namespace": "team", "resourceVersion": "42"}
+    assert "spec" not in put
+    assert put["status"] == apply_merge_patch(waiting["status"], patch.status)
+    assert put["status"]["assignment"]["runner"] == "r1" and put["status"]["profile"] == BINDING
+    assert waiting == before  # the job as read is not changed
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_every_steps_replacement_drops_what_its_patch_deletes(name: str) -> None:
+    for job, patch in _every_step_on_every_sample():
+        if job.raw_status is not SAMPLES[name]["status"]:
+            continue
+        status = patch.replacement(job)["status"]
+        for key, value in patch.status.items():
+            assert (
+                (key not in status)
+                if value is None
+                else status[key] == apply_merge_patch(job.raw_status.get(key), value)
+            ), (name, patch.step, key)
+        assert {k: v for k, v in job.raw_status.items() if k not in patch.status} == {
+            k: v for k, v in status.items() if k not in patch.status
+        }, (name, patch.step)
+
+
 # The writer table ------------------------------------------------------------------------------------
 
 

@@ -21,11 +21,13 @@ A worker:
    builds the runner views, counts active jobs per runner from the jobs index *plus* this
    process's reservations, calls :func:`~helmhive.policy.routing.decide_route`, and reserves
    the slot in memory;
-2. outside the lock, paced by a token bucket, merge-patches the job's status
+2. outside the lock, paced by a token bucket, writes the job's status
    (:func:`helmhive.policy.agentjob.route`, which also writes a binding made by the queue step)
-   with ``metadata.resourceVersion`` as a precondition. A 409 means the job changed since it
-   was read: the reservation is released, the job re-read and re-decided. So a decision made on
-   a stale copy is never written, and a retry after a crash never assigns twice;
+   with ``metadata.resourceVersion`` as a precondition: a PUT of the status as read with the
+   step's patch merged (:meth:`~helmhive.policy.agentjob.StatusPatch.replacement`), which costs
+   the API server less than the same merge patch. A 409 means the job changed since it was
+   read: the reservation is released, the job re-read and re-decided. So a decision made on a
+   stale copy is never written, and a retry after a crash never assigns twice;
 3. queues the audit of the decision (written in batches by a background task, see
    :mod:`~helmhive.controller.router_audits`) and takes the next job.
 
@@ -56,6 +58,7 @@ from helmhive.controller.router_settings import RouterSettings, RouterStats, Tok
 from helmhive.controller.runtime import Runtime
 from helmhive.policy import agentjob
 from helmhive.policy.agentjob import (
+    StatusPatch,
     decide_held_runner,
     decide_needs_binding,
     decide_needs_routing,
@@ -268,16 +271,16 @@ class Router(RouterIndexes):
             self._stop_waiting(key)
         memory_ids = self.memory_ids(job) if decision.choice is not None else []
         now = self.runtime.clock()
-        status = agentjob.route(
+        patch = agentjob.route(
             job.state,
             decision=decision,
             memory_ids=memory_ids,
             binding=binding,  # bind and route in one write
             now=now,
-        ).status
+        )
         if decision.outcome is not RouteOutcome.WAITING:
             self.audits.mark(key)  # this process audits it; its own watch event needs no recovery check
-        updated = await self._write(job, status)
+        updated = await self._write(job, patch)
         self._pass_wake(woke, decision, written=updated is not None)
         if updated is None:
             self.audits.forget(key)
@@ -299,18 +302,18 @@ class Router(RouterIndexes):
         self._count(decision)
         self.audits.record(updated, runner=decision.choice.runner_key if decision.choice is not None else None)
 
-    async def _write(self, job: QueuedJob, status: dict[str, Any]) -> dict[str, Any] | None:
-        """Merge-patch the job's status, conditional on the resourceVersion the decision was made from.
+    async def _write(self, job: QueuedJob, patch: StatusPatch) -> dict[str, Any] | None:
+        """Write the job's status, conditional on the resourceVersion the decision was made from.
 
         Returns the updated job, or None when nothing was written (the reservation is released,
         and the job re-read and re-queued, or retried later, or forgotten if it is gone).
         """
         key = job.key
-        patch = {"metadata": {"resourceVersion": job.resource_version}, "status": status}
+        body = patch.replacement(job.state)
         try:
             await self.bucket.take()
             self.stats.writes += 1
-            return await self.runtime.kube.patch_status(AGENT_JOB, job.name, patch, namespace=job.namespace)
+            return await self.runtime.kube.replace_status(AGENT_JOB, job.name, body, namespace=job.namespace)
         except Conflict:
             self.stats.conflicts += 1
             self._release(key)

@@ -30,9 +30,11 @@ A job's life, and the step that writes each move (each returns a :class:`StatusP
 - **close** (operator): a job its runner ended with an infrastructure reason that is not run
   again: the verdict (``not re-run: <why>``) is added to its ``Succeeded`` and ``Ready`` messages.
 
-Every write is a JSON merge patch of only the fields its step owns (``None`` deletes a field),
-made conditional by the caller with :meth:`StatusPatch.conditional` (the resourceVersion the
-decision was made from; a 409 means re-read and decide again).
+Every step returns a JSON merge patch of only the fields its step owns (``None`` deletes a
+field), made conditional by the caller on the resourceVersion the decision was made from (a 409
+means re-read and decide again): sent as a merge patch (:meth:`StatusPatch.conditional`), or, by
+the router, as a PUT of the whole status it makes (:meth:`StatusPatch.replacement`), which
+costs the API server less for the routed job's large status.
 
 Status fields and their writers (one writer per step; a field with two writers has them in
 turn: the operator until the runner starts the job, the runner until it ends it, the operator
