@@ -12,7 +12,8 @@ installs Helmhive and then, in one run:
    ``--raw-seconds``: a tiny status (two counters; the issue's raw rate, also one at a time),
    then a status the shape and size of the router's write (the binding, ``MAX_CANDIDATES``
    candidate rows, the assignment, Routed/Ready; built by the router's pure core,
-   :func:`build_like_router_status`: the like-for-like rate), then the tiny status again on the
+   :func:`build_like_router_status`: the like-for-like rate), the same status as a conditional
+   PUT of the whole status (as the router writes it), then the tiny status again on the
    same jobs, which now hold a routed-size status (the API server's cost follows the stored
    object); the scratch jobs are deleted again;
 2. starts the real operator (its own ServiceAccount token) and M runners in pools of up to
@@ -208,6 +209,20 @@ def like_router_patches(status: dict[str, Any]) -> Callable[[str, int], bytes]:
     return body
 
 
+def like_router_puts(status: dict[str, Any], versions: dict[str, str]) -> Callable[[str, int], bytes]:
+    """PUT bodies of the status subresource as the router sends them since it replaces the status
+    (``StatusPatch.replacement``): ``status`` whole, the name and the resourceVersion last seen.
+    """
+    patches = like_router_patches(status)
+
+    def body(name: str, i: int) -> bytes:
+        meta = {"name": name, "namespace": RAW_NS, "resourceVersion": versions[name]}
+        return orjson.dumps({"apiVersion": GROUP_PATH.removeprefix("/apis/"), "kind": "AgentJob", "metadata": meta,
+                             "status": orjson.loads(patches(name, i))["status"]})  # fmt: skip
+
+    return body
+
+
 def tiny_patch(_: str, i: int) -> bytes:
     """The issue's raw patch: a tiny ``status`` (two counters), as the benchmark has always sent it."""
     return json.dumps({"status": {"attempts": i % 60000, "routing": {"attempts": i % 1000}}}).encode()
@@ -221,14 +236,19 @@ async def hammer(
     width: int,
     duration: float,
     probe: CpuProbe,
+    versions: dict[str, str] | None = None,
+    profile: Path | None = None,
 ) -> dict[str, Any]:
-    """Merge-patch the jobs' status for ``duration`` with ``width`` in flight (each slot its own jobs).
+    """Merge-patch the jobs' status for ``duration`` with ``width`` in flight (each slot its own jobs);
+    with ``versions`` (each job's resourceVersion, kept up to date here), PUT it instead. With
+    ``profile``, the API server's CPU profile over the window is written there (pprof format).
 
     Returns patches per second and the window's CPU (the probe read at its ends) per patch.
     """
     done = 0
     stop = time.monotonic() + duration
-    headers = {"Content-Type": "application/merge-patch+json"}
+    put = versions is not None
+    headers = {"Content-Type": "application/json" if put else "application/merge-patch+json"}
 
     async def one(slot: int) -> None:
         nonlocal done
@@ -236,35 +256,71 @@ async def hammer(
         while time.monotonic() < stop:
             name = jobs[(slot + i * width) % len(jobs)]
             url = f"{GROUP_PATH}/namespaces/{RAW_NS}/agentjobs/{name}/status"
-            (await admin.patch(url, content=body(name, i), headers=headers)).raise_for_status()
+            send = admin.put if put else admin.patch
+            response = await send(url, content=body(name, i), headers=headers)
+            response.raise_for_status()
+            if versions is not None:
+                versions[name] = response.json()["metadata"]["resourceVersion"]
             done += 1
             i += 1
 
+    # The API server's own CPU profile over the window (``--apiserver-profile``), to say where it goes.
+    pprof = (
+        asyncio.create_task(
+            admin.get("/debug/pprof/profile", params={"seconds": max(1, int(duration) - 1)}, timeout=duration + 60)
+        )
+        if profile is not None
+        else None
+    )
     before = probe.sample()
     await asyncio.gather(*(one(s) for s in range(width)))
     after = probe.sample()
+    if pprof is not None and profile is not None:
+        response = await pprof
+        response.raise_for_status()
+        await asyncio.to_thread(profile.write_bytes, response.content)
     return {"rate": done / (after.at - before.at), "cpu": cpu_window(before, after, done)}
 
 
 async def raw_patch_rate(
-    admin: httpx.AsyncClient, *, seconds: float, writers: int, probe: CpuProbe, like_router: dict[str, Any]
+    admin: httpx.AsyncClient,
+    *,
+    seconds: float,
+    writers: int,
+    probe: CpuProbe,
+    like_router: dict[str, Any],
+    profiles: Path | None = None,
 ) -> dict[str, Any]:
     """Status merge-patches per second by a plain client: tiny ones (the issue's raw rate), ``writers``
     in flight then one at a time; then ones the shape and size of the router's write (``like_router``),
-    ``writers`` in flight for ``seconds`` too. Each phase with its CPU per patch.
+    ``writers`` in flight for ``seconds`` too, as a merge patch and as the router's PUT. Each phase
+    with its CPU per patch, and with ``profiles`` the API server's CPU profile of each phase there.
     """
+
+    def profile(phase: str) -> Path | None:
+        return profiles / f"apiserver-{phase}.pb.gz" if profiles is not None else None
+
     await admin.post("/api/v1/namespaces", json={"metadata": {"name": RAW_NS}})
     jobs = [f"raw-{i}" for i in range(writers * 4)]
     for name in jobs:
         response = await admin.post(f"{GROUP_PATH}/namespaces/{RAW_NS}/agentjobs", json=job_body(name))
         response.raise_for_status()
-    parallel = await hammer(admin, jobs, tiny_patch, width=writers, duration=seconds, probe=probe)
+    parallel = await hammer(admin, jobs, tiny_patch, width=writers, duration=seconds, probe=probe,
+                            profile=profile("tiny"))  # fmt: skip
     sequential = await hammer(admin, jobs, tiny_patch, width=1, duration=seconds / 2, probe=probe)
     like = await hammer(admin, jobs, like_router_patches(like_router), width=writers, duration=seconds,
-                        probe=probe)  # fmt: skip
+                        probe=probe, profile=profile("like-router-patch"))  # fmt: skip
+    # The same status as the router writes it now: a conditional PUT of the whole status.
+    versions: dict[str, str] = {}
+    for name in jobs:
+        got = (await admin.get(f"{GROUP_PATH}/namespaces/{RAW_NS}/agentjobs/{name}")).json()
+        versions[name] = got["metadata"]["resourceVersion"]
+    like_put = await hammer(admin, jobs, like_router_puts(like_router, versions), width=writers, duration=seconds,
+                            probe=probe, versions=versions, profile=profile("like-router-put"))  # fmt: skip
     # The tiny patch again, now that each job holds a routed-size status: the API server's cost
     # follows the stored object, not the patch.
-    tiny_on_routed = await hammer(admin, jobs, tiny_patch, width=writers, duration=seconds / 2, probe=probe)
+    tiny_on_routed = await hammer(admin, jobs, tiny_patch, width=writers, duration=seconds / 2, probe=probe,
+                                  profile=profile("tiny-on-routed"))  # fmt: skip
     stored = (await admin.get(f"{GROUP_PATH}/namespaces/{RAW_NS}/agentjobs/{jobs[0]}")).json()
     await admin.delete(f"/api/v1/namespaces/{RAW_NS}")
     return {
@@ -272,6 +328,7 @@ async def raw_patch_rate(
         "sequential": sequential["rate"],
         "writers": writers,
         "like_router": like["rate"],
+        "like_router_put": like_put["rate"],
         "tiny_on_routed": tiny_on_routed["rate"],
         "stored_bytes": len(orjson.dumps(stored)),
         "managed_fields_bytes": len(orjson.dumps(stored["metadata"].get("managedFields") or [])),
@@ -280,6 +337,7 @@ async def raw_patch_rate(
             "parallel": parallel["cpu"],
             "sequential": sequential["cpu"],
             "like_router": like["cpu"],
+            "like_router_put": like_put["cpu"],
             "tiny_on_routed": tiny_on_routed["cpu"],
         },
     }
@@ -759,10 +817,14 @@ async def run(  # noqa: PLR0915
         like_router = build_like_router_status(runners=args.runners, concurrency=args.concurrency,
                                                now=dt.datetime.now(dt.UTC))  # fmt: skip
         result["raw"] = await raw_patch_rate(admin, seconds=args.raw_seconds, writers=args.writers, probe=probe,
-                                             like_router=like_router)  # fmt: skip
+                                             like_router=like_router, profiles=args.apiserver_profile)  # fmt: skip
         raw = result["raw"]
+        if args.apiserver_profile:
+            print(f"  the API server's CPU profile of each phase: {args.apiserver_profile}/apiserver-*.pb.gz "
+                  f"(read with: go tool pprof -top <kube-apiserver binary> <file>)", flush=True)  # fmt: skip
         print(f"  tiny {raw['parallel']:.0f}/s ({raw['sequential']:.0f}/s one at a time), like the router's "
-              f"{raw['like_router']:.0f}/s, tiny on a routed-size job {raw.get('tiny_on_routed', 0):.0f}/s "
+              f"{raw['like_router']:.0f}/s (PUT {raw['like_router_put']:.0f}/s), "
+              f"tiny on a routed-size job {raw.get('tiny_on_routed', 0):.0f}/s "
               f"(stored job {raw.get('stored_bytes', 0)} B, managedFields {raw.get('managed_fields_bytes', 0)} B)",
               flush=True)  # fmt: skip
         await asyncio.to_thread(
@@ -937,8 +999,10 @@ def ratios(result: dict[str, Any]) -> dict[str, float | None]:
     return {
         "burst_to_raw": b["jobs_per_second"] / raw["parallel"],
         "burst_to_like_router": b["jobs_per_second"] / raw["like_router"],
+        "burst_to_like_router_put": b["jobs_per_second"] / raw["like_router_put"],
         "backlog_to_raw": backlog / raw["parallel"] if backlog else None,
         "backlog_to_like_router": backlog / raw["like_router"] if backlog else None,
+        "backlog_to_like_router_put": backlog / raw["like_router_put"] if backlog else None,
     }
 
 
@@ -950,6 +1014,7 @@ def render_cpu(result: dict[str, Any]) -> list[str]:
         (f"raw tiny patches, {writers} in flight", raw["cpu"]["parallel"]),
         ("raw tiny patches, one at a time", raw["cpu"]["sequential"]),
         (f"raw patches like the router's, {writers} in flight", raw["cpu"]["like_router"]),
+        (f"raw PUTs of that status, {writers} in flight", raw["cpu"].get("like_router_put")),
         (f"raw tiny patches on routed-size jobs, {writers}", raw["cpu"].get("tiny_on_routed")),
         ("burst, first create to last assignment", b.get("cpu")),
         ("backlog, first to last assignment", (b.get("backlog") or {}).get("cpu")),
@@ -997,6 +1062,9 @@ def render(result: dict[str, Any]) -> str:
         f"assignment, Routed/Ready; {raw['like_router_status_bytes']} B of status, a routed job's here "
         f"{b.get('routed_status_bytes', 0)} B): {raw['like_router']:.0f}/s with {raw['writers']} in flight",
         f"routing throughput / like-for-like patch rate: {result['ratios']['burst_to_like_router']:.3f}",
+        f"the same status PUT whole, conditional (how the router writes it since it replaces the status): "
+        f"{raw['like_router_put']:.0f}/s; routing throughput / that rate: "
+        f"{result['ratios']['burst_to_like_router_put']:.3f}",
         f"raw tiny patches on the routed-size jobs: {raw.get('tiny_on_routed', 0):.0f}/s (stored job "
         f"{raw.get('stored_bytes', 0)} B, of it managedFields {raw.get('managed_fields_bytes', 0)} B)",
         "queue-to-assigned latency: p50 {queue_to_assigned_p50:.2f} s, p95 {queue_to_assigned_p95:.2f} s, "
@@ -1022,7 +1090,8 @@ def render(result: dict[str, Any]) -> str:
             f"{backlog['jobs_per_second_from_start']:.1f} from the start, "
             f"{backlog['jobs_per_second_first_to_last'] or 0:.1f} from the first assignment to the last "
             f"(ratio to the raw rate {result['ratios']['backlog_to_raw'] or 0:.3f}, "
-            f"to the like-for-like rate {result['ratios']['backlog_to_like_router'] or 0:.3f}); "
+            f"to the like-for-like rate {result['ratios']['backlog_to_like_router'] or 0:.3f}, "
+            f"to the PUT rate {result['ratios']['backlog_to_like_router_put'] or 0:.3f}); "
             f"operator CPU {backlog['cpu_seconds_before_first']:.1f} s before the first assignment "
             f"(start-up), {routing_cpu:.1f} s from it to the last ({1000 * routing_cpu / jobs:.1f} ms per job)"
         )
@@ -1106,7 +1175,14 @@ def main() -> None:
         help="create every job with the operator stopped, then start it (times routing alone)",
     )
     parser.add_argument("--profile", type=Path, help="py-spy the operator during the burst into this raw-stacks file")
+    parser.add_argument(
+        "--apiserver-profile",
+        type=Path,
+        help="serve the API server's pprof and write its CPU profile of each raw phase into this directory",
+    )
     args = parser.parse_args()
+    if args.apiserver_profile:
+        args.apiserver_profile.mkdir(parents=True, exist_ok=True)
     if args.decide_only:
         print_decide_times()
         return
@@ -1114,7 +1190,9 @@ def main() -> None:
     with (workdir / "build.log").open("a") as log:
         binaries = ensure_binaries(log=log)
     layout = StateLayout(workdir / "cluster")
-    info = devcluster.start(binaries, layout.root, tie_to_parent=True)
+    # Only when asked, so the bench still runs a base commit's code given by PYTHONPATH.
+    profiling = {"profiling": True} if args.apiserver_profile else {}
+    info = devcluster.start(binaries, layout.root, tie_to_parent=True, **profiling)
     try:
         install(config.new_client_from_config(config_file=str(info.kubeconfig)))
         result = asyncio.run(run(args, info, layout, workdir, CpuProbe(cluster_pids(layout))))

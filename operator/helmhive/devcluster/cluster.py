@@ -255,11 +255,14 @@ def start(
     *,
     timeout: float = 120.0,
     tie_to_parent: bool = False,
+    profiling: bool = False,
 ) -> ClusterInfo:
     """Start the control plane in ``state_dir`` (or return the one already running there).
 
     ``timeout`` bounds the whole start. ``tie_to_parent`` ends the components when the
-    calling process dies (for test sessions).
+    calling process dies (for test sessions). ``profiling`` serves the API server's Go
+    profiles (``/debug/pprof``, to cluster-admin only) for a benchmark that records where its
+    CPU goes.
     """
     layout = StateLayout(state_dir or default_state_dir())
     current = status(layout.root)
@@ -282,7 +285,7 @@ def start(
     seconds: dict[str, float] = {}
     plan: list[tuple[str, list[str], str]] = [
         ("etcd", etcd_args(binaries.etcd, layout, ports), "GET /readyz"),
-        ("kube-apiserver", apiserver_args(binaries.kube_apiserver, layout, ports), "GET /readyz"),
+        ("kube-apiserver", apiserver_args(binaries.kube_apiserver, layout, ports, profiling=profiling), "GET /readyz"),
         (
             "kube-controller-manager",
             kcm_args(binaries.kube_controller_manager, layout, ports),

@@ -134,8 +134,11 @@ def build_audit_policy(group: str) -> dict[str, object]:
     }
 
 
-def apiserver_args(apiserver: Path, layout: StateLayout, ports: Ports) -> list[str]:
-    """kube-apiserver with client-certificate and ServiceAccount authentication and RBAC."""
+def apiserver_args(apiserver: Path, layout: StateLayout, ports: Ports, *, profiling: bool = False) -> list[str]:
+    """kube-apiserver with client-certificate and ServiceAccount authentication and RBAC.
+
+    ``profiling`` turns on ``/debug/pprof`` (off otherwise, as it is on a hardened cluster).
+    """
     pki = layout.pki
     return [
         str(apiserver),
@@ -164,7 +167,7 @@ def apiserver_args(apiserver: Path, layout: StateLayout, ports: Ports) -> list[s
         "--audit-log-format=json",
         "--audit-log-maxsize=50",
         "--audit-log-maxbackup=1",
-        "--profiling=false",
+        f"--profiling={str(profiling).lower()}",
         "--v=1",
     ]
 
