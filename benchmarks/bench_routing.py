@@ -31,6 +31,11 @@ installs Helmhive and then, in one run:
    cores (``/proc/stat``), per patch in each raw phase and per routed job in the burst (first
    create to last assignment) and, with ``--backlog``, from the first assignment to the last;
 5. **decide_route alone**: the pure decision for one job over 1,000 runners, timed in-process.
+
+``--raw-only`` runs the raw phases alone; ``--raw-status`` has them write a smaller status than
+the router's (:data:`RAW_STATUSES`), to bound what a smaller status could gain; and
+``--apiserver-profile DIR`` has the API server serve its Go profiles and writes its CPU profile
+of each raw phase into ``DIR`` (``go tool pprof -top <kube-apiserver> DIR/apiserver-tiny.pb.gz``).
 """
 
 from __future__ import annotations
@@ -195,6 +200,23 @@ def build_like_router_status(*, runners: int, concurrency: int, now: dt.datetime
     )
     assert decision.choice is not None, decision.message
     return agentjob.route(agentjob.parse_agent_job(job), decision=decision, binding=binding, now=now).status
+
+
+RAW_STATUSES = ("router", "one-candidate", "assignment-only")
+"""What the like-for-like raw phases write (``--raw-status``): the router's status; the same with
+its candidate table cut to the selected row; only the assignment, Routed/Ready and ``decidedAt``
+(the least any router could write to say where a job runs). The last two are not what Helmhive
+writes: they bound what a smaller status could gain."""
+
+
+def trim_like_router_status(status: dict[str, Any], variant: str) -> dict[str, Any]:
+    """``status`` (from :func:`build_like_router_status`) as ``variant`` of :data:`RAW_STATUSES`. Pure."""
+    routing = status["routing"]
+    if variant == "one-candidate":
+        return {**status, "routing": {**routing, "candidates": routing["candidates"][:1]}}
+    if variant == "assignment-only":
+        return {k: status[k] for k in ("assignment", "conditions")} | {"routing": {"decidedAt": routing["decidedAt"]}}
+    return status
 
 
 def like_router_patches(status: dict[str, Any]) -> Callable[[str, int], bytes]:
@@ -814,8 +836,10 @@ async def run(  # noqa: PLR0915
     ):
         print(f"raw status-patch rates, tiny and like the router's, {args.raw_seconds:g} s each "
               f"({args.writers} in flight) ...", flush=True)  # fmt: skip
-        like_router = build_like_router_status(runners=args.runners, concurrency=args.concurrency,
-                                               now=dt.datetime.now(dt.UTC))  # fmt: skip
+        like_router = trim_like_router_status(
+            build_like_router_status(runners=args.runners, concurrency=args.concurrency, now=dt.datetime.now(dt.UTC)),
+            args.raw_status,
+        )
         result["raw"] = await raw_patch_rate(admin, seconds=args.raw_seconds, writers=args.writers, probe=probe,
                                              like_router=like_router, profiles=args.apiserver_profile)  # fmt: skip
         raw = result["raw"]
@@ -831,6 +855,8 @@ async def run(  # noqa: PLR0915
             wait, lambda: client.CoreV1Api(api).list_namespace(field_selector=f"metadata.name={RAW_NS}").items == [],
             180, "the scratch namespace to go",
         )  # fmt: skip
+        if args.raw_only:
+            return result
 
         env = {"HELMHIVE_ROUTING_QPS": str(args.qps), "HELMHIVE_ROUTING_BURST": str(args.burst)}
         operator, health = start_operator(operator_kubeconfig(api, info, workdir / "operator.kubeconfig"), workdir, env)
@@ -1034,6 +1060,24 @@ def render_cpu(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def render_raw(result: dict[str, Any]) -> str:
+    """The raw phases alone (``--raw-only``): each one's rate and its CPU per write."""
+    raw, variant = result["raw"], result["args"]["raw_status"]
+    api = {k: v["ms_per_item"].get("kube-apiserver", 0.0) for k, v in raw["cpu"].items()}
+    lines = [
+        f"raw status writes by a plain client, {raw['writers']} in flight; like-for-like status: {variant} "
+        f"({raw['like_router_status_bytes']} B stored, the stored job {raw['stored_bytes']} B)",
+        f"  tiny patch on fresh jobs: {raw['parallel']:.0f}/s, API server {api['parallel']:.2f} ms per write",
+        f"  that status, merge patch: {raw['like_router']:.0f}/s, API server {api['like_router']:.2f} ms "
+        f"(ratio of rates to the tiny patch {raw['like_router'] / raw['parallel']:.3f})",
+        f"  that status, PUT: {raw['like_router_put']:.0f}/s, API server {api['like_router_put']:.2f} ms "
+        f"(ratio {raw['like_router_put'] / raw['parallel']:.3f})",
+        f"  tiny patch on jobs holding that status: {raw['tiny_on_routed']:.0f}/s, API server "
+        f"{api['tiny_on_routed']:.2f} ms",
+    ]
+    return "\n".join(lines)
+
+
 def render(result: dict[str, Any]) -> str:
     args, raw, b, writes = result["args"], result["raw"], result["burst"], Counter(result["writes"])
     jobs = max(1, b["assigned"])
@@ -1180,6 +1224,13 @@ def main() -> None:
         type=Path,
         help="serve the API server's pprof and write its CPU profile of each raw phase into this directory",
     )
+    parser.add_argument("--raw-only", action="store_true", help="only the raw write phases (no operator, no burst)")
+    parser.add_argument(
+        "--raw-status",
+        choices=RAW_STATUSES,
+        default="router",
+        help="the status the like-for-like raw phases write (the router's, or a smaller one to bound the gain)",
+    )
     args = parser.parse_args()
     if args.apiserver_profile:
         args.apiserver_profile.mkdir(parents=True, exist_ok=True)
@@ -1197,7 +1248,7 @@ def main() -> None:
         install(config.new_client_from_config(config_file=str(info.kubeconfig)))
         result = asyncio.run(run(args, info, layout, workdir, CpuProbe(cluster_pids(layout))))
         print()
-        print(render(result))
+        print(render_raw(result) if args.raw_only else render(result))
         if args.json:
             args.json.write_text(json.dumps(result, indent=2, default=str) + "\n")
     finally:
