@@ -93,6 +93,36 @@ def test_a_watch_blocked_in_a_long_read_is_interrupted_and_joined(kube: Kube, na
     assert errors == []
 
 
+def test_a_list_asked_of_a_quiet_watch_is_made_at_once(kube: Kube, namespace: str, crds: list[str]) -> None:
+    """A watch with nothing to report would wait for an event or a bookmark; relist() ends its read now."""
+    import threading
+
+    runner_kube = RunnerKube(kube.api_client, namespace=namespace)
+    lists: list[int] = []
+    errors: list[Any] = []
+    handle = runner_kube.watch_objects(
+        "runners",
+        field_selector="metadata.name=nobody",
+        on_event=lambda kind, obj: None,
+        on_list=lambda items: lists.append(len(items)),
+        on_error=errors.append,
+        stop=threading.Event(),
+        timeout_s=600,
+        thread_name="watch-test",
+    )
+    try:
+        wait_for(lambda: lists, timeout=60, describe="the first list")
+        # The watch request is answered and its read blocks (nothing will come for a minute,
+        # when the API server's first bookmark is due).
+        wait_for(lambda: handle._response is not None, timeout=30, describe="the watch to be answered")
+        handle.relist()
+        # Without the interruption the list would wait for that bookmark.
+        wait_for(lambda: len(lists) >= 2, timeout=20, describe="the list asked for")
+        assert errors == []
+    finally:
+        assert handle.join(timeout=60)
+
+
 async def test_a_cancelled_short_cli_run_kills_and_reaps_its_process(tmp_path: Path) -> None:
     """The probe's commands (``claude --version``, ...) cancelled mid-run leave no process behind."""
     marker = f"helmhive-shutdown-test-{os.getpid()}"

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import logging
 import threading
-import time
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any, TypeVar, cast
@@ -39,6 +39,7 @@ from helmhive.api.kubeerrors import Conflict, Forbidden, Invalid, KubeError, Not
 from helmhive.kubeclient import NETWORK_ERRORS, load_api_client, translate_api_error
 from helmhive.policy.events import build_event
 from helmhive.runner.logs import fields
+from helmhive.runner.watch_thread import WatchThread
 
 __all__ = [
     "FIELD_MANAGER",
@@ -65,79 +66,25 @@ WATCH_ROUND_S = 300
 """The longest one watch request lasts (server-side); the next resumes where it ended, without a list."""
 WATCH_JOIN_S = sum(REQUEST_TIMEOUT) + 5.0
 """How long :meth:`WatchThread.join` waits by default: a list in flight cannot be interrupted."""
-_INTERRUPT_EVERY_S = 0.1
 
 T = TypeVar("T")
-
-
-class WatchThread:
-    """A watch running in its own thread, which :meth:`stop` interrupts and :meth:`join` waits for.
-
-    The thread must end before the process does: a thread still reading from the API server
-    over TLS while the interpreter finalizes and OpenSSL cleans up at ``exit()`` can crash the
-    process (SIGSEGV or SIGABRT, after the runner logged a clean stop; docs/runners.md,
-    "Stopping"). A watch blocks in a read for up to its ``timeout_s``, so :meth:`stop` shuts
-    its socket (:meth:`kubernetes.watch.Watch.stop`) instead of waiting for the next event.
-    """
-
-    def __init__(self, *, name: str, stop: threading.Event) -> None:
-        self.name = name
-        self.stop_event = stop
-        self._lock = threading.Lock()
-        self._stream: Any = None
-        self.thread: threading.Thread | None = None
-        self.relist_requested = False
-
-    def attach(self, stream: Any) -> None:
-        """The watch (a :class:`kubernetes.watch.Watch`) the thread reads now, or None (called from it)."""
-        with self._lock:
-            self._stream = stream
-
-    def stop(self) -> None:
-        """Ask the thread to end, interrupting a watch it is blocked in (safe from any thread)."""
-        self.stop_event.set()
-        with self._lock:
-            stream = self._stream
-        if stream is not None:
-            stream.stop()
-
-    def relist(self) -> None:
-        """Ask for a fresh list at once: the current watch ends and the next round lists (any thread)."""
-        with self._lock:
-            self.relist_requested = True
-            stream = self._stream
-        if stream is not None:
-            stream.stop()
-
-    def take_relist(self) -> bool:
-        """Whether a list was asked for since the last call (called from the thread)."""
-        with self._lock:
-            asked, self.relist_requested = self.relist_requested, False
-        return asked
-
-    def alive(self) -> bool:
-        return self.thread is not None and self.thread.is_alive()
-
-    def join(self, timeout: float = WATCH_JOIN_S) -> bool:
-        """Stop the thread and wait up to ``timeout`` seconds for it to end; True once it has.
-
-        The interruption is repeated while waiting: a watch that starts between two calls (its
-        ``stream()`` clears an earlier stop) is interrupted by the next one.
-        """
-        deadline = time.monotonic() + timeout
-        while self.alive():
-            self.stop()
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            assert self.thread is not None
-            self.thread.join(min(_INTERRUPT_EVERY_S, left))
-        return True
 
 
 def _log_relist(watch_name: str, reason: str) -> None:
     """Each list after the first says why (a quiet runner never lists; a list per round was a poll)."""
     log.info("watch listing again", extra=fields(watch=watch_name, reason=reason))
+
+
+def _answered_by(handle: WatchThread, list_objects: Callable[..., Any]) -> Callable[..., Any]:
+    """``list_objects`` for a watch request that hands its response to ``handle`` before it is read."""
+
+    @functools.wraps(list_objects)  # the watch reads the call's docstring (its return type)
+    def watch_request(*args: Any, **kwargs: Any) -> Any:
+        response = list_objects(*args, **kwargs)
+        handle.answered(response)  # shut at once if a stop or a list was asked on the way
+        return response
+
+    return watch_request
 
 
 class RunnerKube:
@@ -253,7 +200,8 @@ class RunnerKube:
         and ``DELETED``. Errors go to ``on_error`` and are retried with a doubling backoff. The
         returned handle stops the thread and waits for it (:meth:`WatchThread.join`).
         """
-        handle = WatchThread(name=thread_name, stop=stop)
+        handle = WatchThread(name=thread_name, stop=stop, join_timeout=WATCH_JOIN_S)
+        watch_request = _answered_by(handle, self._custom.list_namespaced_custom_object)
 
         def loop() -> None:
             delay = backoff_s
@@ -282,7 +230,7 @@ class RunnerKube:
                     if handle.relist_requested:  # asked for while listing: that list may predate the ask
                         continue
                     for event in stream.stream(  # type: ignore[no-untyped-call]
-                        self._custom.list_namespaced_custom_object,
+                        watch_request,
                         GROUP,
                         VERSION,
                         self.namespace,
