@@ -67,6 +67,7 @@ from runner_fleet import Fleet, SimRunner, micro_time
 
 from helmhive.api.common import JobKind
 from helmhive.api.job import AgentJobSpec, ProfileBinding
+from helmhive.api.kinds import API_VERSION
 from helmhive.api.profile import ProfileSpec
 from helmhive.devcluster import cluster as devcluster
 from helmhive.devcluster.build import ensure_binaries
@@ -239,7 +240,7 @@ def like_router_puts(status: dict[str, Any], versions: dict[str, str]) -> Callab
 
     def body(name: str, i: int) -> bytes:
         meta = {"name": name, "namespace": RAW_NS, "resourceVersion": versions[name]}
-        return orjson.dumps({"apiVersion": GROUP_PATH.removeprefix("/apis/"), "kind": "AgentJob", "metadata": meta,
+        return orjson.dumps({"apiVersion": API_VERSION, "kind": "AgentJob", "metadata": meta,
                              "status": orjson.loads(patches(name, i))["status"]})  # fmt: skip
 
     return body

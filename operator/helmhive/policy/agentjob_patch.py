@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from helmhive.api.kinds import GROUP, VERSION
+from helmhive.api.kinds import API_VERSION
 from helmhive.policy.agentjob_state import AgentJob
 
 __all__ = [
@@ -106,7 +106,7 @@ class StatusPatch:
         stored object and merge into it (docs/performance.md).
         """
         return {
-            "apiVersion": f"{GROUP}/{VERSION}",
+            "apiVersion": API_VERSION,
             "kind": "AgentJob",
             "metadata": {"name": job.name, "namespace": job.namespace, "resourceVersion": job.resource_version},
             "status": apply_merge_patch(job.raw_status, self.status),
