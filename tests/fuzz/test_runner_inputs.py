@@ -31,7 +31,7 @@ from pydantic import SecretStr
 from helmhive.api.common import JobKind
 from helmhive.api.profile import ProfileSpec
 from helmhive.api.reasons import Reason
-from helmhive.api.runner import RunnerPoolSpec
+from helmhive.api.runnerpool import RunnerPoolSpec
 from helmhive.policy.envelopes import ENVELOPES
 from helmhive.policy.profiles import decide_profile
 from helmhive.policy.runnerpool import build_runner_config

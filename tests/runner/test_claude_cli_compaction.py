@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from helmhive.api.runner import CompactionSettings
+from helmhive.api.runnerpool import CompactionSettings
 from helmhive.api.session import CompactionMethod
 from helmhive.runner.adapters import TurnOutcome, TurnRequest, TurnResult
 from helmhive.runner.adapters.claude_cli import ClaudeCliAdapter, ClaudeCliConfig

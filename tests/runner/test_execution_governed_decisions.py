@@ -20,7 +20,7 @@ from helmhive.api.envelope import OutputContract, OutputFormat
 from helmhive.api.governed import CHECK_OUTPUT_TAIL_MAX, CheckEvidence, CheckOutcome, PatchRef
 from helmhive.api.job import AgentJobSpec, JobRequest
 from helmhive.api.reasons import Reason
-from helmhive.api.runner import AdapterType
+from helmhive.api.runnerpool import AdapterType
 from helmhive.policy.prompts import build_agent_prompt
 from helmhive.policy.results import ARTIFACT_MAX_BYTES, PATCH_MAX_BYTES, build_bounded_result
 from helmhive.runner.checks import (

@@ -32,7 +32,8 @@ from kubernetes import client
 from harness import wait_for
 from helmhive.api.common import JobKind
 from helmhive.api.reasons import Reason
-from helmhive.api.runner import JobLimits, RunnerReport, RunnerSpec
+from helmhive.api.runner import RunnerReport, RunnerSpec
+from helmhive.api.runnerpool import JobLimits
 from helmhive.policy.runners import LeaseView, PoolFacts, decide_runner_status
 from helmhive.runner import reference_rules as rules
 from helmhive.runner.adapters.base import CancelOrigin, TurnOutcome, TurnResult

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from harness import wait_for
-from helmhive.api.runner import CgroupMode, JobLimits
+from helmhive.api.runner import CgroupMode
+from helmhive.api.runnerpool import JobLimits
 from helmhive.runner.cgroups import (
     CgroupEvents,
     CgroupSupport,

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from helmhive.api.runner import CompactionSettings
+from helmhive.api.runnerpool import CompactionSettings
 from helmhive.api.session import CompactionMethod
 from helmhive.runner.adapters import AcpAdapter, TurnOutcome, TurnRequest, TurnResult
 from helmhive.runner.compaction import run_compaction

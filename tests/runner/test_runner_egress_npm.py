@@ -45,7 +45,8 @@ from pydantic import SecretStr
 
 from helmhive.api.common import FilesystemAccess, NetworkAccess, ToolKind
 from helmhive.api.egress import provider_egress
-from helmhive.api.runner import AdapterType, NetworkIsolation
+from helmhive.api.runner import NetworkIsolation
+from helmhive.api.runnerpool import AdapterType
 from helmhive.runner.adapters import AdapterReport, AuthReason, AuthState, TurnOutcome, TurnRequest, TurnResult
 from helmhive.runner.adapters.acp import AcpAdapter
 from helmhive.runner.adapters.acp_process import AcpAdapterConfig

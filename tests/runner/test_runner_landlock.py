@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from helmhive.api.common import FilesystemAccess, NetworkAccess, ToolKind
-from helmhive.api.runner import AdapterType
+from helmhive.api.runnerpool import AdapterType
 from helmhive.runner.config import LandlockMode, SandboxSettings
 from helmhive.runner.landlock import landlock_abi
 from helmhive.runner.sandbox import (

@@ -25,7 +25,8 @@ import pytest
 
 from helmhive.api.common import FilesystemAccess, NetworkAccess, ToolKind
 from helmhive.api.egress import CredentialIsolation
-from helmhive.api.runner import AdapterType, CgroupMode, NetworkIsolation
+from helmhive.api.runner import CgroupMode, NetworkIsolation
+from helmhive.api.runnerpool import AdapterType
 from helmhive.runner.cgroups import CgroupSupport
 from helmhive.runner.config import SandboxSettings
 from helmhive.runner.limits import LimitSupport, build_sandbox_report

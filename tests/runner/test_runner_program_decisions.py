@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from helmhive.api.common import ControlState
-from helmhive.api.runner import AdapterType, AuthState
+from helmhive.api.runner import AuthState
+from helmhive.api.runnerpool import AdapterType
 from helmhive.runner.adapters.base import AdapterReport, AuthReason
 from helmhive.runner.adapters.base import AuthState as AdapterAuth
 from helmhive.runner.adapters.claude_cli import decide_auth_status, parse_model_aliases, parse_version

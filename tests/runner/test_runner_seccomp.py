@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from helmhive.api.common import FilesystemAccess, NetworkAccess, ToolKind
-from helmhive.api.runner import AdapterType
+from helmhive.api.runnerpool import AdapterType
 from helmhive.runner.config import SandboxSettings
 from helmhive.runner.sandbox import (
     build_check_policy,

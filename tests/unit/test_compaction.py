@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from helmhive.api.runner import CompactionSettings, RunnerPoolSpec
+from helmhive.api.runnerpool import CompactionSettings, RunnerPoolSpec
 from helmhive.policy.compaction import (
     build_fresh_session_prompt,
     build_session_compacted_audit,

@@ -13,15 +13,14 @@ from helmhive.api.reasons import Reason
 from helmhive.api.runner import (
     AuthReport,
     AuthState,
-    HeartbeatSettings,
     ModelCatalogue,
     ModelEntry,
     ReportedStatus,
-    RunnerPoolSpec,
     RunnerReport,
     RunnerSpec,
     build_report_digest,
 )
+from helmhive.api.runnerpool import HeartbeatSettings, RunnerPoolSpec
 from helmhive.policy.runners import LeaseView, PoolFacts, RunnerDerived, decide_runner_status
 from helmhive.runner.report import decide_verified_at, reverify_interval
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from helmhive.api.runner import RunnerPoolSpec
+from helmhive.api.runnerpool import RunnerPoolSpec
 from helmhive.deploy.manifests import (
     RUNNER_POLICY_NAME,
     OperatorIdentity,

@@ -18,7 +18,8 @@ from helmhive.api.envelope import EnvelopeSpec, EnvelopeStatus
 from helmhive.api.job import AgentJobSpec, AgentJobStatus
 from helmhive.api.memory import MemoryRecordSpec, MemoryRecordStatus, WorkspaceSpec, WorkspaceStatus
 from helmhive.api.profile import ProfileSpec, ProfileStatus
-from helmhive.api.runner import RunnerPoolSpec, RunnerPoolStatus, RunnerSpec, RunnerStatus
+from helmhive.api.runner import RunnerSpec, RunnerStatus
+from helmhive.api.runnerpool import RunnerPoolSpec, RunnerPoolStatus
 from helmhive.api.session import SessionBindingSpec, SessionBindingStatus
 
 __all__ = ["API_VERSION", "CATEGORY", "GROUP", "KINDS", "VERSION", "KindDef", "PrinterColumn", "kind_by_name"]

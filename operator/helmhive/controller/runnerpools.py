@@ -37,7 +37,7 @@ from pydantic import ValidationError
 from helmhive.api.audit import AuditAction, AuditState
 from helmhive.api.kinds import GROUP, VERSION, kind_by_name
 from helmhive.api.reasons import ConditionType, Reason
-from helmhive.api.runner import CredentialSpec, RunnerPoolSpec
+from helmhive.api.runnerpool import CredentialSpec, RunnerPoolSpec
 from helmhive.controller.audit import ensure_audit_unless_terminating
 from helmhive.controller.kube import KubeError, NotFound
 from helmhive.controller.runners import ParsedRunner, RunnerWakes, WriteMemo, patch_runners

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from helmhive.api.audit import AuditAction, AuditActor, AuditState
-from helmhive.api.runner import CompactionSettings
+from helmhive.api.runnerpool import CompactionSettings
 from helmhive.policy.audit import build_audit_record
 
 __all__ = [

@@ -23,7 +23,8 @@ from pydantic import ValidationError
 
 from helmhive.api.common import ControlState, LabelSelector
 from helmhive.api.reasons import ConditionType, Reason
-from helmhive.api.runner import AuthState, ReportedStatus, RunnerPoolSpec, RunnerReport, RunnerSpec, RunnerStatus
+from helmhive.api.runner import AuthState, ReportedStatus, RunnerReport, RunnerSpec, RunnerStatus
+from helmhive.api.runnerpool import RunnerPoolSpec
 from helmhive.policy.conditions import find_condition
 from helmhive.policy.routing import RunnerKey, RunnerView
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from helmhive.api.egress import decide_isolation
 from helmhive.api.kinds import API_VERSION, GROUP
-from helmhive.api.runner import AdapterType, RunnerPoolSpec
+from helmhive.api.runnerpool import AdapterType, RunnerPoolSpec
 
 __all__ = [
     "CONFIG_PATH",

@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from helmhive.api.egress import CredentialIsolation
-from helmhive.api.runner import AdapterType
+from helmhive.api.runnerpool import AdapterType
 from helmhive.runner.adapters.acp import AcpAdapter, AcpAdapterConfig
 from helmhive.runner.adapters.acp_process import FsAccess
 from helmhive.runner.adapters.base import AgentAdapter

@@ -39,7 +39,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from helmhive.api.runner import CgroupMode, JobLimits
+from helmhive.api.runner import CgroupMode
+from helmhive.api.runnerpool import JobLimits
 
 __all__ = [
     "CgroupEvents",

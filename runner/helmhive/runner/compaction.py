@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from helmhive.api.runner import CompactionSettings
+from helmhive.api.runnerpool import CompactionSettings
 from helmhive.api.session import CompactionMethod, SessionCompaction
 from helmhive.policy.compaction import build_fresh_session_prompt, decide_command_result, decide_compaction
 from helmhive.runner.adapters.base import AgentAdapter, TurnRequest, TurnResult

@@ -29,7 +29,7 @@ from helmhive.api.common import ApiModel, LabelMap, Name
 from helmhive.api.egress import CredentialIsolation, EgressSpec, decide_isolation, decide_isolation_problems
 from helmhive.api.envelope import Capability
 from helmhive.api.profile import ProviderName
-from helmhive.api.runner import AdapterSpec, AdapterType, CompactionSettings, HeartbeatSettings, JobLimits
+from helmhive.api.runnerpool import AdapterSpec, AdapterType, CompactionSettings, HeartbeatSettings, JobLimits
 
 __all__ = [
     "ENV",

@@ -22,7 +22,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from helmhive.api.runner import JobLimits
+from helmhive.api.runnerpool import JobLimits
 from helmhive.runner.cgroups import JobCgroup, ensure_job_cgroup, remove_job_cgroup
 from helmhive.runner.egress import EgressProxy, JobEgress
 from helmhive.runner.limits import LimitSupport

@@ -47,7 +47,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from helmhive.api.egress import CredentialIsolation
-from helmhive.api.runner import CgroupMode, JobLimits, NetworkIsolation, SandboxReport
+from helmhive.api.runner import CgroupMode, NetworkIsolation, SandboxReport
+from helmhive.api.runnerpool import JobLimits
 from helmhive.runner.cgroups import CgroupSupport, probe_cgroups
 
 __all__ = [

@@ -29,7 +29,6 @@ from typing import Any
 from helmhive.api.egress import CredentialIsolation
 from helmhive.api.runner import (
     AdapterInfo,
-    AdapterType,
     AuthReport,
     AuthState,
     ModelCatalogue,
@@ -37,6 +36,7 @@ from helmhive.api.runner import (
     RunnerReport,
     SandboxReport,
 )
+from helmhive.api.runnerpool import AdapterType
 from helmhive.runner.adapters.base import AdapterReport
 from helmhive.runner.config import RunnerFileConfig
 

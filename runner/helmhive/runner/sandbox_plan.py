@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from helmhive.api.common import FilesystemAccess, NetworkAccess, ToolKind
-from helmhive.api.runner import AdapterType, NetworkIsolation
+from helmhive.api.runner import NetworkIsolation
+from helmhive.api.runnerpool import AdapterType
 from helmhive.runner.config import LandlockMode, SandboxSettings
 from helmhive.runner.limits import EnforcedLimits
 from helmhive.runner.seccomp import SUPPORTED_MACHINES
