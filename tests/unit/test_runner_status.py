@@ -14,15 +14,14 @@ from helmhive.api.common import ControlState
 from helmhive.api.reasons import Reason
 from helmhive.api.runner import AuthState, ReportedStatus, RunnerReport, RunnerSpec, RunnerStatus, build_report_digest
 from helmhive.policy.conditions import find_condition
+from helmhive.policy.runner_status import build_runner_status, decide_runner_transitions
 from helmhive.policy.runners import (
     LeaseView,
     PoolFacts,
     RunnerDerived,
-    build_runner_status,
     decide_effective_control_state,
     decide_pool_counts,
     decide_runner_status,
-    decide_runner_transitions,
     format_time,
 )
 
@@ -360,7 +359,7 @@ def test_pool_counts() -> None:
 
 def test_models_summary_puts_the_default_first_and_stays_bounded() -> None:
     from helmhive.api.runner import ModelCatalogue, ModelEntry, RunnerReport
-    from helmhive.policy.runners import summarise_models
+    from helmhive.policy.runner_status import summarise_models
 
     base = RunnerReport.model_validate(
         {

@@ -39,17 +39,9 @@ from helmhive.controller.kube import Kube, KubeError
 from helmhive.controller.runner_wakes import RunnerWakes
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.audit import build_audit_record
+from helmhive.policy.runner_status import RunnerTransition, build_runner_status, decide_runner_transitions
 from helmhive.policy.runnerpool import PoolRef, build_owner_reference, runner_resource_name
-from helmhive.policy.runners import (
-    HeartbeatHold,
-    LeaseView,
-    PoolFacts,
-    RunnerDerived,
-    RunnerTransition,
-    build_runner_status,
-    decide_runner_status,
-    decide_runner_transitions,
-)
+from helmhive.policy.runners import HeartbeatHold, LeaseView, PoolFacts, RunnerDerived, decide_runner_status
 
 __all__ = [
     "RUNNER",
