@@ -30,16 +30,15 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from pydantic import ValidationError
 
-from helmhive.api.audit import AuditAction, AuditActor
+from helmhive.api.audit import AuditAction
 from helmhive.api.change import (
     ApprovalMode,
     ApprovalStatus,
-    ChangeJob,
     ChangeSpec,
     ChangeStatus,
     PlanStatus,
@@ -47,24 +46,25 @@ from helmhive.api.change import (
     ReviewVerdict,
 )
 from helmhive.api.governed import ChangeStage
-from helmhive.api.kinds import API_VERSION
 from helmhive.api.reasons import ConditionType, Reason
-from helmhive.policy.audit import build_audit_record
+from helmhive.policy.change_builder import (
+    ChangeBuilder,
+    ChangeDecision,
+    fail_stage,
+    finish_decision,
+    job_status,
+    stage_recorded,
+    stage_running,
+)
 from helmhive.policy.change_jobs import (
-    LABEL_CHANGE,
-    LABEL_STAGE,
-    STAGE_KINDS,
     JobState,
     StageJob,
     build_job_name,
-    build_label_value,
     parse_plan,
     parse_review,
     view_stage_job,
 )
-from helmhive.policy.change_prompts import build_stage_prompt
 from helmhive.policy.conditions import find_condition, set_condition
-from helmhive.policy.routing_audit import audit_name
 
 __all__ = ["AUTOMATIC_APPROVER", "TERMINAL_REASONS", "ChangeDecision", "decide_change"]
 
@@ -82,149 +82,6 @@ TERMINAL_REASONS = frozenset(
     }
 )
 """``Ready`` reasons after which a Change never acts again."""
-
-
-@dataclass(kw_only=True)
-class ChangeDecision:
-    """The status to write (operator-owned fields, wire form), the job to create, the audits to record."""
-
-    status: dict[str, Any]
-    create: dict[str, Any] | None = None
-    audits: list[dict[str, Any]] = field(default_factory=list)
-    finished: bool = False
-
-
-@dataclass(kw_only=True)
-class _Builder:
-    """Accumulates one decision: conditions, status fields, audits."""
-
-    change: Mapping[str, Any]
-    spec: ChangeSpec
-    previous: ChangeStatus
-    now: dt.datetime
-    conditions: list[dict[str, Any]]
-    status: ChangeStatus = field(default_factory=ChangeStatus)
-    audits: list[dict[str, Any]] = field(default_factory=list)
-    create: dict[str, Any] | None = None
-
-    @property
-    def name(self) -> str:
-        return str(self.change["metadata"]["name"])
-
-    def cond(self, ctype: ConditionType, value: bool | None, reason: Reason | str, message: str) -> None:
-        self.conditions = set_condition(
-            self.conditions,
-            type=ctype,
-            status=value,
-            reason=str(reason),
-            message=message,
-            generation=self.change["metadata"].get("generation"),
-            now=self.now,
-        ).conditions
-
-    def audit(self, action: AuditAction, key: str, message: str, details: Mapping[str, str], actor: str = "") -> None:
-        """Record a finished step once: only when the previous status did not show it yet (see :func:`_recorded`)."""
-        meta = self.change["metadata"]
-        record = build_audit_record(
-            action=action,
-            obj={"apiVersion": API_VERSION, "kind": "Change", "metadata": meta},
-            actor=AuditActor(username=actor) if actor else AuditActor(username="helmhive-operator"),
-            message=message,
-            details={k: v[:512] for k, v in details.items() if v},
-            now=self.now,
-        )
-        record["metadata"].pop("generateName", None)
-        record["metadata"]["name"] = audit_name(self.name, str(meta.get("uid") or ""), key).replace(
-            "agentjob-", "change-", 1
-        )
-        self.audits.append(record)
-
-    def new_job(self, stage: ChangeStage, iteration: int, **extra: Any) -> None:
-        meta = self.change["metadata"]
-        name = build_job_name(self.name, stage, iteration)
-        prompt = build_stage_prompt(change=self.name, spec=self.spec, stage=stage, iteration=iteration, **extra)
-        spec: dict[str, Any] = {
-            "workspace": self.spec.workspace,
-            "jobKind": STAGE_KINDS[stage].value,
-            "request": {"title": f"{self.spec.request.title[:230]} ({stage.value})", "prompt": prompt},
-            "source": self.spec.source.to_wire(),
-            "change": {"name": self.name, "stage": stage.value, "iteration": iteration},
-        }
-        if self.spec.service:
-            spec["service"] = self.spec.service
-        if stage is ChangeStage.IMPLEMENTATION and self.spec.checks:
-            spec["checks"] = [c.to_wire() for c in self.spec.checks]
-        if stage is ChangeStage.REVIEW and self.status.patch is not None:
-            spec["patch"] = self.status.patch.to_wire()
-        self.create = {
-            "apiVersion": API_VERSION,
-            "kind": "AgentJob",
-            "metadata": {
-                "name": name,
-                "namespace": meta["namespace"],
-                "labels": {
-                    LABEL_CHANGE: build_label_value(self.name),
-                    LABEL_STAGE: stage.value,
-                    "app.kubernetes.io/managed-by": "helmhive-operator",
-                },
-                "ownerReferences": [
-                    {
-                        "apiVersion": API_VERSION,
-                        "kind": "Change",
-                        "name": self.name,
-                        "uid": meta.get("uid"),
-                        "controller": True,
-                        "blockOwnerDeletion": True,
-                    }
-                ],
-            },
-            "spec": spec,
-        }
-
-
-def _recorded(previous: ChangeStatus, job: StageJob) -> bool:
-    """The previous status already shows this job's outcome (so its audit was already recorded)."""
-    return any(j.name == job.name and j.outcome for j in previous.jobs)
-
-
-def _job_status(job: StageJob) -> ChangeJob:
-    done = job.state is not JobState.RUNNING
-    return ChangeJob(
-        stage=job.stage,
-        iteration=job.iteration,
-        name=job.name,
-        provider=job.provider,
-        model=job.model,
-        outcome=job.reason[:160] if done and job.reason else None,
-    )
-
-
-def _failed(b: _Builder, job: StageJob, ctype: ConditionType, ready_reason: Reason) -> ChangeDecision:
-    why = f"{job.stage.value} job {job.name} ended {job.reason}: {job.message}"[:1024]
-    b.cond(ctype, False, job.reason.split(":", 1)[0] or Reason.STAGE_FAILED, why)
-    b.cond(ConditionType.READY, False, ready_reason, why)
-    if not _recorded(b.previous, job):
-        b.audit(
-            AuditAction.CHANGE_STAGE_FAILED,
-            f"{job.stage.value}-{job.iteration}-failed",
-            why,
-            {"stage": job.stage.value, "iteration": str(job.iteration), "job": job.name, "reason": job.reason},
-        )
-    return _done(b, finished=True)
-
-
-def _done(b: _Builder, *, finished: bool = False) -> ChangeDecision:
-    status = b.status.to_wire()
-    status["conditions"] = b.conditions
-    status["observedGeneration"] = b.change["metadata"].get("generation")
-    return ChangeDecision(status=status, create=b.create, audits=b.audits, finished=finished)
-
-
-def _running(b: _Builder, ctype: ConditionType, stage: ChangeStage, name: str, created: bool) -> ChangeDecision:
-    what = f"{stage.value} job {name} " + ("created" if created else "is queued or running")
-    b.cond(ctype, None, Reason.STAGE_RUNNING, what)
-    b.cond(ConditionType.READY, False, Reason.STAGE_RUNNING, what)
-    return _done(b)
 
 
 def decide_change(
@@ -256,12 +113,12 @@ def decide_change(
         previous = ChangeStatus.model_validate(raw_status)
     except ValidationError:
         previous = ChangeStatus()
-    b = _Builder(change=change, spec=spec, previous=previous, now=now, conditions=conditions)
+    b = ChangeBuilder(change=change, spec=spec, previous=previous, now=now, conditions=conditions)
     ready = find_condition(conditions, ConditionType.READY)
     if ready is not None and ready.get("reason") in TERMINAL_REASONS:
         return ChangeDecision(status=dict(raw_status), finished=True)  # final: never re-run a finished Change
     views = {name: v for name, body in jobs.items() if (v := view_stage_job(body)) is not None}
-    b.status.jobs = [_job_status(v) for v in sorted(views.values(), key=_order)]
+    b.status.jobs = [job_status(v) for v in sorted(views.values(), key=_order)]
     name = b.name
     missing = [j.name for j in previous.jobs if j.name not in views]
     if missing:
@@ -269,7 +126,7 @@ def decide_change(
         b.status = previous.model_copy(deep=True)
         why = f"job {missing[0]} was deleted before the change finished; create a new Change to run it again"
         b.cond(ConditionType.READY, False, Reason.JOB_MISSING, why)
-        return _done(b, finished=True)
+        return finish_decision(b, finished=True)
 
     # Planning
     plan_job = views.get(build_job_name(name, ChangeStage.PLANNING, 1))
@@ -277,19 +134,19 @@ def decide_change(
         if not workspace_exists:
             why = f"workspace {spec.workspace} does not exist yet; planning starts when it appears"
             b.cond(ConditionType.READY, False, Reason.WAITING_FOR_WORKSPACE, why)
-            return _done(b)
+            return finish_decision(b)
         b.new_job(ChangeStage.PLANNING, 1)
-        return _running(
+        return stage_running(
             b, ConditionType.PLANNED, ChangeStage.PLANNING, build_job_name(name, ChangeStage.PLANNING, 1), True
         )
     if plan_job.state is JobState.RUNNING:
-        return _running(b, ConditionType.PLANNED, ChangeStage.PLANNING, plan_job.name, False)
+        return stage_running(b, ConditionType.PLANNED, ChangeStage.PLANNING, plan_job.name, False)
     if plan_job.state is JobState.FAILED:
-        return _failed(b, plan_job, ConditionType.PLANNED, Reason.PLANNING_FAILED)
+        return fail_stage(b, plan_job, ConditionType.PLANNED, Reason.PLANNING_FAILED)
     plan = parse_plan(plan_job)
     if plan is None:
         why = "the plan has no steps or does not match the planning contract"
-        return _failed(
+        return fail_stage(
             b, _failed_as(plan_job, Reason.INVALID_STAGE_OUTPUT, why), ConditionType.PLANNED, Reason.PLANNING_FAILED
         )
     b.status.plan = plan
@@ -309,7 +166,7 @@ def decide_change(
 
     # Approval gate
     if not _approve(b, plan):
-        return _done(b)
+        return finish_decision(b)
 
     # Implementation, checks and review, one iteration at a time
     b.status.iteration = 0
@@ -328,7 +185,7 @@ def _order(job: StageJob) -> tuple[int, int]:
     return (job.iteration if job.stage is not ChangeStage.PLANNING else 0, rank[job.stage])
 
 
-def _approve(b: _Builder, plan: PlanStatus) -> bool:
+def _approve(b: ChangeBuilder, plan: PlanStatus) -> bool:
     """Apply the approval gate; True when the current plan is approved."""
     spec, previous = b.spec, b.previous
     kept = previous.approval if previous.approval is not None and previous.approval.digest == plan.digest else None
@@ -365,7 +222,7 @@ def _approve(b: _Builder, plan: PlanStatus) -> bool:
 
 
 def _iteration(
-    b: _Builder, views: Mapping[str, StageJob], plan: PlanStatus, iteration: int, findings: ReviewStatus | None
+    b: ChangeBuilder, views: Mapping[str, StageJob], plan: PlanStatus, iteration: int, findings: ReviewStatus | None
 ) -> ChangeDecision | ReviewStatus:
     """Decide one iteration; a ReviewStatus means its review requested changes and another may run."""
     impl = _implementation(b, views, plan, iteration, findings)
@@ -379,7 +236,7 @@ def _failed_as(job: StageJob, reason: Reason, message: str) -> StageJob:
 
 
 def _implementation(
-    b: _Builder, views: Mapping[str, StageJob], plan: PlanStatus, iteration: int, findings: ReviewStatus | None
+    b: ChangeBuilder, views: Mapping[str, StageJob], plan: PlanStatus, iteration: int, findings: ReviewStatus | None
 ) -> ChangeDecision | StageJob:
     """The iteration's implementation and its checks: a decision while it runs or failed, else the finished job."""
     impl_name = build_job_name(b.name, ChangeStage.IMPLEMENTATION, iteration)
@@ -390,12 +247,12 @@ def _implementation(
         if iteration > 1:
             why = f"waiting for implementation iteration {iteration}"
             b.cond(ConditionType.CHECKED, None, Reason.STAGE_PENDING, why)
-        return _running(b, ConditionType.IMPLEMENTED, ChangeStage.IMPLEMENTATION, impl_name, impl is None)
+        return stage_running(b, ConditionType.IMPLEMENTED, ChangeStage.IMPLEMENTATION, impl_name, impl is None)
     if impl.state is JobState.SUCCEEDED and impl.patch is None:
         why = "the implementation job succeeded without a patch in status.result.patch"
         impl = _failed_as(impl, Reason.INVALID_STAGE_OUTPUT, why)
     if impl.state is JobState.FAILED or impl.patch is None:
-        return _failed(b, impl, ConditionType.IMPLEMENTED, Reason.IMPLEMENTATION_FAILED)
+        return fail_stage(b, impl, ConditionType.IMPLEMENTED, Reason.IMPLEMENTATION_FAILED)
     patch = impl.patch
     b.status.patch, b.status.check_evidence = patch, list(impl.checks)
     b.cond(
@@ -413,7 +270,7 @@ def _implementation(
         b.cond(ConditionType.CHECKED, False, Reason.CHECKS_FAILED, f"iteration {iteration}: {listed}")
     else:
         b.cond(ConditionType.CHECKED, True, Reason.CHECKS_PASSED, f"iteration {iteration}: {len(impl.checks)} passed")
-    if not _recorded(b.previous, impl):
+    if not stage_recorded(b.previous, impl):
         details = {
             "job": impl.name,
             "iteration": str(iteration),
@@ -430,22 +287,22 @@ def _implementation(
 
 
 def _review(
-    b: _Builder, views: Mapping[str, StageJob], plan: PlanStatus, iteration: int, impl: StageJob
+    b: ChangeBuilder, views: Mapping[str, StageJob], plan: PlanStatus, iteration: int, impl: StageJob
 ) -> ChangeDecision | ReviewStatus:
     review_name = build_job_name(b.name, ChangeStage.REVIEW, iteration)
     review = views.get(review_name)
     if review is None:
         b.new_job(ChangeStage.REVIEW, iteration, plan=plan, checks=impl.checks)
-        return _running(b, ConditionType.REVIEWED, ChangeStage.REVIEW, review_name, True)
+        return stage_running(b, ConditionType.REVIEWED, ChangeStage.REVIEW, review_name, True)
     if review.state is JobState.RUNNING:
-        return _running(b, ConditionType.REVIEWED, ChangeStage.REVIEW, review.name, False)
+        return stage_running(b, ConditionType.REVIEWED, ChangeStage.REVIEW, review.name, False)
     parsed = parse_review(review, impl) if review.state is JobState.SUCCEEDED else None
     if review.state is JobState.SUCCEEDED and parsed is None:
         review = _failed_as(review, Reason.INVALID_STAGE_OUTPUT, "the review's answer has no valid verdict")
     if parsed is None:
-        return _failed(b, review, ConditionType.REVIEWED, Reason.REVIEW_FAILED)
+        return fail_stage(b, review, ConditionType.REVIEWED, Reason.REVIEW_FAILED)
     b.status.review = parsed
-    if not _recorded(b.previous, review):
+    if not stage_recorded(b.previous, review):
         details = {
             "job": review.name,
             "iteration": str(iteration),
@@ -468,7 +325,7 @@ def _review(
         why = f"{where} requested changes after {iteration} of {max_iterations} iteration(s): {parsed.summary}"
         b.cond(ConditionType.REVIEWED, False, Reason.CHANGES_REQUESTED, why)
         b.cond(ConditionType.READY, False, Reason.CHANGES_REQUESTED, why)
-        return _done(b, finished=True)
+        return finish_decision(b, finished=True)
     b.cond(ConditionType.REVIEWED, True, Reason.REVIEW_APPROVED, f"{where} approved the patch")
     failing = [c.name for c in impl.checks if not c.passed]
     if failing:
@@ -477,4 +334,4 @@ def _review(
     else:
         sha = impl.patch.sha256 if impl.patch else ""
         b.cond(ConditionType.READY, True, Reason.REVIEW_APPROVED, f"patch sha256 {sha} approved by {where}")
-    return _done(b, finished=True)
+    return finish_decision(b, finished=True)
