@@ -222,6 +222,10 @@ def _with(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     return out
 
 
+KEYED_POOL = _with(POOL, "spec.credential", {"secretRef": {"name": "key"}})
+"""A valid pool (an API key, so the Proxy isolation holds) for the resource and scheduling cases."""
+
+
 @pytest.mark.parametrize(
     ("doc", "path", "needle"),
     [
@@ -250,6 +254,36 @@ def _with(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
             id="proxy-needs-an-upstream",
         ),
         pytest.param(
+            _with(KEYED_POOL, "spec.resources", {"requests": {"memory": "3Gi"}}),
+            "spec.resources.requests",
+            "a request is above its limit",
+            id="request-above-the-default-limit",
+        ),
+        pytest.param(
+            _with(KEYED_POOL, "spec.resources", {"limits": {"memory": "512Mi"}, "requests": {"memory": "256Mi"}}),
+            "spec.jobLimits.memoryBytes",
+            "above the runner pod's memory limit",
+            id="job-memory-above-the-pod-limit",
+        ),
+        pytest.param(
+            _with(KEYED_POOL, "spec.resources", {"limits": {"memory": "2 GiB"}}),
+            "spec.resources.limits.memory",
+            "should match",
+            id="not-a-quantity",
+        ),
+        pytest.param(
+            _with(KEYED_POOL, "spec.resources", {"limits": {"nvidia.com/gpu": "1"}}),
+            "spec.resources.limits",
+            "every key must be a valid name matching ^(cpu|memory|ephemeral-storage)$",
+            id="extended-resources-not-yet",
+        ),
+        pytest.param(
+            _with(KEYED_POOL, "spec.tolerations", [{"operator": "Exists", "value": "x"}]),
+            "spec.tolerations[0]",
+            "operator Exists has no value",
+            id="toleration-exists-with-a-value",
+        ),
+        pytest.param(
             _with(PROFILE, "spec.providerMappings", [{"provider": "a"}] * 9),
             "spec.providerMappings",
             "must have at most 8 items",
@@ -263,6 +297,28 @@ def test_invalid_objects_are_refused_with_field_paths(
     message = _refusal(lambda: _create(kube, namespace, doc))
     assert path in message
     assert needle in message
+
+
+def test_a_pool_within_its_resources_is_admitted_with_its_quantities(
+    kube: Kube, namespace: str, crds: list[str]
+) -> None:
+    # Milli, binary and exponent forms; 1.5e9 bytes is above jobLimits.memoryBytes (1 GiB by default)
+    # and above the 1Gi request, so both CEL rules compare quantities of different forms and hold.
+    resources = {
+        "requests": {"cpu": "500m", "memory": "1Gi", "ephemeral-storage": "1G"},
+        "limits": {"cpu": "2", "memory": "1.5e9", "ephemeral-storage": "4Gi"},
+    }
+    doc = _with(
+        _with(KEYED_POOL, "spec.resources", resources),
+        "spec.tolerations",
+        [
+            {"key": "dedicated", "value": "agents", "effect": "NoExecute", "tolerationSeconds": 30},
+            {"operator": "Exists"},
+        ],
+    )
+    created = _create(kube, namespace, doc)
+    assert created["spec"]["resources"] == resources
+    assert [t["operator"] for t in created["spec"]["tolerations"]] == ["Equal", "Exists"]
 
 
 def test_immutable_fields_cannot_change(kube: Kube, namespace: str, crds: list[str]) -> None:

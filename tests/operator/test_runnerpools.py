@@ -205,3 +205,37 @@ def test_an_invalid_pool_name_is_reported(
 
     assert "at most 52 characters" in wait_for(refused, timeout=30)["message"]
     assert gone(kube, "StatefulSet", long_name, namespace)
+
+
+def test_a_pool_sets_its_pods_resources_and_placement(
+    operator: OperatorProcess, kube: Kube, namespace: str, service_account_identity: IdentityFactory
+) -> None:
+    resources = {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
+    toleration = {"key": "dedicated", "value": "agents", "effect": "NoSchedule"}
+    make_pool(
+        kube,
+        service_account_identity,
+        namespace,
+        resources=resources,
+        nodeSelector={"helmhive.dev/agents": "true"},
+        tolerations=[toleration],
+        priorityClassName="agents",
+    )
+    template = wait_for(lambda: read(kube, "StatefulSet", "claude", namespace), timeout=30)["spec"]["template"]
+    pod = template["spec"]
+    assert pod["containers"][0]["resources"] == resources
+    assert pod["nodeSelector"] == {"helmhive.dev/agents": "true"}
+    assert pod["tolerations"] == [{**toleration, "operator": "Equal"}]
+    assert pod["priorityClassName"] == "agents"
+
+
+def test_a_pool_without_them_keeps_the_default_resources_and_no_placement(
+    operator: OperatorProcess, kube: Kube, namespace: str, service_account_identity: IdentityFactory
+) -> None:
+    make_pool(kube, service_account_identity, namespace)
+    pod = wait_for(lambda: read(kube, "StatefulSet", "claude", namespace), timeout=30)["spec"]["template"]["spec"]
+    assert pod["containers"][0]["resources"] == {
+        "requests": {"cpu": "100m", "memory": "256Mi"},
+        "limits": {"memory": "2Gi"},
+    }
+    assert not {"nodeSelector", "tolerations", "priorityClassName"} & set(pod)

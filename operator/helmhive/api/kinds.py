@@ -17,6 +17,7 @@ from helmhive.api.egress import POOL_RULES
 from helmhive.api.envelope import EnvelopeSpec, EnvelopeStatus
 from helmhive.api.job import AgentJobSpec, AgentJobStatus
 from helmhive.api.memory import MemoryRecordSpec, MemoryRecordStatus, WorkspaceSpec, WorkspaceStatus
+from helmhive.api.pod_settings import RESOURCE_RULES
 from helmhive.api.profile import ProfileSpec, ProfileStatus
 from helmhive.api.runner import RunnerSpec, RunnerStatus
 from helmhive.api.runnerpool import RunnerPoolSpec, RunnerPoolStatus
@@ -166,7 +167,7 @@ KINDS: tuple[KindDef, ...] = (
         spec=RunnerPoolSpec,
         status=RunnerPoolStatus,
         description="A managed set of runner pods that hold one provider login.",
-        root_validations=POOL_RULES,
+        root_validations=POOL_RULES + RESOURCE_RULES,
         columns=(
             PrinterColumn(name="Provider", json_path=".spec.provider"),
             PrinterColumn(name="Adapter", json_path=".spec.adapter.type"),

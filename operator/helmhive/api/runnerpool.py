@@ -26,6 +26,7 @@ from helmhive.api.common import (
 )
 from helmhive.api.egress import CredentialIsolation, EgressSpec, decide_isolation_problems
 from helmhive.api.envelope import Capability
+from helmhive.api.pod_settings import DEFAULT_JOB_MEMORY_BYTES, ContainerResources, Toleration, decide_resource_problems
 from helmhive.api.profile import ModelId, ProviderName
 
 __all__ = [
@@ -222,10 +223,10 @@ class JobLimits(ApiModel):
             description=(
                 "Private writable memory (heap and anonymous mappings) of each process, in bytes "
                 "(RLIMIT_DATA), and with a job cgroup all the job's memory together, no swap. Default 1 GiB, "
-                "below the runner pod's 2 GiB memory limit."
+                "below the runner pod's default memory limit (resources.limits.memory, 2Gi), which must hold it."
             ),
         ),
-    ] = 1024 * _MIB
+    ] = DEFAULT_JOB_MEMORY_BYTES
     cpu_seconds: Annotated[
         int,
         Field(
@@ -347,6 +348,20 @@ class RunnerPoolSpec(ApiModel):
         CompactionSettings,
         Field(description="When resumed session chains are compacted (goes into runner.json); safe defaults."),
     ] = CompactionSettings()
+    resources: Annotated[
+        ContainerResources,
+        Field(
+            description=(
+                "The runner container's requests and limits (Kubernetes quantities); the runner and its jobs share "
+                "them. Default: requests cpu 100m and memory 256Mi, limits memory 2Gi."
+            )
+        ),
+    ] = ContainerResources()
+    node_selector: Annotated[LabelMap, Field(description="Node labels the runner pods must be scheduled on.")] = {}
+    tolerations: Annotated[list[Toleration], Field(max_length=32, description="Taints the runner pods tolerate.")] = []
+    priority_class_name: Annotated[
+        Name | None, Field(description="The runner pods' PriorityClass (it must exist when the pods are created).")
+    ] = None
 
     @model_validator(mode="after")
     def _isolation(self) -> RunnerPoolSpec:
@@ -356,6 +371,13 @@ class RunnerPoolSpec(ApiModel):
             volume=self.credential.volume is not None,
             upstream=self.egress.upstream,
         )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @model_validator(mode="after")
+    def _resources(self) -> RunnerPoolSpec:
+        problems = decide_resource_problems(self.resources, job_memory_bytes=self.job_limits.memory_bytes)
         if problems:
             raise ValueError("; ".join(problems))
         return self

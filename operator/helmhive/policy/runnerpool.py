@@ -309,6 +309,18 @@ def _volumes(pool: str, spec: RunnerPoolSpec) -> tuple[list[dict[str, Any]], lis
     return volumes, mounts
 
 
+def _scheduling(spec: RunnerPoolSpec) -> dict[str, Any]:
+    """The pod spec's placement fields the pool sets (none by default)."""
+    placement: dict[str, Any] = {}
+    if spec.node_selector:
+        placement["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        placement["tolerations"] = [t.to_wire() for t in spec.tolerations]
+    if spec.priority_class_name:
+        placement["priorityClassName"] = spec.priority_class_name
+    return placement
+
+
 def build_stateful_set(pool: PoolRef, spec: RunnerPoolSpec, *, credential_generation: int) -> dict[str, Any]:
     """The runner pods: stable names, Pod Security Standards ``restricted``, one pod per runner."""
     labels = build_pool_labels(pool.name)
@@ -321,7 +333,7 @@ def build_stateful_set(pool: PoolRef, spec: RunnerPoolSpec, *, credential_genera
         "command": ["helmhive", "runner", "run"],
         "env": _env(pool.name, spec),
         "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
-        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "2Gi"}},
+        "resources": spec.resources.to_wire(),
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
@@ -363,6 +375,7 @@ def build_stateful_set(pool: PoolRef, spec: RunnerPoolSpec, *, credential_genera
                     },
                     "containers": [container],
                     "volumes": volumes,
+                    **_scheduling(spec),
                     **(
                         {"imagePullSecrets": [{"name": ref.name} for ref in spec.image_pull_secrets]}
                         if spec.image_pull_secrets
