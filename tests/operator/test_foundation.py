@@ -278,6 +278,18 @@ KEYED_POOL = _with(POOL, "spec.credential", {"secretRef": {"name": "key"}})
             id="extended-resources-not-yet",
         ),
         pytest.param(
+            _with(KEYED_POOL, "spec.resources", {"limits": {"memory": "1Pi"}}),
+            "spec.resources.limits.memory",
+            "should match",
+            id="a-quantity-outside-the-subset",
+        ),
+        pytest.param(
+            _with(KEYED_POOL, "spec.nodeSelector", {"a" * 64: "x"}),
+            "spec.nodeSelector",
+            "every key must be a valid name",
+            id="a-node-label-key-kubernetes-refuses",
+        ),
+        pytest.param(
             _with(KEYED_POOL, "spec.tolerations", [{"operator": "Exists", "value": "x"}]),
             "spec.tolerations[0]",
             "operator Exists has no value",
@@ -319,6 +331,22 @@ def test_a_pool_within_its_resources_is_admitted_with_its_quantities(
     created = _create(kube, namespace, doc)
     assert created["spec"]["resources"] == resources
     assert [t["operator"] for t in created["spec"]["tolerations"]] == ["Equal", "Exists"]
+
+
+def test_a_pool_written_before_resources_existed_is_still_admitted(kube: Kube, namespace: str, crds: list[str]) -> None:
+    # jobLimits above the 2Gi pod limit was valid before a pool could set its limits; the memory
+    # rule applies only to limits the pool sets (as the model reads it, so validate agrees).
+    big = _with(KEYED_POOL, "spec.jobLimits", {"memoryBytes": 4 * 1024**3})
+    _create(kube, namespace, big)
+    _create(kube, namespace, _with(_with(big, "metadata.name", "pool2"), "spec.resources", {"limits": {"cpu": "1"}}))
+    message = _refusal(
+        lambda: _create(
+            kube,
+            namespace,
+            _with(_with(big, "metadata.name", "pool3"), "spec.resources", {"limits": {"memory": "2Gi"}}),
+        )
+    )
+    assert "spec.jobLimits.memoryBytes" in message and "above the runner pod's memory limit" in message
 
 
 def test_immutable_fields_cannot_change(kube: Kube, namespace: str, crds: list[str]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from decimal import Context, Decimal
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,6 @@ from helmhive.api.runnerpool import JobLimits, RunnerPoolSpec
 from helmhive.policy.runnerpool import PoolRef, build_stateful_set
 from helmhive.policy.validation import SourceDocument, validate_documents
 
-CLIENT_DIGITS = Context(prec=28)
 POOL = PoolRef(name="claude", namespace="team-a", uid="0b9e6a4e-0000-4000-8000-000000000002")
 BASE: dict[str, Any] = {
     "provider": "anthropic",
@@ -46,14 +45,13 @@ def pod(**changes: Any) -> dict[str, Any]:
 
 @given(st.from_regex(QUANTITY_PATTERN, fullmatch=True).filter(lambda q: len(q) <= 64))
 def test_a_quantity_reads_as_the_kubernetes_client_reads_it(text: str) -> None:
-    # The client multiplies in Decimal's default context (28 digits); ours is exact, like the API
-    # server's. So they agree once both are rounded to the client's precision.
-    assert CLIENT_DIGITS.plus(parse_quantity(text)) == CLIENT_DIGITS.plus(kubernetes_parse_quantity(text))
+    # Within the pattern (at most twelve significant digits) the client's 28-digit Decimal is exact.
+    assert parse_quantity(text) == kubernetes_parse_quantity(text)
 
 
 def test_a_quantity_is_read_exactly() -> None:
-    assert parse_quantity("1000000.0001Ei") == Decimal("1152921504722139126460684.6976")  # 1000000.0001 * 1024**6
-    assert parse_quantity("10000000000000000000000000001") == 10**28 + 1
+    assert parse_quantity("999999999.999Gi") == Decimal("999999999.999") * 1024**3
+    assert parse_quantity("999999.999Ti") < 2**63  # the API server keeps every admitted value exactly
 
 
 @pytest.mark.parametrize(
@@ -69,7 +67,15 @@ def test_quantities_by_example(text: str, value: Decimal) -> None:
     assert parse_quantity(text) == value
 
 
-@pytest.mark.parametrize("text", ["2 GiB", "-1", "1Ki5", "", "Gi", "1gi", "1.2.3"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        *("2 GiB", "-1", "1Ki5", "", "Gi", "1gi", "1.2.3"),
+        # Kubernetes quantities outside the subset, where the API server rounds or caps a value
+        # (finer than 1e-9, or binary above 2**63) or that no runner pod needs.
+        *("+1", "1n", "500u", "1e-3", "1e10", "0.0001", "1234567890", "1234567Ti", "1P", "1Pi", "1E", "1Ei"),
+    ],
+)
 def test_what_is_not_a_quantity_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match="not a quantity"):
         parse_quantity(text)
@@ -114,12 +120,28 @@ def test_resources_and_placement_reach_the_pod_template() -> None:
         ({"limits": {"memory": "512Mi"}}, DEFAULT_JOB_MEMORY_BYTES, [1]),  # the 256Mi default request holds
         ({"limits": {"memory": "1Gi"}, "requests": {"memory": "1Gi"}}, DEFAULT_JOB_MEMORY_BYTES, []),  # equal is fine
         ({"limits": {"memory": "1Gi"}}, DEFAULT_JOB_MEMORY_BYTES + 1, [1]),
+        ({"limits": {"memory": "67108863.999"}, "requests": {}}, 64 * 1024**2, [1]),  # not whole: compared as a float
+        ({"limits": {"memory": "67108864.001"}, "requests": {}}, 64 * 1024**2, []),
         ({"limits": {"cpu": "1"}}, 64 * 1024**3, []),  # no memory limit: nothing to hold
+        ({"limits": {"memory": "512Mi"}}, None, []),  # limits the pool did not set: the rule does not apply
     ],
 )
-def test_resource_rules_by_example(resources: dict[str, Any], job_memory: int, broken: list[int]) -> None:
+def test_resource_rules_by_example(resources: dict[str, Any], job_memory: int | None, broken: list[int]) -> None:
     problems = decide_resource_problems(ContainerResources.model_validate(resources), job_memory_bytes=job_memory)
     assert problems == [RESOURCE_RULES[i]["message"] for i in broken]
+
+
+def test_a_pool_written_before_resources_existed_stays_valid() -> None:
+    # jobLimits above the default 2Gi pod limit was allowed before the pool could set its limits:
+    # such a pool keeps working (and its pods the 2Gi limit they had) until it sets limits itself.
+    big = {**BASE, "jobLimits": {"memoryBytes": 4 * 1024**3}}
+    assert pod(**{k: v for k, v in big.items() if k not in BASE})["containers"][0]["resources"]["limits"] == {
+        "memory": "2Gi"
+    }
+    RunnerPoolSpec.model_validate({**big, "resources": {"requests": {"cpu": "1"}}})
+    RunnerPoolSpec.model_validate({**big, "resources": {"limits": {"cpu": "1"}}})
+    with pytest.raises(ValidationError, match=r"spec\.jobLimits\.memoryBytes: above the runner pod's memory limit"):
+        RunnerPoolSpec.model_validate({**big, "resources": {"limits": {"memory": "2Gi"}}})
 
 
 def test_an_absent_requests_or_limits_is_its_default() -> None:
@@ -165,12 +187,19 @@ def _validate(spec: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def test_helmhive_validate_refuses_bad_resources_with_a_field_path_and_a_reason() -> None:
-    (issue,) = _validate({**BASE, "resources": {"limits": {"memory": "512Mi"}}})
-    assert issue[1] == "InvalidSpec" and issue[0].startswith("spec")
-    assert "spec.jobLimits.memoryBytes: above the runner pod's memory limit" in issue[2]
+    both = _validate({**BASE, "resources": {"limits": {"memory": "512Mi"}, "requests": {"memory": "1Gi"}}})
+    assert [(path, reason) for path, reason, _ in both] == [
+        ("spec.resources.requests", "InvalidSpec"),
+        ("spec.jobLimits.memoryBytes", "InvalidSpec"),
+    ]
+    assert "above the runner pod's memory limit (spec.resources.limits.memory); a job could" in both[1][2]
     (bad,) = _validate({**BASE, "resources": {"limits": {"memory": "2 GiB"}}})
     assert bad[0] == "spec.resources.limits.memory"
     (gpu,) = _validate({**BASE, "resources": {"limits": {"nvidia.com/gpu": "1"}}})
     assert gpu[0] == "spec.resources.limits"
     (tol,) = _validate({**BASE, "tolerations": [{"operator": "Exists", "value": "x"}]})
     assert tol[0] == "spec.tolerations[0]" and tol[1] == "InvalidSpec"
+    # A node label key Kubernetes would refuse on the pod (a name part over 63 characters).
+    (key,) = _validate({**BASE, "nodeSelector": {"a" * 64: "x"}})
+    assert key[0] == "spec.nodeSelector"
+    assert not _validate({**BASE, "nodeSelector": {"topology.kubernetes.io/zone": "eu-west-1a", "a" * 63: "x"}})

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
-from helmhive.api.common import ApiModel, LabelKey, LabelValue
+from helmhive.api.common import ApiModel, LabelValue
 
 __all__ = [
     "DEFAULT_JOB_MEMORY_BYTES",
@@ -26,6 +26,8 @@ __all__ = [
     "RESOURCE_RULES",
     "TOLERATION_RULE",
     "ContainerResources",
+    "NodeLabelKey",
+    "NodeSelector",
     "TaintEffect",
     "Toleration",
     "TolerationOperator",
@@ -33,12 +35,33 @@ __all__ = [
     "parse_quantity",
 ]
 
-QUANTITY_PATTERN = r"^\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[mkMGTPE]|[eE][+-]?[0-9]{1,2})?$"
-"""A non-negative Kubernetes quantity (``100m``, ``2Gi``, ``1.5``, ``1e9``): a subset of what the API
-server's parser takes, so a quantity admitted here is one the StatefulSet is admitted with."""
-Quantity = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=QUANTITY_PATTERN)]
+QUANTITY_PATTERN = (
+    r"^(([0-9]{1,9}(\.[0-9]{1,3})?|\.[0-9]{1,3})([mkMG]|[KMG]i|[eE][0-9])?"
+    r"|([0-9]{1,6}(\.[0-9]{1,3})?|\.[0-9]{1,3})(T|Ti))$"
+)
+"""A Kubernetes quantity (``100m``, ``2Gi``, ``1.5``, ``1e9``, ``1Ti``) from a subset of the API server's
+grammar: no sign, at most three decimals, at most nine digits before the point (six with ``T`` or
+``Ti``), no ``P``, ``E``, ``n``, ``u`` or negative exponent. In that subset the API server keeps the
+value exactly (it rounds finer than a nano-unit and caps huge binary values), so it compares as
+:func:`parse_quantity` compares: every value is a multiple of 1e-6 below 2**63 (about 9.2e18)."""
+Quantity = Annotated[str, StringConstraints(min_length=1, max_length=16, pattern=QUANTITY_PATTERN)]
 ResourceName = Annotated[str, StringConstraints(pattern=r"^(cpu|memory|ephemeral-storage)$")]
 """``cpu``, ``memory`` or ``ephemeral-storage`` (extended resources and huge pages: not yet)."""
+
+NodeLabelKey = Annotated[
+    str,
+    StringConstraints(
+        min_length=1,
+        max_length=313,
+        pattern=r"^([a-z0-9]([-a-z0-9]{0,47}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,47}[a-z0-9])?){0,4}/)?"
+        r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$",
+    ),
+]
+"""A node label's key, as the pod's ``nodeSelector`` and ``tolerations`` need it: a name of at most 63
+characters, after an optional DNS prefix (here at most five parts of at most 49 characters, so
+always within Kubernetes' 253)."""
+
+NodeSelector = Annotated[dict[NodeLabelKey, LabelValue], Field(max_length=32)]
 
 DEFAULT_JOB_MEMORY_BYTES = 1024 * 1024 * 1024
 """``jobLimits.memoryBytes`` by default (1 GiB), which the pod's memory limit must hold."""
@@ -54,6 +77,7 @@ def _cel_map(field: str, default: dict[str, str]) -> str:
 
 
 _REQ, _LIM = _cel_map("requests", DEFAULT_REQUESTS), _cel_map("limits", DEFAULT_LIMITS)
+_LIMITS = "self.spec.resources.limits"
 _JOB_MEMORY = (
     "(has(self.spec.jobLimits) && has(self.spec.jobLimits.memoryBytes) ? self.spec.jobLimits.memoryBytes : "
     f"{DEFAULT_JOB_MEMORY_BYTES})"
@@ -70,8 +94,10 @@ RESOURCE_RULES: tuple[dict[str, str], ...] = (
     },
     {
         "rule": (
-            f"!('memory' in {_LIM}) || !isQuantity({_LIM}['memory']) || "
-            f"quantity({_LIM}['memory']).asApproximateFloat() >= double({_JOB_MEMORY})"
+            f"!has(self.spec.resources) || !has({_LIMITS}) || !('memory' in {_LIMITS}) || "
+            f"!isQuantity({_LIMITS}['memory']) || (quantity({_LIMITS}['memory']).isInteger() ? "
+            f"quantity({_LIMITS}['memory']).asInteger() >= {_JOB_MEMORY} : "
+            f"quantity({_LIMITS}['memory']).asApproximateFloat() >= double({_JOB_MEMORY}))"
         ),
         "message": (
             "spec.jobLimits.memoryBytes: above the runner pod's memory limit (spec.resources.limits.memory); "
@@ -81,7 +107,9 @@ RESOURCE_RULES: tuple[dict[str, str], ...] = (
     },
 )
 """The RunnerPool's CEL rules on its resources (the same checks as :meth:`RunnerPoolSpec._resources`,
-with the same messages; an absent ``requests`` or ``limits`` is its default, as the model reads it).
+with the same messages). In the first, an absent ``requests`` or ``limits`` is its default, as the
+model reads it. The second applies only to limits the pool sets: a pool written before
+``resources`` existed, with ``jobLimits.memoryBytes`` above the default 2Gi, stays valid as it was.
 ``quantity()`` is the API server's own Kubernetes-quantity library."""
 
 
@@ -134,7 +162,7 @@ class Toleration(ApiModel):
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [TOLERATION_RULE]})
 
-    key: LabelKey | None = None
+    key: NodeLabelKey | None = None
     operator: TolerationOperator = TolerationOperator.EQUAL
     value: LabelValue = ""
     effect: TaintEffect | None = None
@@ -151,35 +179,45 @@ class Toleration(ApiModel):
 
 
 def parse_quantity(text: str) -> Decimal:
-    """The value of a Kubernetes quantity that matches :data:`QUANTITY_PATTERN` (``2Gi`` is 2147483648). Pure.
+    """The exact value of a quantity that matches :data:`QUANTITY_PATTERN` (``2Gi`` is 2147483648). Pure.
 
     Raises ValueError for anything else.
     """
-    found = _QUANTITY.match(text)
-    if found is None:
+    if _QUANTITY.match(text) is None:
         raise ValueError(f"not a quantity: {text!r}")
-    number, suffix = found.group(1), found.group(3) or ""
-    value = Decimal(number)
-    if suffix in _SUFFIX:  # "E" and "Ei" are exa and exbi, not an exponent
+    number = _NUMBER.match(text)
+    assert number is not None  # the pattern matched: it starts with digits or a point
+    digits = number.group(0)
+    suffix = text[len(digits) :]
+    value = Decimal(digits)
+    if suffix in _SUFFIX:
         return _EXACT.multiply(value, _SUFFIX[suffix])
-    return value.scaleb(int(suffix[1:]), context=_EXACT)
+    return value.scaleb(int(suffix[1:]), context=_EXACT)  # e<digit>
 
 
-def decide_resource_problems(resources: ContainerResources, *, job_memory_bytes: int) -> list[str]:
-    """The :data:`RESOURCE_RULES` that ``resources`` breaks, as their messages. Pure."""
+def decide_resource_problems(resources: ContainerResources, *, job_memory_bytes: int | None) -> list[str]:
+    """The :data:`RESOURCE_RULES` that ``resources`` breaks, as their messages. Pure.
+
+    ``job_memory_bytes`` is None when the pool sets no ``limits`` of its own (the second rule then
+    does not apply, see :data:`RESOURCE_RULES`).
+    """
     problems = []
     limits = {name: parse_quantity(q) for name, q in resources.limits.items()}
     if any(parse_quantity(q) > limits[name] for name, q in resources.requests.items() if name in limits):
         problems.append(RESOURCE_RULES[0]["message"])
     memory = limits.get("memory")
-    if memory is not None and float(memory) < float(job_memory_bytes):  # as the CEL rule: asApproximateFloat()
-        problems.append(RESOURCE_RULES[1]["message"])
+    if memory is not None and job_memory_bytes is not None:
+        # As the CEL rule: exact for a whole number of bytes, else asApproximateFloat().
+        below = memory < job_memory_bytes if memory == memory.to_integral_value() else float(memory) < job_memory_bytes
+        if below:
+            problems.append(RESOURCE_RULES[1]["message"])
     return problems
 
 
 _QUANTITY = re.compile(QUANTITY_PATTERN)
-_EXACT = Context(prec=256)
-"""Enough digits for any quantity of 64 characters times 1024**6 or 10**99: nothing is rounded."""
+_NUMBER = re.compile(r"[0-9]*(\.[0-9]*)?")
+_EXACT = Context(prec=64)
+"""More digits than any quantity of the pattern needs (twelve, times at most 1024**4): nothing is rounded."""
 _SUFFIX = {
     "": Decimal(1),
     "m": Decimal("0.001"),
@@ -187,7 +225,5 @@ _SUFFIX = {
     "M": Decimal(10) ** 6,
     "G": Decimal(10) ** 9,
     "T": Decimal(10) ** 12,
-    "P": Decimal(10) ** 15,
-    "E": Decimal(10) ** 18,
-    **{f"{p}i": Decimal(1024) ** (i + 1) for i, p in enumerate("KMGTPE")},
+    **{f"{p}i": Decimal(1024) ** (i + 1) for i, p in enumerate("KMGT")},
 }

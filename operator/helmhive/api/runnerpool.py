@@ -26,7 +26,13 @@ from helmhive.api.common import (
 )
 from helmhive.api.egress import CredentialIsolation, EgressSpec, decide_isolation_problems
 from helmhive.api.envelope import Capability
-from helmhive.api.pod_settings import DEFAULT_JOB_MEMORY_BYTES, ContainerResources, Toleration, decide_resource_problems
+from helmhive.api.pod_settings import (
+    DEFAULT_JOB_MEMORY_BYTES,
+    ContainerResources,
+    NodeSelector,
+    Toleration,
+    decide_resource_problems,
+)
 from helmhive.api.profile import ModelId, ProviderName
 
 __all__ = [
@@ -357,7 +363,7 @@ class RunnerPoolSpec(ApiModel):
             )
         ),
     ] = ContainerResources()
-    node_selector: Annotated[LabelMap, Field(description="Node labels the runner pods must be scheduled on.")] = {}
+    node_selector: Annotated[NodeSelector, Field(description="Node labels the runner pods must be scheduled on.")] = {}
     tolerations: Annotated[list[Toleration], Field(max_length=32, description="Taints the runner pods tolerate.")] = []
     priority_class_name: Annotated[
         Name | None, Field(description="The runner pods' PriorityClass (it must exist when the pods are created).")
@@ -377,7 +383,9 @@ class RunnerPoolSpec(ApiModel):
 
     @model_validator(mode="after")
     def _resources(self) -> RunnerPoolSpec:
-        problems = decide_resource_problems(self.resources, job_memory_bytes=self.job_limits.memory_bytes)
+        own_limits = "resources" in self.model_fields_set and "limits" in self.resources.model_fields_set
+        job_memory = self.job_limits.memory_bytes if own_limits else None  # see RESOURCE_RULES
+        problems = decide_resource_problems(self.resources, job_memory_bytes=job_memory)
         if problems:
             raise ValueError("; ".join(problems))
         return self

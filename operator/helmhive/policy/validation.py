@@ -237,7 +237,24 @@ def _check_object(obj: CheckedObject) -> None:
                 "string_too_long": Reason.OVER_LIMIT,
                 "too_long": Reason.OVER_LIMIT,
             }.get(error["type"], Reason.INVALID_SPEC)
-            obj.issue(field_path("spec", *loc), reason, _short(str(error["msg"])))
+            for path, message in _located(loc, error):
+                obj.issue(path, reason, _short(message))
+
+
+_RULE_MESSAGE = re.compile(r"^(spec(?:\.[A-Za-z][A-Za-z0-9]*)+): ")
+_PROBLEMS = re.compile(r"; (?=spec\.)")  # the rules' own messages hold "; " too
+
+
+def _located(loc: tuple[PathSegment, ...], error: Any) -> Iterator[tuple[str, str]]:
+    """A model error's field path and message. A spec-wide rule (a ``value_error`` at ``spec``) is
+    split into its problems, each at the field its message starts with, as the API server names it
+    from the same rule's ``fieldPath`` (``spec.jobLimits.memoryBytes: above ...``)."""
+    if loc or error["type"] != "value_error":
+        yield field_path("spec", *loc), str(error["msg"])
+        return
+    for problem in _PROBLEMS.split(str(error.get("ctx", {}).get("error", error["msg"]))):
+        found = _RULE_MESSAGE.match(problem)
+        yield (found.group(1) if found else "spec"), problem
 
 
 def _schema_violations(error: SchemaValidationError) -> Iterator[Violation]:
