@@ -19,6 +19,7 @@ from harness.wait import wait_for
 from helmhive.api.kinds import KINDS
 from helmhive.deploy.manifests import ENVELOPE_POLICY_NAME, OperatorIdentity, build_envelope_policy
 from helmhive.policy.envelopes import ENVELOPES
+from helmhive.policy.validation import SourceDocument, validate_documents
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP, VERSION = "helmhive.dev", "v1alpha1"
@@ -389,3 +390,61 @@ def test_operator_logs_are_structured_json(operator: OperatorProcess) -> None:
     )
     records = operator.log_records()
     assert all({"message", "timestamp", "severity"} <= set(r) for r in records)
+
+
+def _res(requests: dict[str, str] | None = None, limits: dict[str, str] | None = None, job: int = 0) -> dict[str, Any]:
+    """A pool spec's resources (``None``: left out) and, when ``job``, its jobLimits.memoryBytes."""
+    resources = {k: v for k, v in (("requests", requests), ("limits", limits)) if v is not None}
+    return {"resources": resources} | ({"jobLimits": {"memoryBytes": job}} if job else {})
+
+
+_EDGES: list[tuple[str, dict[str, Any]]] = [
+    ("milli and exact", _res({"cpu": "0.001m"}, {"cpu": "0.001m"})),
+    ("a milli above", _res({"cpu": "1.001m"}, {"cpu": "0.001"})),
+    ("largest Gi", _res({"memory": "999999999.999Gi"}, {"memory": "999999.999Ti"})),
+    ("largest Ti above Gi", _res({"memory": "999999.999Ti"}, {"memory": "999999999.999Gi"})),
+    ("exponent against suffix", _res({"memory": "1e9"}, {"memory": "1G"})),
+    ("exponent a byte over", _res({"memory": "1000000.001k"}, {"memory": "1e9"})),
+    ("a point alone", _res({"cpu": "5."}, {"cpu": ".5e1"})),
+    ("memory one byte under a job", _res({}, {"memory": "1Gi"}, job=1073741825)),
+    ("memory equal to a job", _res({}, {"memory": "1Gi"}, job=1073741824)),
+    ("memory not whole, under", _res({}, {"memory": "67108863.999"}, job=67108864)),
+    ("memory not whole, over", _res({}, {"memory": "67108864.001"}, job=67108864)),
+    ("memory in milli-bytes", _res({}, {"memory": "67108864000m"}, job=67108864)),
+    ("no limits at all", _res(limits={}, job=8589934592)),
+    ("requests only, above the default limit", _res({"memory": "2049Mi"})),
+    ("requests only, at the default limit", _res({"memory": "2Gi"})),
+    ("empty resources", _res(job=8589934592)),
+    ("sign", _res(limits={"cpu": "+1"})),
+    ("nano", _res(limits={"cpu": "1n"})),
+    (
+        "toleration Exists without a key",
+        {"tolerations": [{"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5}]},
+    ),
+    ("toleration seconds without NoExecute", {"tolerations": [{"key": "k", "tolerationSeconds": 5}]}),
+    ("toleration Equal, empty value", {"tolerations": [{"key": "k"}]}),
+    ("node label key at 63", {"nodeSelector": {"example.com/" + "a" * 63: ""}}),
+    ("node label key, five prefix parts", {"nodeSelector": {".".join(["b" * 49] * 5) + "/x": "y"}}),
+]
+
+
+@pytest.mark.parametrize(("spec", "why"), [(spec, why) for why, spec in _EDGES], ids=[why for why, _ in _EDGES])
+def test_the_api_server_and_validate_agree_on_a_pools_resources_and_placement(
+    kube: Kube, namespace: str, crds: list[str], spec: dict[str, Any], why: str
+) -> None:
+    # Each edge of the quantity subset, the memory rule and the placement rules, judged by the API
+    # server (a dry run: schema and CEL) and by helmhive validate: both accept or both refuse.
+    body = copy.deepcopy(KEYED_POOL)
+    body["metadata"]["namespace"] = namespace
+    body["spec"].update(spec)
+    try:
+        kube.custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, "runnerpools", body, dry_run="All", field_validation="Strict"
+        )
+        server = "accepted"
+    except ApiException as err:
+        assert err.status == 422, err.body
+        server = "refused"
+    report = validate_documents(documents=[SourceDocument(file="pool.yaml", index=0, body=body)])
+    offline = "refused" if report.issues else "accepted"
+    assert (why, server) == (why, offline), [i.render() for i in report.issues]

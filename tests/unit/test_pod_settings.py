@@ -203,3 +203,18 @@ def test_helmhive_validate_refuses_bad_resources_with_a_field_path_and_a_reason(
     (key,) = _validate({**BASE, "nodeSelector": {"a" * 64: "x"}})
     assert key[0] == "spec.nodeSelector"
     assert not _validate({**BASE, "nodeSelector": {"topology.kubernetes.io/zone": "eu-west-1a", "a" * 63: "x"}})
+
+
+def test_every_broken_pool_rule_is_reported_at_once_each_at_its_field() -> None:
+    # Isolation and resources are one validator: the first broken rule does not hide the others.
+    login = {"volume": {"claimName": "c", "mountPath": "/home/runner/.claude"}}
+    spec = {**BASE, "credential": login, "credentialIsolation": "Proxy", "resources": {"limits": {"memory": "1Gi"}}}
+    issues = _validate({**spec, "jobLimits": {"memoryBytes": 3 * 1024**3}})
+    assert [path for path, _, _ in issues] == ["spec.credentialIsolation", "spec.jobLimits.memoryBytes"]
+    (nested,) = _validate({**BASE, "tolerations": [{"value": "v"}]})
+    assert nested[2].startswith("a toleration with operator Exists")  # the rule's words, no "Value error, "
+
+
+def test_a_quantity_with_a_trailing_newline_is_not_one() -> None:
+    with pytest.raises(ValueError, match="not a quantity"):
+        parse_quantity("1e9\n")

@@ -64,7 +64,7 @@ always within Kubernetes' 253)."""
 NodeSelector = Annotated[dict[NodeLabelKey, LabelValue], Field(max_length=32)]
 
 DEFAULT_JOB_MEMORY_BYTES = 1024 * 1024 * 1024
-"""``jobLimits.memoryBytes`` by default (1 GiB), which the pod's memory limit must hold."""
+"""``jobLimits.memoryBytes`` by default (1 GiB), which a memory limit the pool sets must hold."""
 DEFAULT_REQUESTS = {"cpu": "100m", "memory": "256Mi"}
 DEFAULT_LIMITS = {"memory": "2Gi"}
 
@@ -106,7 +106,7 @@ RESOURCE_RULES: tuple[dict[str, str], ...] = (
         "fieldPath": ".spec.jobLimits.memoryBytes",
     },
 )
-"""The RunnerPool's CEL rules on its resources (the same checks as :meth:`RunnerPoolSpec._resources`,
+"""The RunnerPool's CEL rules on its resources (the same checks as :meth:`RunnerPoolSpec._pool_rules`,
 with the same messages). In the first, an absent ``requests`` or ``limits`` is its default, as the
 model reads it. The second applies only to limits the pool sets: a pool written before
 ``resources`` existed, with ``jobLimits.memoryBytes`` above the default 2Gi, stays valid as it was.
@@ -117,8 +117,8 @@ class ContainerResources(ApiModel):
     """The runner container's compute resources, as a container's ``resources`` (Kubernetes quantities).
 
     The runner and every job it runs share them: the memory limit bounds all of them together,
-    so it must be at least ``jobLimits.memoryBytes`` (and should leave room for ``concurrency``
-    jobs and the runner itself).
+    so a limit the pool sets must be at least ``jobLimits.memoryBytes`` (and should leave room
+    for ``concurrency`` jobs and the runner itself; see :data:`RESOURCE_RULES`).
     """
 
     requests: Annotated[
@@ -183,7 +183,7 @@ def parse_quantity(text: str) -> Decimal:
 
     Raises ValueError for anything else.
     """
-    if _QUANTITY.match(text) is None:
+    if _QUANTITY.fullmatch(text) is None:  # not match: "$" would also take a final newline
         raise ValueError(f"not a quantity: {text!r}")
     number = _NUMBER.match(text)
     assert number is not None  # the pattern matched: it starts with digits or a point
@@ -206,11 +206,12 @@ def decide_resource_problems(resources: ContainerResources, *, job_memory_bytes:
     if any(parse_quantity(q) > limits[name] for name, q in resources.requests.items() if name in limits):
         problems.append(RESOURCE_RULES[0]["message"])
     memory = limits.get("memory")
-    if memory is not None and job_memory_bytes is not None:
-        # As the CEL rule: exact for a whole number of bytes, else asApproximateFloat().
-        below = memory < job_memory_bytes if memory == memory.to_integral_value() else float(memory) < job_memory_bytes
-        if below:
-            problems.append(RESOURCE_RULES[1]["message"])
+    # Exact. The CEL rule is exact only for a value Go keeps as an int64 at scale 0 ("2Gi") and
+    # compares others ("1.5Gi", "2000m") by asApproximateFloat(); within QUANTITY_PATTERN both
+    # agree (a value that is not whole is at least 0.001 from one; test_foundation.py's
+    # agreement test sends the edges to the API server).
+    if memory is not None and job_memory_bytes is not None and memory < job_memory_bytes:
+        problems.append(RESOURCE_RULES[1]["message"])
     return problems
 
 

@@ -229,7 +229,8 @@ class JobLimits(ApiModel):
             description=(
                 "Private writable memory (heap and anonymous mappings) of each process, in bytes "
                 "(RLIMIT_DATA), and with a job cgroup all the job's memory together, no swap. Default 1 GiB, "
-                "below the runner pod's default memory limit (resources.limits.memory, 2Gi), which must hold it."
+                "below the runner pod's default memory limit (resources.limits.memory, 2Gi); a limit the pool "
+                "sets must hold it."
             ),
         ),
     ] = DEFAULT_JOB_MEMORY_BYTES
@@ -370,22 +371,17 @@ class RunnerPoolSpec(ApiModel):
     ] = None
 
     @model_validator(mode="after")
-    def _isolation(self) -> RunnerPoolSpec:
+    def _pool_rules(self) -> RunnerPoolSpec:
+        """POOL_RULES and RESOURCE_RULES at once: every broken one is reported, as by the API server."""
         problems = decide_isolation_problems(
             provider=self.provider,
             requested=self.credential_isolation,
             volume=self.credential.volume is not None,
             upstream=self.egress.upstream,
         )
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
-
-    @model_validator(mode="after")
-    def _resources(self) -> RunnerPoolSpec:
         own_limits = "resources" in self.model_fields_set and "limits" in self.resources.model_fields_set
         job_memory = self.job_limits.memory_bytes if own_limits else None  # see RESOURCE_RULES
-        problems = decide_resource_problems(self.resources, job_memory_bytes=job_memory)
+        problems += decide_resource_problems(self.resources, job_memory_bytes=job_memory)
         if problems:
             raise ValueError("; ".join(problems))
         return self

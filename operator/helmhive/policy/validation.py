@@ -249,10 +249,14 @@ def _located(loc: tuple[PathSegment, ...], error: Any) -> Iterator[tuple[str, st
     """A model error's field path and message. A spec-wide rule (a ``value_error`` at ``spec``) is
     split into its problems, each at the field its message starts with, as the API server names it
     from the same rule's ``fieldPath`` (``spec.jobLimits.memoryBytes: above ...``)."""
-    if loc or error["type"] != "value_error":
+    if error["type"] != "value_error":
         yield field_path("spec", *loc), str(error["msg"])
         return
-    for problem in _PROBLEMS.split(str(error.get("ctx", {}).get("error", error["msg"]))):
+    text = str(error.get("ctx", {}).get("error", error["msg"]))  # the rule's own words, no "Value error, "
+    if loc:
+        yield field_path("spec", *loc), text
+        return
+    for problem in _PROBLEMS.split(text):
         found = _RULE_MESSAGE.match(problem)
         yield (found.group(1) if found else "spec"), problem
 
