@@ -19,12 +19,11 @@ from helmhive.deploy.manifests import (
     build_runner_identity_policy,
 )
 from helmhive.policy.credentials import build_credential_hash, decide_credential
+from helmhive.policy.runner_pod import GENERATION_ANNOTATION, SOURCE_CREDENTIALS_DIR
 from helmhive.policy.runnerpool import (
     EXECUTION_ROLE_RULES,
-    GENERATION_ANNOTATION,
     MAX_POOL_NAME,
     RUNNER_ROLE_RULES,
-    SOURCE_CREDENTIALS_DIR,
     PoolRef,
     build_config_map,
     build_pool_objects,

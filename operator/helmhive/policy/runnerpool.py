@@ -5,7 +5,9 @@ ServiceAccount, Role, RoleBinding, ConfigMap (``runner.json``) and NetworkPolicy
 ``helmhive-runner-P``; StatefulSet ``P``; and PodDisruptionBudget ``P`` when replicas > 1.
 Every object carries an ownerReference to the pool, so the garbage collector removes them.
 
-Nothing here does I/O. The credential's hash and generation are :mod:`helmhive.policy.credentials`.
+Nothing here does I/O. The runner pod itself (container, environment, volumes, placement) is
+:mod:`helmhive.policy.runner_pod`; the credential's hash and generation are
+:mod:`helmhive.policy.credentials`.
 """
 
 from __future__ import annotations
@@ -18,18 +20,14 @@ from typing import Any
 from helmhive.api.egress import decide_isolation
 from helmhive.api.kinds import API_VERSION, GROUP
 from helmhive.api.runnerpool import AdapterType, RunnerPoolSpec
+from helmhive.policy.runner_pod import GENERATION_ANNOTATION, build_pod_spec
 
 __all__ = [
-    "CONFIG_PATH",
-    "CREDENTIAL_DIR",
     "EXECUTION_ROLE_RULES",
-    "GENERATION_ANNOTATION",
     "MAX_POOL_NAME",
-    "METRICS_PORT",
     "RUNNER_NAME_PREFIX",
     "RUNNER_ROLE_RULES",
     "SESSIONS_SECRET_PREFIX",
-    "SOURCE_CREDENTIALS_DIR",
     "PoolRef",
     "build_config_map",
     "build_network_policy",
@@ -49,18 +47,7 @@ __all__ = [
     "sessions_secret_names",
 ]
 
-GENERATION_ANNOTATION = "helmhive.dev/credential-generation"
 CONFIG_HASH_ANNOTATION = "helmhive.dev/config-hash"
-CONFIG_DIR = "/etc/helmhive"
-CONFIG_PATH = f"{CONFIG_DIR}/runner.json"
-CREDENTIAL_DIR = "/var/run/helmhive/credential"
-SOURCE_CREDENTIALS_DIR = "/var/run/helmhive/source-credentials"
-"""Where the pool's git credentials Secret is mounted (read-only), for the runner's source fetch."""
-STATE_DIR = "/var/lib/helmhive"
-HOME_DIR = "/home/runner"
-RUNNER_UID = 65532
-METRICS_PORT = 9090
-"""The runner's Prometheus ``/metrics`` port: the container port named ``metrics`` and ``HELMHIVE_METRICS_PORT``."""
 CLAUDE_CONFIG_DIR_ENV = "CLAUDE_CONFIG_DIR"
 RUNNER_NAME_PREFIX = "helmhive-runner-"
 # A StatefulSet's pods carry a controller-revision-hash label of ``<name>-<10 chars>`` (63 max).
@@ -191,18 +178,6 @@ def build_role_binding(pool: PoolRef) -> dict[str, Any]:
     }
 
 
-def _credential_paths(spec: RunnerPoolSpec) -> tuple[str | None, str | None]:
-    """(file, directory) where the runner finds its credential."""
-    cred = spec.credential
-    if cred.secret_ref is not None:
-        if cred.secret_ref.key:
-            return f"{CREDENTIAL_DIR}/{cred.secret_ref.key}", None
-        return None, CREDENTIAL_DIR
-    if cred.volume is not None:
-        return None, cred.volume.mount_path
-    return None, None
-
-
 def build_runner_config(spec: RunnerPoolSpec) -> dict[str, Any]:
     """The content of ``runner.json``: the pool-derived settings the runner reads at start.
 
@@ -245,104 +220,13 @@ def build_config_map(pool: PoolRef, spec: RunnerPoolSpec) -> dict[str, Any]:
     }
 
 
-def _env(pool: str, spec: RunnerPoolSpec) -> list[dict[str, Any]]:
-    def field(path: str) -> dict[str, Any]:
-        return {"fieldRef": {"fieldPath": path}}
-
-    env: list[dict[str, Any]] = [
-        {"name": "HELMHIVE_RUNNER_NAME", "valueFrom": field("metadata.name")},
-        {"name": "HELMHIVE_NAMESPACE", "valueFrom": field("metadata.namespace")},
-        {"name": "HELMHIVE_POOL", "value": pool},
-        {"name": "HELMHIVE_RUNNER_CONFIG", "value": CONFIG_PATH},
-        {
-            "name": "HELMHIVE_CREDENTIAL_GENERATION",
-            "valueFrom": field(f"metadata.annotations['{GENERATION_ANNOTATION}']"),
-        },
-    ]
-    file, directory = _credential_paths(spec)
-    if file:
-        env.append({"name": "HELMHIVE_CREDENTIAL_FILE", "value": file})
-    if directory:
-        env.append({"name": "HELMHIVE_CREDENTIAL_DIR", "value": directory})
-    if spec.source.credentials_secret is not None:
-        env.append({"name": "HELMHIVE_SOURCE_CREDENTIALS_DIR", "value": SOURCE_CREDENTIALS_DIR})
-    env += [
-        {"name": "HELMHIVE_STATE_DIR", "value": STATE_DIR},
-        {"name": "HOME", "value": HOME_DIR},
-        {"name": "TMPDIR", "value": "/tmp"},
-        {"name": "HELMHIVE_METRICS_PORT", "value": str(METRICS_PORT)},
-    ]
-    return env
-
-
-def _volumes(pool: str, spec: RunnerPoolSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(volumes, volumeMounts): config, scratch, home and tmp emptyDirs, the credential, and git credentials."""
-    volumes: list[dict[str, Any]] = [
-        {"name": "config", "configMap": {"name": runner_resource_name(pool)}},
-        {"name": "state", "emptyDir": {}},
-        {"name": "home", "emptyDir": {}},
-        {"name": "tmp", "emptyDir": {}},
-    ]
-    mounts: list[dict[str, Any]] = [
-        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-        {"name": "state", "mountPath": STATE_DIR},
-        {"name": "home", "mountPath": HOME_DIR},
-        {"name": "tmp", "mountPath": "/tmp"},
-    ]
-    cred = spec.credential
-    if cred.secret_ref is not None:
-        secret: dict[str, Any] = {"secretName": cred.secret_ref.name, "defaultMode": 0o440}
-        if cred.secret_ref.key:
-            secret["items"] = [{"key": cred.secret_ref.key, "path": cred.secret_ref.key}]
-        volumes.append({"name": "credential", "secret": secret})
-        mounts.append({"name": "credential", "mountPath": CREDENTIAL_DIR, "readOnly": True})
-    elif cred.volume is not None:
-        volumes.append({"name": "credential", "persistentVolumeClaim": {"claimName": cred.volume.claim_name}})
-        mounts.append({"name": "credential", "mountPath": cred.volume.mount_path})
-    git = spec.source.credentials_secret
-    if git is not None:
-        # Optional and without `items`: a missing Secret or key fails only the jobs that fetch a
-        # source, with a named reason, instead of keeping every pod of the pool from starting.
-        secret = {"secretName": git.name, "defaultMode": 0o440, "optional": True}
-        volumes.append({"name": "source-credentials", "secret": secret})
-        mounts.append({"name": "source-credentials", "mountPath": SOURCE_CREDENTIALS_DIR, "readOnly": True})
-    return volumes, mounts
-
-
-def _scheduling(spec: RunnerPoolSpec) -> dict[str, Any]:
-    """The pod spec's placement fields the pool sets (none by default)."""
-    placement: dict[str, Any] = {}
-    if spec.node_selector:
-        placement["nodeSelector"] = dict(spec.node_selector)
-    if spec.tolerations:
-        placement["tolerations"] = [t.to_wire() for t in spec.tolerations]
-    if spec.priority_class_name:
-        placement["priorityClassName"] = spec.priority_class_name
-    return placement
-
-
 def build_stateful_set(pool: PoolRef, spec: RunnerPoolSpec, *, credential_generation: int) -> dict[str, Any]:
-    """The runner pods: stable names, Pod Security Standards ``restricted``, one pod per runner."""
-    labels = build_pool_labels(pool.name)
-    volumes, mounts = _volumes(pool.name, spec)
+    """The runner pods (:func:`~helmhive.policy.runner_pod.build_pod_spec`): stable names, one pod per runner.
+
+    The template's annotations roll the pods when the credential's generation or ``runner.json`` changes.
+    """
     config_hash = hashlib.sha256(_config_text(spec).encode()).hexdigest()[:16]
-    container = {
-        "name": "runner",
-        "image": spec.image,
-        "imagePullPolicy": spec.image_pull_policy,
-        "command": ["helmhive", "runner", "run"],
-        "env": _env(pool.name, spec),
-        "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
-        "resources": spec.resources.to_wire(),
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "volumeMounts": mounts,
-    }
+    name = runner_resource_name(pool.name)
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -355,33 +239,13 @@ def build_stateful_set(pool: PoolRef, spec: RunnerPoolSpec, *, credential_genera
             "selector": {"matchLabels": _selector(pool.name)},
             "template": {
                 "metadata": {
-                    "labels": labels,
+                    "labels": build_pool_labels(pool.name),
                     "annotations": {
                         GENERATION_ANNOTATION: str(credential_generation),
                         CONFIG_HASH_ANNOTATION: config_hash,
                     },
                 },
-                "spec": {
-                    "serviceAccountName": runner_resource_name(pool.name),
-                    "automountServiceAccountToken": True,
-                    "enableServiceLinks": False,
-                    "terminationGracePeriodSeconds": 60,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": RUNNER_UID,
-                        "runAsGroup": RUNNER_UID,
-                        "fsGroup": RUNNER_UID,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
-                    "containers": [container],
-                    "volumes": volumes,
-                    **_scheduling(spec),
-                    **(
-                        {"imagePullSecrets": [{"name": ref.name} for ref in spec.image_pull_secrets]}
-                        if spec.image_pull_secrets
-                        else {}
-                    ),
-                },
+                "spec": build_pod_spec(pool=pool.name, spec=spec, service_account=name, config_map=name),
             },
         },
     }
