@@ -1,7 +1,7 @@
 """The Dockerfiles agree with the code that runs their images, and the rootfs builder reads them whole.
 
 No cluster and no build: these read ``images/`` and compare it with the pod specs the operator
-writes (:mod:`helmhive.policy.runnerpool`), the chart's values, the npm agents the runner tests
+writes (:mod:`helmhive.policy.runner_pod`), the chart's values, the npm agents the runner tests
 pin, the release workflow, and the ``.dockerignore`` the build context uses.
 """
 
@@ -21,7 +21,7 @@ from packaging.requirements import Requirement
 
 from helmhive.devcluster import dockerfile as df
 from helmhive.devcluster.rootfs import ImageConfig
-from helmhive.policy import runnerpool
+from helmhive.policy import runner_pod
 from runner.npm_agents import PINNED
 
 REPO = Path(__file__).resolve().parents[2]
@@ -109,9 +109,9 @@ def test_the_release_workflow_pushes_the_images_the_chart_names() -> None:
 
 def test_the_runner_image_matches_the_runner_pods() -> None:
     config = _final_config(RUNNER, "base")
-    assert config.ids() == (runnerpool.RUNNER_UID, runnerpool.RUNNER_UID)
-    assert config.env["HELMHIVE_STATE_DIR"] == runnerpool.STATE_DIR
-    assert config.env["HOME"] == runnerpool.HOME_DIR
+    assert config.ids() == (runner_pod.RUNNER_UID, runner_pod.RUNNER_UID)
+    assert config.env["HELMHIVE_STATE_DIR"] == runner_pod.STATE_DIR
+    assert config.env["HOME"] == runner_pod.HOME_DIR
     assert config.env["TMPDIR"] == "/tmp"
     # The pod runs `helmhive runner run` as its command: `helmhive` must be on the image's PATH.
     assert config.env["PATH"].split(":")[0] == "/opt/helmhive/venv/bin"
