@@ -77,7 +77,7 @@ def _cel_map(field: str, default: dict[str, str]) -> str:
 
 
 _REQ, _LIM = _cel_map("requests", DEFAULT_REQUESTS), _cel_map("limits", DEFAULT_LIMITS)
-_LIMITS = "self.spec.resources.limits"
+_OWN_LIMITS = "self.spec.resources.limits"  # only as the pool wrote it: no default
 _JOB_MEMORY = (
     "(has(self.spec.jobLimits) && has(self.spec.jobLimits.memoryBytes) ? self.spec.jobLimits.memoryBytes : "
     f"{DEFAULT_JOB_MEMORY_BYTES})"
@@ -94,10 +94,10 @@ RESOURCE_RULES: tuple[dict[str, str], ...] = (
     },
     {
         "rule": (
-            f"!has(self.spec.resources) || !has({_LIMITS}) || !('memory' in {_LIMITS}) || "
-            f"!isQuantity({_LIMITS}['memory']) || (quantity({_LIMITS}['memory']).isInteger() ? "
-            f"quantity({_LIMITS}['memory']).asInteger() >= {_JOB_MEMORY} : "
-            f"quantity({_LIMITS}['memory']).asApproximateFloat() >= double({_JOB_MEMORY}))"
+            f"!has(self.spec.resources) || !has({_OWN_LIMITS}) || !('memory' in {_OWN_LIMITS}) || "
+            f"!isQuantity({_OWN_LIMITS}['memory']) || (quantity({_OWN_LIMITS}['memory']).isInteger() ? "
+            f"quantity({_OWN_LIMITS}['memory']).asInteger() >= {_JOB_MEMORY} : "
+            f"quantity({_OWN_LIMITS}['memory']).asApproximateFloat() >= double({_JOB_MEMORY}))"
         ),
         "message": (
             "spec.jobLimits.memoryBytes: above the runner pod's memory limit (spec.resources.limits.memory); "

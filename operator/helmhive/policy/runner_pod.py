@@ -21,7 +21,6 @@ __all__ = [
     "METRICS_PORT",
     "SOURCE_CREDENTIALS_DIR",
     "build_pod_spec",
-    "credential_paths",
 ]
 
 GENERATION_ANNOTATION = "helmhive.dev/credential-generation"
@@ -81,7 +80,7 @@ def build_pod_spec(*, pool: str, spec: RunnerPoolSpec, service_account: str, con
     }
 
 
-def credential_paths(spec: RunnerPoolSpec) -> tuple[str | None, str | None]:
+def _credential_paths(spec: RunnerPoolSpec) -> tuple[str | None, str | None]:
     """(file, directory) where the runner finds its credential."""
     cred = spec.credential
     if cred.secret_ref is not None:
@@ -107,7 +106,7 @@ def _env(pool: str, spec: RunnerPoolSpec) -> list[dict[str, Any]]:
             "valueFrom": field(f"metadata.annotations['{GENERATION_ANNOTATION}']"),
         },
     ]
-    file, directory = credential_paths(spec)
+    file, directory = _credential_paths(spec)
     if file:
         env.append({"name": "HELMHIVE_CREDENTIAL_FILE", "value": file})
     if directory:
