@@ -21,6 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from helmhive.api.manifest_yaml import ManifestDumper
 from helmhive.api.reasons import Reason
 from helmhive.cli.main import app
 from helmhive.policy.validation import SourceDocument, ValidationIssue, validate_documents
@@ -108,7 +109,8 @@ def test_mutants_are_accepted_or_refused_with_field_paths() -> None:
 
 
 def _write(path: Path, docs: list[Any]) -> Path:
-    path.write_text(yaml.safe_dump_all(docs, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    # As a user would write it for kubectl: a string that kubectl reads as something else is quoted.
+    path.write_text(yaml.dump_all(docs, sort_keys=False, allow_unicode=True, Dumper=ManifestDumper), encoding="utf-8")
     return path
 
 

@@ -35,6 +35,7 @@ from rich.table import Table
 
 from helmhive.api.job import ProfileBinding
 from helmhive.api.kinds import kind_by_name
+from helmhive.api.manifest_yaml import ManifestLoader
 from helmhive.controller.binding import FailClosed, ProfileRevisionPending, bind_profile
 from helmhive.controller.kube import Forbidden, Kube, KubeError, NotFound, load_api_client
 from helmhive.controller.runtime import Runtime, utc_now
@@ -144,7 +145,7 @@ def _context_namespace(kubeconfig: Path | None) -> str:
 
 def _read_manifest(path: Path) -> dict[str, Any]:
     try:
-        docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+        docs = [d for d in yaml.load_all(path.read_text(encoding="utf-8"), Loader=ManifestLoader) if d]
     except (OSError, yaml.YAMLError) as err:
         raise _Usage(f"cannot read {path}: {err}") from None
     jobs = [d for d in docs if isinstance(d, dict) and d.get("kind") == "AgentJob"]

@@ -23,6 +23,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from helmhive.api.manifest_yaml import ManifestLoader
 from helmhive.api.reasons import Reason
 from helmhive.policy.validation import (
     EXTERNAL_PROFILES_ANNOTATION,
@@ -36,20 +37,6 @@ from helmhive.policy.violations import split_field_path
 __all__ = ["ValidateFormat", "find_line", "load_documents", "load_paths", "run"]
 
 _SUFFIXES = (".yaml", ".yml", ".json")
-
-
-class _ManifestLoader(yaml.SafeLoader):
-    """Safe YAML that keeps timestamps as strings, as ``kubectl`` does.
-
-    PyYAML would turn ``expiresAt: 2027-01-15T00:00:00Z`` into a datetime, which the
-    schema then refuses as "not a string"; the API server receives the string.
-    """
-
-
-_ManifestLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
 
 
 class ValidateFormat(enum.StrEnum):
@@ -83,7 +70,7 @@ def load_documents(*, text: str, file: str) -> tuple[list[SourceDocument], dict[
     """
     documents: list[SourceDocument] = []
     try:
-        for index, body in enumerate(yaml.load_all(text, Loader=_ManifestLoader)):
+        for index, body in enumerate(yaml.load_all(text, Loader=ManifestLoader)):
             documents.append(SourceDocument(file=file, index=index, body=body))
     except (yaml.YAMLError, RecursionError) as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -101,7 +88,7 @@ def load_documents(*, text: str, file: str) -> tuple[list[SourceDocument], dict[
         )
     nodes: dict[int, yaml.Node] = {}
     try:
-        for index, node in enumerate(yaml.compose_all(text, Loader=_ManifestLoader)):
+        for index, node in enumerate(yaml.compose_all(text, Loader=ManifestLoader)):
             if node is not None:
                 nodes[index] = node
     except (yaml.YAMLError, RecursionError):

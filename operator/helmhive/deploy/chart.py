@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from helmhive.api.crdgen import build_crds
+from helmhive.api.manifest_yaml import ManifestDumper
 
 __all__ = ["CHART_CRD_DIR", "build_chart_crd_template", "build_chart_files"]
 
@@ -51,7 +52,7 @@ def _escape(text: str) -> str:
 
 
 def _dump(doc: dict[str, Any]) -> str:
-    return yaml.safe_dump(doc, sort_keys=False, width=120, allow_unicode=True)
+    return yaml.dump(doc, sort_keys=False, width=120, allow_unicode=True, Dumper=ManifestDumper)
 
 
 def build_chart_crd_template(crd: dict[str, Any]) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from helmhive.api.crdgen import build_crds
+from helmhive.api.manifest_yaml import ManifestDumper, ManifestLoader
 from helmhive.deploy.manifests import OperatorIdentity, build_install_manifests
 from helmhive.devcluster.procs import free_ports, is_alive, read_record, spawn, terminate
 
@@ -59,7 +60,7 @@ class Kubectl:
         self.run("wait", "-n", namespace, f"--for={condition}", f"--timeout={timeout}s", target, timeout=timeout + 30)
 
     def apply(self, docs: Iterable[dict[str, Any]], *, namespace: str | None = None) -> str:
-        stream = yaml.safe_dump_all(list(docs), sort_keys=False)
+        stream = yaml.dump_all(list(docs), sort_keys=False, Dumper=ManifestDumper)
         args = ["apply", "--server-side", "--force-conflicts", "--field-manager=helmhive-demo", "-f", "-"]
         if namespace:
             args[1:1] = ["-n", namespace]
@@ -75,7 +76,8 @@ def example_documents() -> list[tuple[str, dict[str, Any]]]:
         raise DemoError("no example manifests found (looked in " + ", ".join(map(str, candidates)) + ")")
     docs: list[tuple[str, dict[str, Any]]] = []
     for path in sorted(directory.glob("*.yaml")):
-        docs += [(path.name, d) for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+        text = path.read_text(encoding="utf-8")
+        docs += [(path.name, d) for d in yaml.load_all(text, Loader=ManifestLoader) if d]  # as kubectl reads them
     return docs
 
 
@@ -102,7 +104,7 @@ def _operator_kubeconfig(kubectl: Kubectl, identity: OperatorIdentity, dest: Pat
         "contexts": [{"name": "operator", "context": {"cluster": "local", "user": identity.service_account}}],
         "current-context": "operator",
     }
-    dest.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    dest.write_text(yaml.dump(doc, sort_keys=False, Dumper=ManifestDumper), encoding="utf-8")
     dest.chmod(0o600)
     return dest
 

@@ -7,6 +7,8 @@ from typing import Any
 
 import yaml
 
+from helmhive.api.manifest_yaml import ManifestDumper
+
 __all__ = ["build_kubeconfig", "dump_kubeconfig"]
 
 
@@ -50,4 +52,4 @@ def build_kubeconfig(
 
 def dump_kubeconfig(config: dict[str, Any]) -> str:
     """Render a kubeconfig as YAML text."""
-    return yaml.safe_dump(config, sort_keys=False)
+    return yaml.dump(config, sort_keys=False, Dumper=ManifestDumper)

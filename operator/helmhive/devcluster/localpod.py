@@ -34,6 +34,7 @@ from typing import Any, cast
 import yaml
 from kubernetes import client, config
 
+from helmhive.api.manifest_yaml import ManifestDumper
 from helmhive.devcluster.procs import ProcessRecord, free_ports, is_alive, read_record, spawn, terminate
 
 __all__ = ["LocalPodError", "build_local_env", "run_pod", "stop_pod"]
@@ -150,7 +151,7 @@ def _kubeconfig(core: client.CoreV1Api, pod: dict[str, Any], admin_kubeconfig: P
         ],
         "current-context": "pod",
     }
-    dest.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    dest.write_text(yaml.dump(doc, sort_keys=False, Dumper=ManifestDumper), encoding="utf-8")
     dest.chmod(0o600)
     return dest
 
