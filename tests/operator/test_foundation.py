@@ -291,6 +291,18 @@ KEYED_POOL = _with(POOL, "spec.credential", {"secretRef": {"name": "key"}})
             id="a-node-label-key-kubernetes-refuses",
         ),
         pytest.param(
+            _with(KEYED_POOL, "spec.podMetadata", {"labels": {"helmhive.dev/pool": "other"}}),
+            "spec.podMetadata.labels",
+            "a label key is reserved",
+            id="a-pod-label-helmhive-sets",
+        ),
+        pytest.param(
+            _with(KEYED_POOL, "spec.podMetadata", {"annotations": {"runners.helmhive.dev/x": "1"}}),
+            "spec.podMetadata.annotations",
+            "an annotation key is reserved",
+            id="a-pod-annotation-under-helmhive-dev",
+        ),
+        pytest.param(
             _with(KEYED_POOL, "spec.tolerations", [{"operator": "Exists", "value": "x"}]),
             "spec.tolerations[0]",
             "operator Exists has no value",
@@ -425,6 +437,15 @@ _EDGES: list[tuple[str, dict[str, Any]]] = [
     ("toleration Equal, empty value", {"tolerations": [{"key": "k"}]}),
     ("node label key at 63", {"nodeSelector": {"example.com/" + "a" * 63: ""}}),
     ("node label key, five prefix parts", {"nodeSelector": {".".join(["b" * 49] * 5) + "/x": "y"}}),
+    ("pod labels and annotations", {"podMetadata": {"labels": {"team": "a"}, "annotations": {"a/b": "x" * 4096}}}),
+    ("pod label the selector uses", {"podMetadata": {"labels": {"app.kubernetes.io/name": "x"}}}),
+    ("pod label StatefulSets set", {"podMetadata": {"labels": {"apps.kubernetes.io/pod-index": "0"}}}),
+    ("pod label under a helmhive.dev subdomain", {"podMetadata": {"labels": {"a.helmhive.dev/b": "c"}}}),
+    ("pod label a prefix like helmhive.dev", {"podMetadata": {"labels": {"nothelmhive.dev/b": "c"}}}),
+    ("pod annotation helmhive.dev", {"podMetadata": {"annotations": {"helmhive.dev/config-hash": "x"}}}),
+    ("pod annotation with a selector key", {"podMetadata": {"annotations": {"app.kubernetes.io/name": "x"}}}),
+    ("pod annotation key over 63", {"podMetadata": {"annotations": {"a" * 64: "x"}}}),
+    ("pod annotation value over 4096", {"podMetadata": {"annotations": {"a": "x" * 4097}}}),
 ]
 
 

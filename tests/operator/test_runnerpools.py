@@ -207,7 +207,7 @@ def test_an_invalid_pool_name_is_reported(
     assert gone(kube, "StatefulSet", long_name, namespace)
 
 
-def test_a_pool_sets_its_pods_resources_and_placement(
+def test_a_pool_sets_its_pods_resources_placement_and_metadata(
     operator: OperatorProcess, kube: Kube, namespace: str, service_account_identity: IdentityFactory
 ) -> None:
     resources = {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
@@ -220,8 +220,13 @@ def test_a_pool_sets_its_pods_resources_and_placement(
         nodeSelector={"helmhive.dev/agents": "true"},
         tolerations=[toleration],
         priorityClassName="agents",
+        podMetadata={"labels": {"team": "payments"}, "annotations": {"sidecar.istio.io/inject": "false"}},
     )
     template = wait_for(lambda: read(kube, "StatefulSet", "claude", namespace), timeout=30)["spec"]["template"]
+    assert template["metadata"]["labels"]["team"] == "payments"
+    assert template["metadata"]["labels"]["helmhive.dev/pool"] == "claude"
+    assert template["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
+    assert "helmhive.dev/config-hash" in template["metadata"]["annotations"]
     pod = template["spec"]
     assert pod["containers"][0]["resources"] == resources
     assert pod["nodeSelector"] == {"helmhive.dev/agents": "true"}

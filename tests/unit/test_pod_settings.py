@@ -17,9 +17,12 @@ from helmhive.api.kinds import kind_by_name
 from helmhive.api.pod_settings import (
     DEFAULT_JOB_MEMORY_BYTES,
     QUANTITY_PATTERN,
+    RESERVED_ANNOTATION_RULE,
+    RESERVED_LABEL_RULE,
     RESOURCE_RULES,
     TOLERATION_RULE,
     ContainerResources,
+    PodMetadata,
     Toleration,
     decide_resource_problems,
     parse_quantity,
@@ -218,3 +221,74 @@ def test_every_broken_pool_rule_is_reported_at_once_each_at_its_field() -> None:
 def test_a_quantity_with_a_trailing_newline_is_not_one() -> None:
     with pytest.raises(ValueError, match="not a quantity"):
         parse_quantity("1e9\n")
+
+
+def template_metadata(**changes: Any) -> dict[str, Any]:
+    spec = RunnerPoolSpec.model_validate({**BASE, **changes})
+    meta: dict[str, Any] = build_stateful_set(POOL, spec, credential_generation=3)["spec"]["template"]["metadata"]
+    return meta
+
+
+def test_pod_metadata_reaches_the_pods_beside_helmhives_own() -> None:
+    plain = template_metadata()
+    meta = template_metadata(
+        podMetadata={"labels": {"team": "payments"}, "annotations": {"sidecar.istio.io/inject": "false"}}
+    )
+    assert meta["labels"] == {**plain["labels"], "team": "payments"}
+    assert meta["annotations"] == {**plain["annotations"], "sidecar.istio.io/inject": "false"}
+    assert plain["annotations"]["helmhive.dev/credential-generation"] == "3"  # still Helmhive's
+    # The StatefulSet's selector still selects the pods: the pool cannot change those labels.
+    spec = RunnerPoolSpec.model_validate({**BASE, "podMetadata": {"labels": {"team": "x"}}})
+    stateful_set = build_stateful_set(POOL, spec, credential_generation=1)
+    assert (
+        stateful_set["spec"]["selector"]["matchLabels"].items()
+        <= stateful_set["spec"]["template"]["metadata"]["labels"].items()
+    )
+
+
+@pytest.mark.parametrize(
+    ("labels", "annotations", "ok"),
+    [
+        ({"team": "a", "example.com/tier": "gold"}, {"example.com/note": "x" * 4096}, True),
+        ({"helmhive.dev/pool": "other"}, {}, False),
+        ({"runners.helmhive.dev/x": "y"}, {}, False),  # a subdomain of helmhive.dev
+        ({"app.kubernetes.io/name": "x"}, {}, False),
+        ({"statefulset.kubernetes.io/pod-name": "x"}, {}, False),
+        ({"controller-revision-hash": "x"}, {}, False),
+        ({"app.kubernetes.io/part-of": "agents", "nothelmhive.dev/x": "y"}, {}, True),  # not reserved
+        ({}, {"helmhive.dev/config-hash": "0"}, False),
+        ({}, {"x.helmhive.dev/y": "0"}, False),
+        ({}, {"app.kubernetes.io/name": "fine as an annotation"}, True),
+    ],
+)
+def test_reserved_pod_keys_by_example(labels: dict[str, str], annotations: dict[str, str], ok: bool) -> None:
+    if ok:
+        PodMetadata.model_validate({"labels": labels, "annotations": annotations})
+        return
+    with pytest.raises(ValidationError, match="is reserved"):
+        PodMetadata.model_validate({"labels": labels, "annotations": annotations})
+
+
+def test_helmhive_validate_refuses_reserved_and_malformed_pod_keys_at_their_field() -> None:
+    issues = _validate(
+        {**BASE, "podMetadata": {"labels": {"helmhive.dev/pool": "x"}, "annotations": {"helmhive.dev/a": "1"}}}
+    )
+    assert [(path, reason) for path, reason, _ in issues] == [
+        ("spec.podMetadata.labels", "InvalidSpec"),
+        ("spec.podMetadata.annotations", "InvalidSpec"),
+    ]
+    assert issues[0][2] == RESERVED_LABEL_RULE["message"]
+    (long_key,) = _validate({**BASE, "podMetadata": {"labels": {"a" * 64: "x"}}})
+    assert long_key[0] == "spec.podMetadata.labels"
+    (long_value,) = _validate({**BASE, "podMetadata": {"annotations": {"a": "x" * 4097}}})
+    assert long_value[0] == "spec.podMetadata.annotations.a" and long_value[1] == "OverLimit"
+
+
+def test_the_crd_carries_the_reserved_key_rules() -> None:
+    schema = kind_by_name("RunnerPool")
+    crd = yaml.safe_load((Path(__file__).parents[2] / "crds" / f"{schema.plural}.helmhive.dev.yaml").read_text())
+    pod_metadata = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][
+        "podMetadata"
+    ]["properties"]
+    assert RESERVED_LABEL_RULE in pod_metadata["labels"]["x-kubernetes-validations"]
+    assert RESERVED_ANNOTATION_RULE in pod_metadata["annotations"]["x-kubernetes-validations"]

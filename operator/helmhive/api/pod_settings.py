@@ -1,10 +1,12 @@
-"""Where and with what a RunnerPool's pods run: their resources and their scheduling.
+"""Where and with what a RunnerPool's pods run: their resources, their scheduling and their metadata.
 
 :class:`ContainerResources` is the runner container's ``resources``; :class:`Toleration` is a
-pod's ``tolerations`` entry. Both are checked here as the API server checks them when the pool is
-applied (:data:`RESOURCE_RULES`, :data:`TOLERATION_RULE`, the same rules in CEL on the CRD), so a
-pool the API server admits makes a StatefulSet it admits too. Quantities are read by
-:func:`parse_quantity` (pure; the CRD's rules use the API server's own ``quantity()``).
+pod's ``tolerations`` entry; :class:`PodMetadata` is the labels and annotations a pool adds to
+its pods. All are checked here as the API server checks them when the pool is applied
+(:data:`RESOURCE_RULES`, :data:`TOLERATION_RULE`, :data:`RESERVED_LABEL_RULE`,
+:data:`RESERVED_ANNOTATION_RULE`: the same rules in CEL on the CRD), so a pool the API server
+admits makes a StatefulSet it admits too. Quantities are read by :func:`parse_quantity` (pure;
+the CRD's rules use the API server's own ``quantity()``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import re
 from decimal import Context, Decimal
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, StringConstraints, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from helmhive.api.common import ApiModel, LabelValue
 
@@ -23,11 +25,14 @@ __all__ = [
     "DEFAULT_LIMITS",
     "DEFAULT_REQUESTS",
     "QUANTITY_PATTERN",
+    "RESERVED_ANNOTATION_RULE",
+    "RESERVED_LABEL_RULE",
     "RESOURCE_RULES",
     "TOLERATION_RULE",
     "ContainerResources",
-    "NodeLabelKey",
     "NodeSelector",
+    "PodMetadata",
+    "QualifiedKey",
     "TaintEffect",
     "Toleration",
     "TolerationOperator",
@@ -48,7 +53,7 @@ Quantity = Annotated[str, StringConstraints(min_length=1, max_length=16, pattern
 ResourceName = Annotated[str, StringConstraints(pattern=r"^(cpu|memory|ephemeral-storage)$")]
 """``cpu``, ``memory`` or ``ephemeral-storage`` (extended resources and huge pages: not yet)."""
 
-NodeLabelKey = Annotated[
+QualifiedKey = Annotated[
     str,
     StringConstraints(
         min_length=1,
@@ -57,11 +62,11 @@ NodeLabelKey = Annotated[
         r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$",
     ),
 ]
-"""A node label's key, as the pod's ``nodeSelector`` and ``tolerations`` need it: a name of at most 63
-characters, after an optional DNS prefix (here at most five parts of at most 49 characters, so
-always within Kubernetes' 253)."""
+"""A label's or an annotation's key, as a pod needs it (also a node label's in ``nodeSelector`` and
+``tolerations``): a name of at most 63 characters, after an optional DNS prefix (here at most five
+parts of at most 49 characters, so always within Kubernetes' 253)."""
 
-NodeSelector = Annotated[dict[NodeLabelKey, LabelValue], Field(max_length=32)]
+NodeSelector = Annotated[dict[QualifiedKey, LabelValue], Field(max_length=32)]
 
 DEFAULT_JOB_MEMORY_BYTES = 1024 * 1024 * 1024
 """``jobLimits.memoryBytes`` by default (1 GiB), which a memory limit the pool sets must hold."""
@@ -162,7 +167,7 @@ class Toleration(ApiModel):
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [TOLERATION_RULE]})
 
-    key: NodeLabelKey | None = None
+    key: QualifiedKey | None = None
     operator: TolerationOperator = TolerationOperator.EQUAL
     value: LabelValue = ""
     effect: TaintEffect | None = None
@@ -176,6 +181,75 @@ class Toleration(ApiModel):
         if not holds or (self.toleration_seconds is not None and self.effect is not TaintEffect.NO_EXECUTE):
             raise ValueError(TOLERATION_RULE["message"])
         return self
+
+
+RESERVED_LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/managed-by",
+    "controller-revision-hash",
+    "statefulset.kubernetes.io/pod-name",
+    "apps.kubernetes.io/pod-index",
+)
+"""The pods' own labels: the StatefulSet's selector (Helmhive's) and what the StatefulSet controller sets."""
+_HELMHIVE_KEY = r"^([^/]*[.])?helmhive[.]dev/"
+"""A key under ``helmhive.dev`` or one of its subdomains: Helmhive's own labels and annotations."""
+RESERVED_LABEL_RULE: dict[str, str] = {
+    "rule": f"self.all(k, !(k in {list(RESERVED_LABELS)}) && !k.matches('{_HELMHIVE_KEY}'))",
+    "message": (
+        "a label key is reserved: helmhive.dev/… and the runner pods' own labels "
+        f"({', '.join(RESERVED_LABELS)}) are set by Helmhive and the StatefulSet controller"
+    ),
+    "reason": "FieldValueInvalid",
+}
+RESERVED_ANNOTATION_RULE: dict[str, str] = {
+    "rule": f"self.all(k, !k.matches('{_HELMHIVE_KEY}'))",
+    "message": "an annotation key is reserved: helmhive.dev/… annotations are set by Helmhive",
+    "reason": "FieldValueInvalid",
+}
+AnnotationValue = Annotated[str, StringConstraints(max_length=4096)]
+
+
+class PodMetadata(ApiModel):
+    """Labels and annotations for the runner pods (the template of the pool's StatefulSet).
+
+    For example a cluster autoscaler's ``cluster-autoscaler.kubernetes.io/safe-to-evict``, a service
+    mesh's opt-out, or labels a cost report groups by. Helmhive's own keys are refused, not silently
+    overwritten (:data:`RESERVED_LABEL_RULE`, :data:`RESERVED_ANNOTATION_RULE`); a change rolls the pods.
+    """
+
+    labels: Annotated[
+        dict[QualifiedKey, LabelValue],
+        Field(
+            max_length=32,
+            description="Labels added to each runner pod.",
+            json_schema_extra={"x-kubernetes-validations": [RESERVED_LABEL_RULE]},
+        ),
+    ] = {}
+    annotations: Annotated[
+        dict[QualifiedKey, AnnotationValue],
+        Field(
+            max_length=32,
+            description="Annotations added to each runner pod (values of at most 4096 characters).",
+            json_schema_extra={"x-kubernetes-validations": [RESERVED_ANNOTATION_RULE]},
+        ),
+    ] = {}
+
+    @field_validator("labels")
+    @classmethod
+    def _own_labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        if any(k in RESERVED_LABELS or _HELMHIVE.match(k) for k in labels):
+            raise ValueError(RESERVED_LABEL_RULE["message"])
+        return labels
+
+    @field_validator("annotations")
+    @classmethod
+    def _own_annotations(cls, annotations: dict[str, str]) -> dict[str, str]:
+        if any(_HELMHIVE.match(k) for k in annotations):
+            raise ValueError(RESERVED_ANNOTATION_RULE["message"])
+        return annotations
+
+
+_HELMHIVE = re.compile(_HELMHIVE_KEY)
 
 
 def parse_quantity(text: str) -> Decimal:

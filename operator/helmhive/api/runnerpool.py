@@ -30,6 +30,7 @@ from helmhive.api.pod_settings import (
     DEFAULT_JOB_MEMORY_BYTES,
     ContainerResources,
     NodeSelector,
+    PodMetadata,
     Toleration,
     decide_resource_problems,
 )
@@ -369,6 +370,10 @@ class RunnerPoolSpec(ApiModel):
     priority_class_name: Annotated[
         Name | None, Field(description="The runner pods' PriorityClass (it must exist when the pods are created).")
     ] = None
+    pod_metadata: Annotated[
+        PodMetadata,
+        Field(description="Labels and annotations for the runner pods; Helmhive's own keys are reserved."),
+    ] = PodMetadata()
 
     @model_validator(mode="after")
     def _pool_rules(self) -> RunnerPoolSpec:

@@ -223,7 +223,8 @@ def build_config_map(pool: PoolRef, spec: RunnerPoolSpec) -> dict[str, Any]:
 def build_stateful_set(pool: PoolRef, spec: RunnerPoolSpec, *, credential_generation: int) -> dict[str, Any]:
     """The runner pods (:func:`~helmhive.policy.runner_pod.build_pod_spec`): stable names, one pod per runner.
 
-    The template's annotations roll the pods when the credential's generation or ``runner.json`` changes.
+    The template's annotations roll the pods when the credential's generation or ``runner.json`` changes;
+    it also carries the pool's ``podMetadata``.
     """
     config_hash = hashlib.sha256(_config_text(spec).encode()).hexdigest()[:16]
     name = runner_resource_name(pool.name)
@@ -239,8 +240,10 @@ def build_stateful_set(pool: PoolRef, spec: RunnerPoolSpec, *, credential_genera
             "selector": {"matchLabels": _selector(pool.name)},
             "template": {
                 "metadata": {
-                    "labels": build_pool_labels(pool.name),
+                    # The pool's own keys cannot clash: the model refuses Helmhive's (PodMetadata).
+                    "labels": {**spec.pod_metadata.labels, **build_pool_labels(pool.name)},
                     "annotations": {
+                        **spec.pod_metadata.annotations,
                         GENERATION_ANNOTATION: str(credential_generation),
                         CONFIG_HASH_ANNOTATION: config_hash,
                     },

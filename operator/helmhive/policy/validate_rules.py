@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from helmhive.api.egress import POOL_RULES
-from helmhive.api.pod_settings import RESOURCE_RULES, TOLERATION_RULE
+from helmhive.api.pod_settings import RESERVED_ANNOTATION_RULE, RESERVED_LABEL_RULE, RESOURCE_RULES, TOLERATION_RULE
 from helmhive.api.reasons import Reason
 from helmhive.policy.validate_apiserver import api_regex
 from helmhive.policy.violations import PathSegment, Violation, field_path
@@ -32,7 +32,9 @@ _CEL_MEMBER = re.compile(
 _CEL_KEY_CHECK = re.compile(r"^size\(k\) (<=|>=) (\d+)$|^k\.matches\(r'([^']*)'\)$")
 
 
-_MODEL_CHECKED = frozenset(r["rule"] for r in (*POOL_RULES, *RESOURCE_RULES, TOLERATION_RULE))
+_MODEL_CHECKED = frozenset(
+    r["rule"] for r in (*POOL_RULES, *RESOURCE_RULES, TOLERATION_RULE, RESERVED_LABEL_RULE, RESERVED_ANNOTATION_RULE)
+)
 """Rules the spec's pydantic models enforce too (step 3), with the same message: offline, the models check them."""
 
 
