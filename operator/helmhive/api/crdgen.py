@@ -25,6 +25,7 @@ import yaml
 
 from helmhive.api.kinds import CATEGORY, GROUP, KINDS, VERSION, KindDef
 from helmhive.api.manifest_yaml import ManifestDumper
+from helmhive.api.object_meta import OBJECT_META_SCHEMA
 
 __all__ = [
     "build_crd",
@@ -240,20 +241,9 @@ def build_offline_schema(kind: KindDef) -> dict[str, Any]:
     schema = copy.deepcopy(build_crd(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
     schema["properties"]["apiVersion"] = {"const": f"{GROUP}/{VERSION}"}
     schema["properties"]["kind"] = {"const": kind.kind}
-    schema["properties"]["metadata"] = {
-        "type": "object",
-        "required": ["name"],
-        "properties": {
-            "name": {
-                "type": "string",
-                "maxLength": 253,
-                "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
-            },
-        },
-    }
+    schema["properties"]["metadata"] = copy.deepcopy(OBJECT_META_SCHEMA)
     schema["required"] = sorted({*schema.get("required", []), "apiVersion", "kind", "metadata"})
     _close_objects(schema)
-    schema["properties"]["metadata"].pop("additionalProperties", None)
     # Round-trip to plain JSON so enum members and tuples never leak into the validator.
     result: dict[str, Any] = json.loads(json.dumps(schema))
     return result

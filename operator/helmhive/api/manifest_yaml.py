@@ -20,12 +20,14 @@ rules, then the JSON round trip: a whole float is an integer, ``.inf`` and a nul
 as kubectl refuses them) and makes every mapping key the string kubectl makes of it.
 :class:`ManifestDumper` is its inverse for what Helmhive writes for Kubernetes tools (CRDs, the
 chart, kubeconfigs, what the demo applies): a string kubectl would read as something else
-(``y``, ``1e3``) is quoted.
+(``y``, ``1e3``) is quoted. A stream whose first character is ``{`` is JSON to kubectl, not YAML
+(:func:`is_json_stream`, :func:`load_json_stream`: tabs are fine there, ``NaN`` is not).
 ``tests/operator/test_manifest_yaml_kubectl.py`` compares it with a real ``kubectl``.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import struct
@@ -36,7 +38,15 @@ from typing import Any
 import yaml
 from yaml.constructor import ConstructorError
 
-__all__ = ["ManifestDumper", "ManifestLoader", "decide_map_key", "decide_plain_scalar"]
+__all__ = [
+    "JsonStreamError",
+    "ManifestDumper",
+    "ManifestLoader",
+    "decide_map_key",
+    "decide_plain_scalar",
+    "is_json_stream",
+    "load_json_stream",
+]
 
 _PLAIN_TAG = "tag:helmhive.dev,2026:plain"
 
@@ -261,3 +271,47 @@ class ManifestDumper(yaml.SafeDumper):
                 return f"{_TAG}float" if any(c in value for c in ".eEn") else f"{_TAG}int"
             return f"{_TAG}str"
         return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]  # untyped in the stubs
+
+
+class JsonStreamError(ValueError):
+    """A JSON manifest stream that does not parse; ``line`` and ``column`` are 1-based."""
+
+    def __init__(self, message: str, *, line: int, column: int) -> None:
+        super().__init__(message)
+        self.line, self.column = line, column
+
+
+def is_json_stream(text: str) -> bool:
+    """Whether kubectl reads ``text`` as JSON (its first non-blank character is ``{``) rather than YAML."""
+    return text.lstrip(" \t\r\n").startswith("{")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def load_json_stream(text: str) -> list[Any]:
+    """The JSON objects of a stream, one after another, with numbers as kubectl sends them. Pure.
+
+    Raises :class:`JsonStreamError` at the first that does not parse.
+    """
+    decoder = json.JSONDecoder(
+        parse_float=lambda t: _as_json(float(t)) if math.isfinite(float(t)) else _no_constant(t),
+        parse_int=lambda t: _as_json(int(t)),
+        parse_constant=_no_constant,
+    )
+    found: list[Any] = []
+    at = 0
+    while True:
+        while at < len(text) and text[at] in " \t\r\n":
+            at += 1
+        if at >= len(text):
+            return found
+        try:
+            value, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError as err:
+            raise JsonStreamError(f"JSON: {err.msg}", line=err.lineno, column=err.colno) from None
+        except ValueError as err:  # NaN, Infinity, an overflowing number
+            line = text.count("\n", 0, at) + 1
+            raise JsonStreamError(f"JSON: {err}", line=line, column=at - text.rfind("\n", 0, at)) from None
+        found.append(value)

@@ -23,7 +23,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from helmhive.api.manifest_yaml import ManifestLoader
+from helmhive.api.manifest_yaml import JsonStreamError, ManifestLoader, is_json_stream, load_json_stream
 from helmhive.api.reasons import Reason
 from helmhive.policy.validation import (
     EXTERNAL_PROFILES_ANNOTATION,
@@ -53,13 +53,27 @@ class _Loaded:
 
 
 def _files(path: Path) -> Iterator[Path]:
+    """The manifests under ``path``: a broken link with a manifest's name is yielded too, to be reported."""
     if path.is_dir():
         for found in sorted(path.rglob("*")):
             relative = found.relative_to(path).parts
-            if found.is_file() and found.suffix in _SUFFIXES and not any(p.startswith(".") for p in relative):
+            if found.suffix not in _SUFFIXES or any(p.startswith(".") for p in relative) or found.is_dir():
+                continue
+            if found.is_file() or found.is_symlink():
                 yield found
     else:
         yield path
+
+
+def _missing(path: Path) -> str:
+    """Why ``path`` cannot be opened: a dangling or looping link is not "no such file"."""
+    try:
+        path.stat()
+    except OSError as exc:
+        if path.is_symlink():
+            return f"cannot read: a symbolic link that leads nowhere ({exc.strerror})"
+        return exc.strerror.lower() if exc.strerror else "no such file or directory"
+    return "no such file or directory"
 
 
 def load_documents(*, text: str, file: str) -> tuple[list[SourceDocument], dict[int, yaml.Node]]:
@@ -68,6 +82,8 @@ def load_documents(*, text: str, file: str) -> tuple[list[SourceDocument], dict[
     Documents before the error are kept. The returned nodes (by document index) locate
     issues; they are absent when the stream does not compose.
     """
+    if is_json_stream(text):
+        return _load_json(text=text, file=file)
     documents: list[SourceDocument] = []
     try:
         for index, body in enumerate(yaml.load_all(text, Loader=ManifestLoader)):
@@ -96,17 +112,45 @@ def load_documents(*, text: str, file: str) -> tuple[list[SourceDocument], dict[
     return documents, nodes
 
 
+def _load_json(*, text: str, file: str) -> tuple[list[SourceDocument], dict[int, yaml.Node]]:
+    """A JSON stream, as kubectl reads one; its lines are found in the same text read as YAML."""
+    try:
+        bodies = load_json_stream(text)
+    except JsonStreamError as err:
+        where = f"line {err.line}, column {err.column}: "
+        return [SourceDocument(file=file, index=0, load_reason=Reason.INVALID_YAML, load_message=f"{where}{err}")], {}
+    documents = [SourceDocument(file=file, index=i, body=body) for i, body in enumerate(bodies)]
+    nodes: dict[int, yaml.Node] = {}
+    if len(bodies) == 1:
+        try:  # JSON is YAML but for tabs, which JSON allows only where spaces could be
+            node = yaml.compose(text.replace("\t", " "), Loader=ManifestLoader)
+        except (yaml.YAMLError, RecursionError):
+            node = None
+        if node is not None:
+            nodes[0] = node
+    return documents, nodes
+
+
 def load_paths(paths: Sequence[Path]) -> _Loaded:
     """Read every manifest under ``paths``; unreadable paths become issues, never exceptions."""
     documents: list[SourceDocument] = []
     nodes: dict[tuple[str, int], yaml.Node] = {}
     issues: list[ValidationIssue] = []
     files = 0
+    seen: set[Path] = set()
     for root in paths:
         if not root.exists():
-            issues.append(_file_issue(str(root), "no such file or directory"))
+            issues.append(_file_issue(str(root), _missing(root)))
             continue
         for path in _files(root):
+            try:
+                real = path.resolve(strict=True)
+            except (OSError, RuntimeError):
+                issues.append(_file_issue(str(path), _missing(path)))
+                continue
+            if real in seen:  # named twice (a folder and a file in it): read once
+                continue
+            seen.add(real)
             files += 1
             try:
                 text = path.read_text(encoding="utf-8")
