@@ -129,3 +129,38 @@ def test_metadata_the_api_server_takes_is_taken(tmp_path: Path) -> None:
     file.write_text(json.dumps(workspace(**meta)), encoding="utf-8")
     code, payload = run(str(file))
     assert (code, payload["issues"], payload["objects"]) == (0, [], 1)
+
+
+CANARY = "sk-ant-api03-CANARY+validate/echo"
+
+
+@pytest.mark.parametrize(
+    ("credential", "path"),
+    [
+        ({"secretRef": {"name": "k", "key": CANARY}}, "spec.credential.secretRef.key"),
+        ({"secretRef": {"name": CANARY, "key": "api-key"}}, "spec.credential.secretRef.name"),
+        ({"secretRef": {"name": "k"}, "envName": CANARY}, "spec.credential.envName"),
+    ],
+)
+def test_a_value_pasted_where_a_secrets_name_goes_is_not_echoed(
+    tmp_path: Path, credential: dict[str, Any], path: str
+) -> None:
+    # A key pasted into the field for its Secret's name would otherwise reach the CI log.
+    pool = {
+        "apiVersion": API,
+        "kind": "RunnerPool",
+        "metadata": {"name": "p"},
+        "spec": {
+            "provider": "anthropic",
+            "adapter": {"type": "claude-cli"},
+            "image": "ghcr.io/helmhive/runner:0.1.0",
+            "credential": credential,
+        },
+    }
+    file = tmp_path / "pool.yaml"
+    file.write_text(json.dumps(pool), encoding="utf-8")
+    for output in ("json", "text"):
+        result = CliRunner().invoke(app, ["validate", str(file), "-o", output])
+        assert result.exit_code == 1, result.output
+        assert CANARY not in result.output and "CANARY" not in result.output
+        assert path in result.output

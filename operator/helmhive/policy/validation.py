@@ -293,24 +293,36 @@ def _schema_violations(error: SchemaValidationError) -> Iterator[Violation]:
             message=f"{len(instance)} {unit}; at most {value} allowed",
         )
         return
+    shown = _shown(instance, path)
     messages = {
-        "enum": lambda: f"{_short(repr(instance), 80)} is not one of: {', '.join(map(str, value))}",
+        "enum": lambda: f"{shown} is not one of: {', '.join(map(str, value))}",
         "const": lambda: f"must be {value!r}",
         "type": lambda: f"must be {'an' if str(value)[0] in 'aeiou' else 'a'} {value}, not {_type_name(instance)}",
         "pattern": lambda: (
-            f"{_short(repr(instance), 80)} does not match {value}"
-            + (f": {hint}" if (hint := _cel_message(error.schema)) else "")
+            f"{shown} does not match {value}" + (f": {hint}" if (hint := _cel_message(error.schema)) else "")
         ),
         "minLength": lambda: "must not be empty" if value == 1 else f"must have at least {value} characters",
         "minItems": lambda: f"must have at least {value} item{'s' if value != 1 else ''}",
-        "format": lambda: f"{_short(repr(instance), 80)} is not a {value} (for example 2027-01-15T00:00:00Z)",
+        "format": lambda: f"{shown} is not a {value} (for example 2027-01-15T00:00:00Z)",
     }
     render = messages.get(str(error.validator))
-    yield Violation(
-        field_path=where,
-        reason=Reason.INVALID_SPEC,
-        message=render() if render else _short(error.message),
-    )
+    fallback = _short(error.message) if not _sensitive(path) else f"{shown} is not valid here"
+    yield Violation(field_path=where, reason=Reason.INVALID_SPEC, message=render() if render else fallback)
+
+
+_SENSITIVE = ("credential", "secret", "token", "password", "apikey")
+
+
+def _sensitive(path: tuple[PathSegment, ...]) -> bool:
+    """A field where a mistaken value may be a credential (a key pasted for a Secret's name)."""
+    return any(isinstance(p, str) and any(word in p.lower() for word in _SENSITIVE) for p in path)
+
+
+def _shown(instance: Any, path: tuple[PathSegment, ...]) -> str:
+    """The value for a message: quoted and shortened, or only its size where it may be a credential."""
+    if _sensitive(path) and isinstance(instance, str):
+        return f"the value ({len(instance)} characters, not shown: this field may hold a credential's name)"
+    return _short(repr(instance), 80)
 
 
 def _cel_message(schema: Any) -> str:
