@@ -7,44 +7,232 @@ of the object or its status), a ConfigMap's data, removing one key of a Secret, 
 caller is -- and raises only the error tree of :mod:`helmhive.api.kubeerrors`, as the
 operator's and the runner's doors do.
 
-A failure is printed as one red line (``<what>: <status> <API server message>``) and exits
-non-zero; no command prints a stack trace for a user's mistake or a refused request.
+Every call is bounded: one attempt unless the server asks for a retry (``Retry-After``), with a
+connect and a read timeout of :data:`DEFAULT_TIMEOUT_SECONDS` (``$HELMHIVE_CLI_TIMEOUT_SECONDS``
+overrides it). A call that gets no answer is an ``Unavailable`` whose message says so in words
+(:func:`describe_no_answer`).
+
+A failure is printed as one red line (``<what>: [<status>] <message>``) and exits non-zero; no
+command prints a stack trace for a user's mistake, a refused request or a silent server.
+
+Text read from an object (written by an agent, a runner or anyone allowed to write it) is shown
+only through :func:`printable` / :func:`safe_text`: terminal control characters are shown escaped
+and rich markup is never interpreted. The namespace a command works in defaults as kubectl's
+does (:func:`context_namespace`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import enum
+import math
+import os
+import ssl
+import unicodedata
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Annotated, Any, TypeVar, cast
 
 import typer
+import urllib3
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from rich.text import Text
 
 from helmhive.api.audit import AuditActor
 from helmhive.api.kinds import GROUP, VERSION
-from helmhive.api.kubeerrors import KubeError
+from helmhive.api.kubeerrors import KubeError, Unavailable
 from helmhive.kubeclient import NETWORK_ERRORS, translate_api_error
 
-__all__ = ["CliKube", "KubeconfigOption", "NamespaceOption", "api_error", "load_api", "whoami"]
+__all__ = [
+    "DEFAULT_TIMEOUT_SECONDS",
+    "SERVICE_ACCOUNT_NAMESPACE",
+    "TIMEOUT_ENV",
+    "CliKube",
+    "KubeconfigOption",
+    "NamespaceOption",
+    "OutputFormat",
+    "OutputOption",
+    "api_error",
+    "context_namespace",
+    "decide_namespace",
+    "decide_timeout",
+    "describe_no_answer",
+    "fail",
+    "load_api",
+    "printable",
+    "safe_text",
+    "server_address",
+    "whoami",
+]
+
+DEFAULT_TIMEOUT_SECONDS = 30.0
+"""How long a call waits to connect, and then for each read, before giving up (kubectl gives up after ~50 s)."""
+TIMEOUT_ENV = "HELMHIVE_CLI_TIMEOUT_SECONDS"
+MAX_TIMEOUT_SECONDS = 3600.0
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+"""The pod's own namespace, used when there is no kubeconfig (as kubectl does in a pod)."""
+
+
+class OutputFormat(enum.StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
 
 KubeconfigOption = Annotated[str | None, typer.Option(envvar="KUBECONFIG", help="Kubeconfig to use.")]
-NamespaceOption = Annotated[str, typer.Option("--namespace", "-n", help="Namespace of the object.")]
+NamespaceOption = Annotated[
+    str | None,
+    typer.Option("--namespace", "-n", help="Namespace of the object (default: the kubeconfig context's)."),
+]
+OutputOption = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="table or json")]
 T = TypeVar("T")
 
 
+# Showing text read from objects ---------------------------------------------------------------
+def printable(text: str, *, one_line: bool = False) -> str:
+    """``text`` safe for a terminal: every control or invisible formatting character is shown escaped.
+
+    C0 (except tab and newline, unless ``one_line``), DEL, C1 -- so ESC and every escape sequence
+    it would start -- line and paragraph separators and format characters (bidi overrides,
+    zero-width ones) become their Python escape (``\\x1b``, ``\\u202e``), so a reader sees that
+    something was there. Pure.
+    """
+    if text.isprintable():
+        return text
+    keep = "" if one_line else "\n\t"
+    return "".join(
+        ch if ch in keep or ch.isprintable() or unicodedata.category(ch) == "Zs" else _escaped(ch) for ch in text
+    )
+
+
+def _escaped(ch: str) -> str:
+    return ch.encode("unicode_escape").decode("ascii")
+
+
+def safe_text(value: object, style: str = "") -> Text:
+    """A rich ``Text`` of ``value`` (``""`` for None) with :func:`printable`'s escaping; never parsed as markup."""
+    return Text("" if value is None else printable(str(value)), style=style)
+
+
+# Namespace, timeout, server -------------------------------------------------------------------
+def decide_namespace(*, context: Mapping[str, Any] | None, in_cluster: str | None) -> str:
+    """kubectl's default namespace: the current context's; without a kubeconfig the pod's; else ``default``.
+
+    ``context`` is the kubeconfig's current context entry (``{"name": …, "context": {…}}``), None
+    when there is no kubeconfig; ``in_cluster`` the service-account namespace file's text. Pure.
+    """
+    if context is not None:
+        return str((context.get("context") or {}).get("namespace") or "").strip() or "default"
+    return (in_cluster or "").strip() or "default"
+
+
+def _kubeconfig_path(kubeconfig: str | None) -> str | None:
+    """The kubeconfig path(s) to read, or None when there is none (so the pod's identity is used)."""
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    if path:
+        return path
+    default = Path("~/.kube/config").expanduser()
+    return str(default) if default.exists() else None
+
+
+def context_namespace(kubeconfig: str | None) -> str:
+    """The namespace a command works in without ``-n``: see :func:`decide_namespace`."""
+    path = _kubeconfig_path(kubeconfig)
+    if path is None:
+        try:
+            in_cluster: str | None = SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8")
+        except OSError:
+            in_cluster = None
+        return decide_namespace(context=None, in_cluster=in_cluster)
+    try:
+        _, current = config.list_kube_config_contexts(config_file=path)  # type: ignore[no-untyped-call]
+    except Exception:  # load_api has reported an unreadable kubeconfig already
+        return "default"
+    return decide_namespace(context=current if isinstance(current, Mapping) else {}, in_cluster=None)
+
+
+def decide_timeout(raw: str | None) -> float:
+    """The call timeout from ``$HELMHIVE_CLI_TIMEOUT_SECONDS``'s text; ValueError says why it is unusable. Pure."""
+    if raw is None or not raw.strip():
+        return DEFAULT_TIMEOUT_SECONDS
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= MAX_TIMEOUT_SECONDS:  # NaN fails too
+        raise ValueError(
+            f"{TIMEOUT_ENV} must be a number of seconds above 0 and at most {MAX_TIMEOUT_SECONDS:g}, not {raw[:40]!r}"
+        )
+    return seconds
+
+
+def server_address(host: str) -> str:
+    """``host:port`` of the API server's URL, without credentials or path. Pure."""
+    parts = urllib.parse.urlsplit(host if "//" in host else f"//{host}")
+    try:
+        hostname, port = parts.hostname or "", parts.port
+    except ValueError:
+        return printable(host, one_line=True)[:200]
+    shown = f"[{hostname}]" if ":" in hostname else hostname
+    return printable(f"{shown}:{port}" if port else shown, one_line=True)[:200]
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and every exception it wraps (``from``, ``during``, urllib3's ``reason`` and arguments)."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        current = todo.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        wrapped = [current.__cause__, current.__context__, getattr(current, "reason", None), *current.args]
+        todo.extend(w for w in wrapped if isinstance(w, BaseException))
+
+
+def _reason(chain: list[BaseException]) -> str:
+    for exc in chain:
+        if isinstance(exc, OSError) and (exc.strerror or exc.args):
+            text = str(exc.strerror or exc.args[0])
+            return text[:1].lower() + text[1:]
+    return "no answer"
+
+
+def describe_no_answer(exc: BaseException, *, server: str, timeout: float) -> str:
+    """One line for a call that got no answer, naming the server and no exception class. Pure."""
+    chain = list(_causes(exc))
+    if any(isinstance(e, urllib3.exceptions.NameResolutionError) for e in chain):
+        return f"the API server at {server} could not be reached: its host name does not resolve"
+    if any(isinstance(e, urllib3.exceptions.NewConnectionError) for e in chain):  # before timeouts: a subclass
+        return f"the API server at {server} could not be reached: {_reason(chain)}"
+    if any(isinstance(e, (urllib3.exceptions.TimeoutError, TimeoutError)) for e in chain):
+        return f"the API server did not answer within {timeout:g} s ({server})"
+    verify = next((str(e.verify_message) for e in chain if isinstance(e, ssl.SSLCertVerificationError)), None)
+    if verify or any(isinstance(e, urllib3.exceptions.SSLError) for e in chain):
+        detail = f": {verify}" if verify else ""
+        return f"the API server at {server} could not be reached: the TLS handshake failed{detail}"
+    return f"the API server at {server} could not be reached: {_reason(chain)}"
+
+
+# The calls ------------------------------------------------------------------------------------
 class CliKube:
     """The CLI's API calls, synchronous. Every method may raise a :class:`~helmhive.api.kubeerrors.KubeError`."""
 
-    def __init__(self, api_client: Any) -> None:
+    def __init__(self, api_client: Any, *, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
         self.api_client = api_client
+        self.timeout = timeout
         self._custom = client.CustomObjectsApi(api_client)
         self._core = client.CoreV1Api(api_client)
 
-    @staticmethod
-    def _call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         try:
-            return fn(*args, **kwargs)
+            return fn(*args, _request_timeout=(self.timeout, self.timeout), **kwargs)
         except NETWORK_ERRORS as exc:
-            raise translate_api_error(exc) from exc
+            if isinstance(exc, ApiException) and exc.status:
+                raise translate_api_error(exc) from exc
+            server = server_address(str(self.api_client.configuration.host))
+            raise Unavailable(0, describe_no_answer(exc, server=server, timeout=self.timeout)) from exc
 
     # Custom objects (``plural`` of the helmhive.dev group) ---------------------------------
     def get(self, plural: str, name: str, namespace: str) -> dict[str, Any]:
@@ -103,20 +291,37 @@ class CliKube:
         )
 
 
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print ``message`` as one red line on stderr, control characters escaped; return the Exit to raise."""
+    typer.secho(printable(message, one_line=True), fg=typer.colors.RED, err=True)
+    return typer.Exit(code)
+
+
 def load_api(kubeconfig: str | None) -> CliKube:
-    """The CLI's door, from the kubeconfig; exit 2 with a one-line reason when it cannot be loaded."""
+    """The CLI's door, from the kubeconfig (without one, in a pod, the pod's identity); exit 2 with a reason."""
     try:
-        api_client = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+        timeout = decide_timeout(os.environ.get(TIMEOUT_ENV))
+    except ValueError as err:
+        raise fail(str(err), 2) from None
+    configuration = client.Configuration()
+    path = _kubeconfig_path(kubeconfig)
+    try:
+        if path is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            config.load_kube_config(config_file=path, client_configuration=configuration)  # type: ignore[no-untyped-call]
     except Exception as err:
-        typer.secho(f"cannot load kubeconfig: {err}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(2) from None
-    return CliKube(api_client)
+        raise fail(f"cannot load kubeconfig: {err}", 2) from None
+    # An answer asking to be retried (429, 503 with Retry-After, on a read) is retried, as before;
+    # no answer is not, so a silent server costs one timeout, not four.
+    configuration.retries = urllib3.Retry(total=3, connect=0, read=0, other=0, status=3, raise_on_status=False)
+    return CliKube(client.ApiClient(configuration), timeout=timeout)
 
 
 def api_error(err: KubeError, what: str) -> typer.Exit:
-    """Print the API server's own message for a refused call and return the Exit to raise."""
-    typer.secho(f"{what}: {err.status} {err.message}", fg=typer.colors.RED, err=True)
-    return typer.Exit(1)
+    """Print the API server's own message (or why there was none) for a failed call; return the Exit to raise."""
+    status = f"{err.status} " if err.status else ""
+    return fail(f"{what}: {status}{err.message}", 1)
 
 
 def whoami(api: CliKube) -> AuditActor:

@@ -5,39 +5,68 @@ binding not stored (the next job on it starts a fresh chain) and counts the rese
 status (``resets``). It writes no audit record itself: the operator records the ``SessionReset``
 from what it sees, with the identity the API server authenticated for this request (see
 ``docs/audit.md``), as it does for a reset made with ``kubectl``.
+
+What is read from a binding is shown as plain text with control characters escaped
+(:func:`~helmhive.cli.kubeapi.printable`). Without ``-n``, the namespace is the kubeconfig
+context's, as kubectl's is.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from helmhive.api.kubeerrors import KubeError
-from helmhive.cli.kubeapi import KubeconfigOption, NamespaceOption, api_error, load_api
+from helmhive.cli.kubeapi import (
+    KubeconfigOption,
+    NamespaceOption,
+    OutputFormat,
+    OutputOption,
+    api_error,
+    context_namespace,
+    load_api,
+    printable,
+    safe_text,
+)
 from helmhive.policy.sessions import sessions_secret_name
 
 app = typer.Typer(no_args_is_help=True, help="List and reset session bindings.")
 PLURAL = "sessionbindings"
 _RETRIES = 5
+_COLUMNS = (
+    "name",
+    "workspace",
+    "profile",
+    "provider",
+    "runner",
+    "scope",
+    "service",
+    "stored",
+    "turns",
+    "compactions",
+    "lastUsedAt",
+)
 
 
 @app.command("list")
 def list_bindings(
-    namespace: NamespaceOption = "default",
+    namespace: NamespaceOption = None,
     kubeconfig: KubeconfigOption = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="table or json")] = "table",
+    output: OutputOption = OutputFormat.TABLE,
 ) -> None:
     """List the session bindings of a namespace."""
     api = load_api(kubeconfig)
+    namespace = namespace or context_namespace(kubeconfig)
     try:
         items = api.list(PLURAL, namespace)
     except KubeError as err:
-        raise api_error(err, "listing session bindings") from None
+        raise api_error(err, f"listing session bindings in {namespace}") from None
     rows = [
         {
             "name": b["metadata"]["name"],
@@ -46,38 +75,31 @@ def list_bindings(
         }
         for b in items
     ]
-    if output == "json":
+    if output is OutputFormat.JSON:
         typer.echo(json.dumps(rows, indent=2))
         return
-    columns = (
-        "name",
-        "workspace",
-        "profile",
-        "provider",
-        "runner",
-        "scope",
-        "service",
-        "stored",
-        "turns",
-        "compactions",
-        "lastUsedAt",
-    )
-    table = Table(title=f"session bindings in {namespace}")
-    for column in columns:
+    render_bindings(Console(), namespace=namespace, rows=rows)
+
+
+def render_bindings(console: Console, *, namespace: str, rows: list[dict[str, Any]]) -> None:
+    """Print the bindings' table; every value read from an object is shown as plain, escaped text."""
+    table = Table(title=Text(printable(f"session bindings in {namespace}", one_line=True)))
+    for column in _COLUMNS:
         table.add_column(column)
     for row in rows:
-        table.add_row(*("" if row.get(c) is None else str(row.get(c)) for c in columns))
-    Console().print(table)
+        table.add_row(*(safe_text(row.get(c)) for c in _COLUMNS))
+    console.print(table)
 
 
 @app.command()
 def reset(
     name: Annotated[str, typer.Argument(help="The binding's name (sb-…).")],
-    namespace: NamespaceOption = "default",
+    namespace: NamespaceOption = None,
     kubeconfig: KubeconfigOption = None,
 ) -> None:
     """Forget a binding's stored session, so its next job starts a fresh chain; the operator audits it."""
     api = load_api(kubeconfig)
+    namespace = namespace or context_namespace(kubeconfig)
     for attempt in range(_RETRIES):
         try:
             binding = api.get(PLURAL, name, namespace)
@@ -109,6 +131,9 @@ def reset(
                 continue
             raise api_error(err, f"resetting {namespace}/{name}") from None
     typer.echo(
-        f"reset {namespace}/{name} (runner {binding['spec']['runner']}, profile {binding['spec']['profile']}): "
-        "the next job on it starts a fresh session; the operator records the reset (SessionReset) in your name"
+        printable(
+            f"reset {namespace}/{name} (runner {binding['spec']['runner']}, profile {binding['spec']['profile']}): "
+            "the next job on it starts a fresh session; the operator records the reset (SessionReset) in your name",
+            one_line=True,
+        )
     )

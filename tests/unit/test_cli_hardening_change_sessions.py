@@ -1,0 +1,195 @@
+"""The pure parts of ``helmhive change|sessions`` hardening: showing object text, namespace, timeout, server.
+
+Agent-written text never reaches the terminal as rich markup or as a control sequence. The
+commands' behaviour end to end is in ``test_cli_hardening_cli_errors.py`` (offline) and
+``tests/operator/test_cli_hardening_change_status.py`` (a real API server).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from helmhive.api.change import ChangeStatus
+from helmhive.cli import change, sessions
+from helmhive.cli.kubeapi import (
+    DEFAULT_TIMEOUT_SECONDS,
+    TIMEOUT_ENV,
+    context_namespace,
+    decide_namespace,
+    decide_timeout,
+    printable,
+    server_address,
+)
+
+HOSTILE = "x[/i] [bold red]markup[/] \x1b[31mred"
+
+
+# Showing object text ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("planted", "shown"),
+    [
+        ("\x1b[31mred", "\\x1b[31mred"),
+        ("bell\x07", "bell\\x07"),
+        ("del\x7f", "del\\x7f"),
+        ("c1\x9b2J", "c1\\x9b2J"),
+        ("osc\x1b]0;title\x07", "osc\\x1b]0;title\\x07"),
+        ("back\rspace\x08", "back\\rspace\\x08"),
+        ("bidi\u202eevil", "bidi\\u202eevil"),
+        ("zero\u200bwidth", "zero\\u200bwidth"),
+        ("tab\tand\nnewline", "tab\tand\nnewline"),
+        ("x[/i] [bold]plain[/bold] ünïcödé\u00a0ok", "x[/i] [bold]plain[/bold] ünïcödé\u00a0ok"),
+    ],
+)
+def test_printable_shows_every_control_character_escaped(planted: str, shown: str) -> None:
+    assert printable(planted) == shown
+
+
+def test_printable_on_one_line_escapes_line_breaks_too() -> None:
+    assert printable("a\nApproved by alice\tb", one_line=True) == "a\\nApproved by alice\\tb"
+
+
+def _hostile_status() -> ChangeStatus:
+    at = "2024-01-01T00:00:00Z"
+    return ChangeStatus.model_validate(
+        {
+            "iteration": 1,
+            "conditions": [
+                {
+                    "type": "Planned",
+                    "status": "True",
+                    "reason": "PlanReady",
+                    "message": "see [/tmp]",
+                    "lastTransitionTime": at,
+                },
+                {
+                    "type": "Ready",
+                    "status": "False",
+                    "reason": "AwaitingApproval",
+                    "message": HOSTILE,
+                    "lastTransitionTime": at,
+                },
+            ],
+            "jobs": [{"stage": "planning", "iteration": 1, "name": "c-plan", "outcome": "[/i]\x1b[2J"}],
+            "plan": {"job": "c-plan", "digest": "sha256:" + "a" * 64, "summary": HOSTILE + "\nApproved by alice"},
+            "approval": {"digest": "sha256:" + "a" * 64, "by": "bob\x1b[8m", "at": at},
+            "review": {
+                "job": "c-review-1",
+                "iteration": 1,
+                "verdict": "approve",
+                "criteria": [{"criterion": 0, "met": True, "note": "[/i] \x1b[31mnote"}],
+            },
+        }
+    )
+
+
+def test_change_status_renders_agent_text_as_plain_escaped_text() -> None:
+    out = io.StringIO()
+    change.render_status(Console(file=out, width=400), namespace="demo", name="c[/b]", st=_hostile_status())
+    text = out.getvalue()
+    assert "\x1b" not in text
+    assert "x[/i] [bold red]markup[/] \\x1b[31mred" in text  # the plan summary, the Ready headline
+    assert "see [/tmp]" in text and "[/i]\\x1b[2J" in text and "bob\\x1b[8m" in text
+    assert "\\x1b[31mred\\nApproved by alice" in text  # no forged line of its own
+    assert "criterion 1: met ([/i] \\x1b[31mnote)" in text
+    assert "Change demo/c[/b]" in text
+
+
+def test_change_status_on_a_terminal_styles_only_its_own_text() -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=400, force_terminal=True, color_system="standard")
+    change.render_status(console, namespace="demo", name="c", st=_hostile_status())
+    text = out.getvalue()
+    assert "\x1b[31m" not in text and "\x1b[2J" not in text and "\x1b[8m" not in text
+    assert "\\x1b[31mred" in text
+
+
+def test_sessions_list_renders_binding_text_as_plain_escaped_text() -> None:
+    out = io.StringIO()
+    rows: list[dict[str, object]] = [{"name": "sb-1", "workspace": "w[/i]", "profile": "\x1b[31mp", "stored": True}]
+    sessions.render_bindings(Console(file=out, width=400), namespace="n[/x]", rows=rows)
+    text = out.getvalue()
+    assert "\x1b" not in text
+    assert "w[/i]" in text and "\\x1b[31mp" in text and "n[/x]" in text and "True" in text
+
+
+@pytest.mark.parametrize(
+    ("data", "terminal", "expected", "escaped"),
+    [
+        (b"+a\x1b[2J\n", False, b"+a\x1b[2J\n", False),
+        (b"+a\x1b[2J\n", True, b"+a\\x1b[2J\n", True),
+        (b"+plain\n\tline\n", True, b"+plain\n\tline\n", False),
+    ],
+)
+def test_change_patch_is_exact_when_piped_and_escaped_on_a_terminal(
+    data: bytes, terminal: bool, expected: bytes, escaped: bool
+) -> None:
+    assert change.decide_patch_output(data, terminal=terminal) == (expected, escaped)
+
+
+# Namespace -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("context", "in_cluster", "expected"),
+    [
+        ({"name": "c", "context": {"namespace": "demo"}}, "pod-ns", "demo"),
+        ({"name": "c", "context": {"cluster": "x"}}, "pod-ns", "default"),
+        ({"name": "c", "context": None}, None, "default"),
+        ({}, None, "default"),
+        (None, "pod-ns\n", "pod-ns"),
+        (None, "", "default"),
+        (None, None, "default"),
+    ],
+)
+def test_the_default_namespace_is_kubectls(
+    context: dict[str, object] | None, in_cluster: str | None, expected: str
+) -> None:
+    assert decide_namespace(context=context, in_cluster=in_cluster) == expected
+
+
+def _kubeconfig(tmp_path: Path, server: str, namespace: str | None = "demo") -> Path:
+    ns = f", namespace: {namespace}" if namespace else ""
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters:\n- name: c\n  cluster: {{server: '{server}', insecure-skip-tls-verify: true}}\n"
+        "users:\n- name: u\n  user: {token: not-a-secret-but-never-printed}\n"
+        f"contexts:\n- name: other\n  context: {{cluster: c, user: u, namespace: other}}\n"
+        f"- name: ctx\n  context: {{cluster: c, user: u{ns}}}\n"
+        "current-context: ctx\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_the_namespace_is_read_from_the_current_context(tmp_path: Path) -> None:
+    assert context_namespace(str(_kubeconfig(tmp_path, "https://127.0.0.1:1"))) == "demo"
+    assert context_namespace(str(_kubeconfig(tmp_path, "https://127.0.0.1:1", namespace=None))) == "default"
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"), [(None, DEFAULT_TIMEOUT_SECONDS), ("", DEFAULT_TIMEOUT_SECONDS), ("2", 2.0), ("0.5", 0.5)]
+)
+def test_the_timeout_is_read_from_the_environment(raw: str | None, expected: float) -> None:
+    assert decide_timeout(raw) == expected
+
+
+@pytest.mark.parametrize("raw", ["abc", "0", "-1", "nan", "inf", "3601"])
+def test_an_unusable_timeout_is_refused_with_a_reason(raw: str) -> None:
+    with pytest.raises(ValueError, match=TIMEOUT_ENV):
+        decide_timeout(raw)
+
+
+@pytest.mark.parametrize(
+    ("host", "shown"),
+    [
+        ("https://127.0.0.1:6443", "127.0.0.1:6443"),
+        ("https://user:secret@api.example.com:443/k8s/clusters/c-1", "api.example.com:443"),
+        ("https://[::1]:6443", "[::1]:6443"),
+        ("https://api.example.com", "api.example.com"),
+    ],
+)
+def test_the_server_is_named_by_host_and_port_only(host: str, shown: str) -> None:
+    assert server_address(host) == shown

@@ -1,0 +1,136 @@
+"""``helmhive change|sessions`` on bad input or a bad server: one plain line, a non-zero exit, no traceback.
+
+A refused connection or a silent API server is reported in words within a bounded time; without
+``-n`` the namespace is the kubeconfig context's, as kubectl's is; an unknown ``-o`` is a usage
+error. Only the command line is used here (no helper of the implementation is imported), so
+every test also runs against the code before the fix, and fails there.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from helmhive.cli.main import app
+
+TIMEOUT_ENV = "HELMHIVE_CLI_TIMEOUT_SECONDS"
+runner = CliRunner()
+
+
+def _kubeconfig(tmp_path: Path, server: str, namespace: str | None = "demo") -> Path:
+    ns = f", namespace: {namespace}" if namespace else ""
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters:\n- name: c\n  cluster: {{server: '{server}', insecure-skip-tls-verify: true}}\n"
+        "users:\n- name: u\n  user: {token: not-a-secret-but-never-printed}\n"
+        f"contexts:\n- name: other\n  context: {{cluster: c, user: u, namespace: other}}\n"
+        f"- name: ctx\n  context: {{cluster: c, user: u{ns}}}\n"
+        "current-context: ctx\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+# No answer ---------------------------------------------------------------------------------------
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["change", "status", "refund-idempotency"],
+        ["change", "patch", "refund-idempotency"],
+        ["change", "approve", "refund-idempotency"],
+        ["sessions", "list"],
+        ["sessions", "reset", "sb-1"],
+    ],
+)
+def test_a_refused_connection_is_one_plain_line_in_the_contexts_namespace(tmp_path: Path, args: list[str]) -> None:
+    port = _closed_port()
+    result = runner.invoke(app, [*args, "--kubeconfig", str(_kubeconfig(tmp_path, f"https://127.0.0.1:{port}"))])
+    assert result.exit_code == 1, result.output
+    line = result.stderr.strip()
+    assert "\n" not in line and "Traceback" not in result.output
+    assert line.endswith(f"the API server at 127.0.0.1:{port} could not be reached: connection refused"), line
+    assert "MaxRetryError" not in line and "urllib3" not in line and ": 0 " not in line
+    assert "demo/" in line or "in demo:" in line  # the context's namespace, not default
+    assert "not-a-secret" not in result.output
+
+
+def test_an_explicit_namespace_wins_over_the_contexts(tmp_path: Path) -> None:
+    kubeconfig = _kubeconfig(tmp_path, f"https://127.0.0.1:{_closed_port()}")
+    result = runner.invoke(app, ["change", "status", "c", "-n", "team-a", "--kubeconfig", str(kubeconfig)])
+    assert result.exit_code == 1 and result.stderr.startswith("change team-a/c: the API server at"), result.stderr
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A TCP port that accepts connections and never says a word."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1]
+    stop.set()
+    thread.join(timeout=5)
+    for conn in accepted:
+        conn.close()
+    listener.close()
+
+
+@pytest.mark.parametrize("scheme", ["https", "http"])  # silent in the TLS handshake, or after the request
+def test_a_silent_api_server_is_given_up_on_after_the_timeout(silent_server: int, tmp_path: Path, scheme: str) -> None:
+    kubeconfig = _kubeconfig(tmp_path, f"{scheme}://127.0.0.1:{silent_server}")
+    done = subprocess.run(
+        [sys.executable, "-m", "helmhive", "change", "status", "refund-idempotency", "--kubeconfig", str(kubeconfig)],
+        env={**os.environ, TIMEOUT_ENV: "2"},
+        capture_output=True,
+        text=True,
+        timeout=60,  # generous: without a timeout it never returns
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip() == (
+        f"change demo/refund-idempotency: the API server did not answer within 2 s (127.0.0.1:{silent_server})"
+    )
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize("raw", ["abc", "0", "-1", "nan", "inf", "3601"])
+def test_an_unusable_timeout_is_a_usage_error(raw: str, tmp_path: Path) -> None:
+    kubeconfig = _kubeconfig(tmp_path, "https://127.0.0.1:1")
+    result = runner.invoke(app, ["sessions", "list", "--kubeconfig", str(kubeconfig)], env={TIMEOUT_ENV: raw})
+    assert result.exit_code == 2 and TIMEOUT_ENV in result.stderr and "Traceback" not in result.output
+
+
+# -o ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("args", [["change", "status", "c", "-o", "yaml"], ["sessions", "list", "-o", "yaml"]])
+def test_an_unknown_output_format_is_a_usage_error(args: list[str], tmp_path: Path) -> None:
+    kubeconfig = _kubeconfig(tmp_path, f"https://127.0.0.1:{_closed_port()}")
+    result = runner.invoke(app, [*args, "--kubeconfig", str(kubeconfig)])
+    assert result.exit_code == 2, result.output
+    assert all(word in result.stderr for word in ("--output", "'yaml' is not one of", "'table', 'json'"))
+    assert "API server" not in result.output  # refused before any call
