@@ -8,22 +8,24 @@ commands' behaviour end to end is in ``test_cli_hardening_cli_errors.py`` (offli
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from helmhive.api.change import ChangeStatus
-from helmhive.cli import change, sessions
+from helmhive.cli import change, kubeapi, sessions
 from helmhive.cli.kubeapi import (
     DEFAULT_TIMEOUT_SECONDS,
     TIMEOUT_ENV,
     context_namespace,
+    decide_current_context,
     decide_namespace,
     decide_timeout,
-    printable,
     server_address,
 )
+from helmhive.cli.render import printable
 
 HOSTILE = "x[/i] [bold red]markup[/] \x1b[31mred"
 
@@ -167,6 +169,55 @@ def _kubeconfig(tmp_path: Path, server: str, namespace: str | None = "demo") -> 
 def test_the_namespace_is_read_from_the_current_context(tmp_path: Path) -> None:
     assert context_namespace(str(_kubeconfig(tmp_path, "https://127.0.0.1:1"))) == "demo"
     assert context_namespace(str(_kubeconfig(tmp_path, "https://127.0.0.1:1", namespace=None))) == "default"
+
+
+def _context(name: str, namespace: str) -> dict[str, object]:
+    return {"name": name, "context": {"namespace": namespace}}
+
+
+@pytest.mark.parametrize(
+    ("configs", "expected"),
+    [
+        pytest.param(
+            [{"current-context": "a", "contexts": [_context("a", "first")]}, {"current-context": "b"}],
+            ("a", _context("a", "first")),
+            id="first-current-context-wins",
+        ),
+        pytest.param(
+            [{"contexts": [_context("a", "first")]}, {"current-context": "a", "contexts": [_context("a", "second")]}],
+            ("a", _context("a", "first")),
+            id="first-context-of-a-name-wins",
+        ),
+        pytest.param([{"current-context": "gone"}], ("gone", {}), id="no-such-context"),
+        pytest.param([None, ["a"], "text", {"contexts": "x"}], (None, {}), id="not-kubeconfigs"),
+    ],
+)
+def test_the_current_context_is_merged_as_kubectl_merges_kubeconfig(
+    configs: list[object], expected: tuple[str | None, dict[str, object]]
+) -> None:
+    assert decide_current_context(configs) == expected
+
+
+def test_kubeconfig_may_list_several_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = tmp_path / "first"
+    first.mkdir()
+    listed = os.pathsep.join(
+        [str(tmp_path / "absent"), str(_kubeconfig(first, "https://127.0.0.1:1", namespace="one")), ""]
+    )
+    assert context_namespace(listed) == "one"
+    monkeypatch.setenv("KUBECONFIG", listed)
+    assert context_namespace(None) == "one"
+
+
+def test_without_a_kubeconfig_the_namespace_is_the_pods(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config
+    pod = tmp_path / "namespace"
+    pod.write_text("pod-ns\n", encoding="utf-8")
+    monkeypatch.setattr(kubeapi, "SERVICE_ACCOUNT_NAMESPACE", pod)
+    assert context_namespace(None) == "pod-ns"
+    monkeypatch.setattr(kubeapi, "SERVICE_ACCOUNT_NAMESPACE", tmp_path / "absent")
+    assert context_namespace(None) == "default"
 
 
 @pytest.mark.parametrize(

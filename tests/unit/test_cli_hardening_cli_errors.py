@@ -126,6 +126,28 @@ def test_an_unusable_timeout_is_a_usage_error(raw: str, tmp_path: Path) -> None:
     assert result.exit_code == 2 and TIMEOUT_ENV in result.stderr and "Traceback" not in result.output
 
 
+# A kubeconfig that is not YAML ---------------------------------------------------------------------
+CANARY = "canary-token-5d1f0c"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["change", "status", "x"], ["sessions", "list"], ["explain-routing", "x", "-n", "y"]],
+)
+def test_a_broken_kubeconfig_line_is_never_quoted(tmp_path: Path, args: list[str]) -> None:
+    # PyYAML's own message quotes the offending line; here that line holds a token.
+    kubeconfig = _kubeconfig(tmp_path, f"https://127.0.0.1:{_closed_port()}")
+    text = kubeconfig.read_text(encoding="utf-8")
+    kubeconfig.write_text(text + f"  token: {CANARY}: [broken\n", encoding="utf-8")
+    broken_line = len(text.splitlines()) + 1
+    result = runner.invoke(app, [*args, "--kubeconfig", str(kubeconfig)])
+    assert result.exit_code == 2, result.output
+    line = result.stderr.strip()
+    assert "\n" not in line and "Traceback" not in result.output
+    assert line.startswith(f"cannot load kubeconfig: {kubeconfig}: line {broken_line}, column "), line
+    assert CANARY not in result.output and CANARY not in result.stderr
+
+
 # -o ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("args", [["change", "status", "c", "-o", "yaml"], ["sessions", "list", "-o", "yaml"]])
 def test_an_unknown_output_format_is_a_usage_error(args: list[str], tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from helmhive.cli.explain import TIMEOUT_ENV
+from helmhive.cli.kubeapi import TIMEOUT_ENV
 from helmhive.cli.main import app
 
 TOKEN = "SECRET-TOKEN-6f1e"
@@ -229,8 +229,24 @@ def test_the_manifest_namespace_is_used_when_n_agrees_or_is_absent(tmp_path: Pat
     path = manifest(tmp_path, job_yaml("metadata: {name: j, namespace: demo}\n", profile="p"))
     for extra in ([], ["-n", "demo"]):
         code, _, stderr = explain("-f", path, *extra)
-        assert code == 1, stderr  # it went on to ask the API server (which refuses connections)
-        assert "/namespaces/demo/" in stderr
+        assert code == 4, stderr  # it went on to ask the API server (which refuses connections)
+        assert one_line(stderr).startswith("error: agentjob demo/j (dry run): the API server at 127.0.0.1:")
+
+
+def test_without_n_the_namespace_is_the_current_contexts_as_kubectl_merges_kubeconfig(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # $KUBECONFIG lists two files; kubectl takes current-context from the first that sets one.
+    server = f"http://127.0.0.1:{closed_port()}"
+    first, second = tmp_path / "first.yaml", tmp_path / "second.yaml"
+    first.write_text(kubeconfig_text(server))  # current-context a: namespace from-context
+    second.write_text(
+        kubeconfig_text(server, current="b").replace("contexts: [", "contexts: [{name: b, context: {namespace: b}}, ")
+    )
+    monkeypatch.setenv("KUBECONFIG", os.pathsep.join([str(tmp_path / "absent.yaml"), str(first), str(second)]))
+    code, _, stderr = explain("job-1")
+    assert code == 4, stderr
+    assert one_line(stderr).startswith("error: agentjob from-context/job-1: the API server at 127.0.0.1:")
 
 
 # 6. An API server that cannot be reached, or does not answer -----------------------------
@@ -239,9 +255,11 @@ def test_the_manifest_namespace_is_used_when_n_agrees_or_is_absent(tmp_path: Pat
 def test_a_refused_connection_is_not_reported_as_the_api_server_refusing(refused_kubeconfig: Path) -> None:
     code, stdout, stderr = explain("job-1", "-n", "demo")
     line = one_line(stderr)
-    assert line.startswith("error: the API server could not be reached: ")
-    assert "the API server refused" not in line
-    assert code == 1  # a cluster error, as the other cluster commands exit; 2 is a usage error
+    # Worded as for change and sessions (helmhive.cli.kubeapi.describe_no_answer): what, where, why.
+    assert line.startswith("error: agentjob demo/job-1: the API server at 127.0.0.1:"), line
+    assert line.endswith(" could not be reached: connection refused"), line
+    assert "the API server refused" not in line and "MaxRetryError" not in line
+    assert code == 4  # the cluster could not be asked: not 1 (fails closed) nor 2 (a usage error)
     assert stdout == ""
 
 
@@ -260,8 +278,10 @@ def test_an_api_server_that_never_answers_is_given_up_on(silent_server: int, tmp
         )
     except subprocess.TimeoutExpired:
         pytest.fail("explain-routing still waited for an API server that never answers after 60 s")
-    assert one_line(done.stderr) == "error: the API server did not answer within 2 s"
-    assert done.returncode == 1
+    assert one_line(done.stderr) == (
+        f"error: agentjob demo/job-1: the API server did not answer within 2 s (127.0.0.1:{silent_server})"
+    )
+    assert done.returncode == 4
     assert done.stdout == ""
 
 
@@ -278,8 +298,9 @@ def test_a_timeout_that_is_not_a_positive_number_is_a_usage_error(
 
 
 def test_an_error_line_carries_no_terminal_control_characters(tmp_path: Path, refused_kubeconfig: Path) -> None:
-    code, _, stderr = explain("-f", str(tmp_path / "\x1b]0;owned\x07\x1b[31mjob\x9b2J.yaml"), "-n", "demo")
+    code, _, stderr = explain("-f", str(tmp_path / "\x1b]0;owned\x07\x1b[31mjob\x9b2J\u202e.yaml"), "-n", "demo")
     assert code == 2
     line = one_line(stderr)
-    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in line), repr(line)
-    assert f"cannot read {tmp_path}/job.yaml: " in line  # the whole sequences went, not just their ESC
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or c == "\u202e" for c in line), repr(line)
+    # Shown escaped, as change and sessions show them: a reader sees that something was there.
+    assert f"cannot read {tmp_path}/\\x1b]0;owned\\x07\\x1b[31mjob\\x9b2J\\u202e.yaml: " in line

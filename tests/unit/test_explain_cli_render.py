@@ -1,25 +1,30 @@
-"""``helmhive explain-routing``'s table shows what objects hold as written: never as rich markup, never as escapes.
+"""``helmhive explain-routing``'s table shows what objects hold as written: never as rich markup or a terminal escape.
 
 Names, messages and reasons come from objects anyone with write access made (a condition's
 message, a candidate's reason). Printed through rich, ``[bold]`` would be interpreted (and a stray
-``[/x]`` raise), ``:smile:`` would become an emoji, and an ESC sequence would drive the terminal.
+``[/x]`` raise), ``:smile:`` would become an emoji, and an ESC sequence would drive the terminal:
+every control character is shown escaped (``\\x1b``) instead, so a reader sees it was there.
 The renderer is pure: it is given an explanation built here, no cluster.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+
+import pytest
 
 from helmhive.api.job import Candidate, ProfileBinding
 from helmhive.api.reasons import Reason
-from helmhive.cli import explain
+from helmhive.cli.explain_output import Explanation, build_console, render_explanation
 from helmhive.policy.routing import RouteOutcome, RoutingDecision
 
 MARKUP = "[bold red]boom[/] [/stray] [link=https://example.invalid]x[/link] :thumbs_up:"
 ESCAPES = "\x1b[2J\x1b]0;title\x07\x9b31m\r\x00\x7f"
+SHOWN = "\\x1b[2J\\x1b]0;title\\x07\\x9b31m\\r\\x00\\x7f"  # ESCAPES as printed: every control escaped
 
 
-def explanation() -> explain.Explanation:
+def explanation() -> Explanation:
     binding = ProfileBinding.model_construct(
         name=f"p{MARKUP}", revision="p-0123", hash="h", snapshot=None, bound_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     )
@@ -33,7 +38,7 @@ def explanation() -> explain.Explanation:
         candidates=(candidate,),
         considered_runners=1,
     )
-    return explain.Explanation(
+    return Explanation(
         namespace="demo",
         name="job-1",
         source="cluster",
@@ -46,25 +51,40 @@ def explanation() -> explain.Explanation:
 
 
 def test_text_from_objects_is_printed_as_written_without_markup_or_terminal_escapes() -> None:
-    console = explain._console()
+    console = build_console()
     with console.capture() as captured:
-        explain._render(explanation(), console)
+        render_explanation(explanation(), console)
     out = captured.get()
     # Each markup-bearing value is shown literally: the header, the stored condition, the message,
     # the candidate cells (wrapped by the table, so checked word by word) and the notes.
     words = " ".join(out.split())  # long lines wrap at the console's width
     assert f"profile p{MARKUP} revision" in words
-    assert f"Stored: Routed=False {MARKUP}: {MARKUP}" in words
-    assert f"why: {MARKUP}" in words
-    assert f"note {MARKUP}" in words
+    assert f"Stored: Routed=False {MARKUP}: {SHOWN}{MARKUP}" in words
+    assert f"why: {MARKUP}{SHOWN}" in words
+    assert f"note {MARKUP}{SHOWN}" in words
     for word in ("[bold", "red]boom[/]", "[/stray]", ":thumbs_up:"):
         assert out.count(word) >= 6, (word, out)
-    assert "\x1b" not in out and "\x9b" not in out
+    # No control character reaches the terminal; each is shown escaped, so a reader sees it.
     assert not any((ord(c) < 0x20 and c not in "\n\t") or 0x7F <= ord(c) <= 0x9F for c in out), repr(out)
-    assert "title" not in out and "31m" not in out and "[2J" not in out  # whole sequences went, not only ESC
+    assert "\\x1b[2J" in out and "\\x9b31m" in out and "\\x07" in out
 
 
-def test_plain_drops_every_kind_of_control_sequence_but_keeps_tabs_and_newlines() -> None:
-    assert explain._plain("a\x1b[1;31mb\x1b]8;;https://x\x1b\\c\x1bPq#0\x1b\\d\x9b2Je\x1b7f\x1b(Bg") == "abcdefg"
-    assert explain._plain("tab\there\nnew line\rcr\x00nul\x85nel\x7fdel") == "tab\there\nnew linecrnulneldel"
-    assert explain._markup_safe("[bold]x[/bold]\x1b[0m") == "\\[bold]x\\[/bold]"
+@pytest.mark.parametrize(
+    ("planted", "shown"),
+    [
+        pytest.param("a\x1b[1;31mb", "a\\x1b[1;31mb", id="csi"),
+        pytest.param("a\x1b]8;;https://x\x1b\\c", "a\\x1b]8;;https://x\\x1b\\c", id="osc-hyperlink"),
+        pytest.param("a\x9b2Jb", "a\\x9b2Jb", id="c1-csi"),
+        pytest.param("a\x85b", "a\\x85b", id="c1-nel"),
+        pytest.param("a\rb\x00c\x7fd", "a\\rb\\x00c\\x7fd", id="cr-nul-del"),
+        pytest.param("a\u202eb\u2066c", "a\\u202eb\\u2066c", id="bidi"),
+        pytest.param("a\u200bb", "a\\u200bb", id="zero-width"),
+    ],
+)
+def test_every_control_or_invisible_character_is_shown_escaped(planted: str, shown: str) -> None:
+    console = build_console()
+    with console.capture() as captured:
+        render_explanation(dataclasses.replace(explanation(), notes=[planted]), console)
+    out = captured.get()
+    assert f"note: {shown}" in out
+    assert not any(ch in out for ch in planted if not ch.isprintable()), repr(out)

@@ -11,7 +11,7 @@
   ValidatingAdmissionPolicy); the operator audits who approved which digest.
 
 Everything read from the Change (plan summaries, messages and notes written by agents) is shown
-through :func:`~helmhive.cli.kubeapi.printable` as plain text, never as rich markup. Without
+through :func:`~helmhive.cli.render.printable` as plain text, never as rich markup. Without
 ``-n``, the namespace is the kubeconfig context's, as kubectl's is.
 """
 
@@ -38,12 +38,10 @@ from helmhive.cli.kubeapi import (
     OutputOption,
     api_error,
     context_namespace,
-    fail,
     load_api,
-    printable,
-    safe_text,
     whoami,
 )
+from helmhive.cli.render import fail, printable, safe_text
 
 app = typer.Typer(no_args_is_help=True, help="Follow a governed change, take its patch, approve its plan.")
 PLURAL = "changes"

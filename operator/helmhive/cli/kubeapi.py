@@ -1,24 +1,27 @@
 """The CLI's door to the Kubernetes API: loading a client, the calls commands make, reporting errors.
 
-In ``helmhive.cli`` only this module imports the ``kubernetes`` client (``explain-routing``
-uses the operator's door, ``helmhive.controller.kube``). :class:`CliKube` offers the few
-synchronous calls the cluster-facing commands make -- custom objects (get, list, merge patch
-of the object or its status), a ConfigMap's data, removing one key of a Secret, and who the
-caller is -- and raises only the error tree of :mod:`helmhive.api.kubeerrors`, as the
-operator's and the runner's doors do.
+In ``helmhive.cli`` only this module imports the ``kubernetes`` client. :class:`CliKube` offers the
+few synchronous calls ``change`` and ``sessions`` make -- custom objects (get, list, merge patch of
+the object or its status), a ConfigMap's data, removing one key of a Secret, and who the caller is
+-- and raises only the error tree of :mod:`helmhive.api.kubeerrors`, as the operator's and the
+runner's doors do. ``explain-routing`` makes its calls through the operator's door
+(``helmhive.controller.kube``) on a client loaded here (:func:`load_api_client`).
+
+The kubeconfig is found as kubectl finds it: ``--kubeconfig``, else ``$KUBECONFIG`` (one path or
+several separated by :data:`os.pathsep`, merged as kubectl merges them: the first file to set a
+value wins), else ``~/.kube/config``; without any, the pod's service account. The namespace a
+command works in without ``-n`` is the current context's, else the pod's, else ``default``
+(:func:`context_namespace`). A kubeconfig that cannot be loaded is reported in one line that quotes
+nothing from the file (:func:`describe_kubeconfig_error`): a broken line may hold a token.
 
 Every call is bounded: one attempt unless the server asks for a retry (``Retry-After``), with a
-connect and a read timeout of :data:`DEFAULT_TIMEOUT_SECONDS` (``$HELMHIVE_CLI_TIMEOUT_SECONDS``
-overrides it). A call that gets no answer is an ``Unavailable`` whose message says so in words
-(:func:`describe_no_answer`).
+connect and a read timeout of :data:`DEFAULT_TIMEOUT_SECONDS`; ``$HELMHIVE_CLI_TIMEOUT_SECONDS``
+(:data:`TIMEOUT_ENV`, read by :func:`decide_timeout` for every command) overrides it. A call that
+gets no answer is an ``Unavailable`` whose message says so in words (:func:`describe_no_answer`).
 
 A failure is printed as one red line (``<what>: [<status>] <message>``) and exits non-zero; no
-command prints a stack trace for a user's mistake, a refused request or a silent server.
-
-Text read from an object (written by an agent, a runner or anyone allowed to write it) is shown
-only through :func:`printable` / :func:`safe_text`: terminal control characters are shown escaped
-and rich markup is never interpreted. The namespace a command works in defaults as kubectl's
-does (:func:`context_namespace`).
+command prints a stack trace for a user's mistake, a refused request or a silent server. Text read
+from objects is shown through :mod:`helmhive.cli.render`.
 """
 
 from __future__ import annotations
@@ -27,41 +30,42 @@ import enum
 import math
 import os
 import ssl
-import unicodedata
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar, cast
 
 import typer
 import urllib3
+import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from rich.text import Text
 
 from helmhive.api.audit import AuditActor
 from helmhive.api.kinds import GROUP, VERSION
 from helmhive.api.kubeerrors import KubeError, Unavailable
-from helmhive.kubeclient import NETWORK_ERRORS, translate_api_error
+from helmhive.cli.render import describe_yaml_error, fail, printable
+from helmhive.kubeclient import NETWORK_ERRORS, throttle_credential_refresh, translate_api_error
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
     "SERVICE_ACCOUNT_NAMESPACE",
     "TIMEOUT_ENV",
     "CliKube",
+    "KubeconfigError",
     "KubeconfigOption",
     "NamespaceOption",
     "OutputFormat",
     "OutputOption",
     "api_error",
     "context_namespace",
+    "decide_current_context",
     "decide_namespace",
     "decide_timeout",
+    "describe_kubeconfig_error",
     "describe_no_answer",
-    "fail",
     "load_api",
-    "printable",
-    "safe_text",
+    "load_api_client",
     "server_address",
     "whoami",
 ]
@@ -88,32 +92,6 @@ OutputOption = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="t
 T = TypeVar("T")
 
 
-# Showing text read from objects ---------------------------------------------------------------
-def printable(text: str, *, one_line: bool = False) -> str:
-    """``text`` safe for a terminal: every control or invisible formatting character is shown escaped.
-
-    C0 (except tab and newline, unless ``one_line``), DEL, C1 -- so ESC and every escape sequence
-    it would start -- line and paragraph separators and format characters (bidi overrides,
-    zero-width ones) become their Python escape (``\\x1b``, ``\\u202e``), so a reader sees that
-    something was there. Pure.
-    """
-    if text.isprintable():
-        return text
-    keep = "" if one_line else "\n\t"
-    return "".join(
-        ch if ch in keep or ch.isprintable() or unicodedata.category(ch) == "Zs" else _escaped(ch) for ch in text
-    )
-
-
-def _escaped(ch: str) -> str:
-    return ch.encode("unicode_escape").decode("ascii")
-
-
-def safe_text(value: object, style: str = "") -> Text:
-    """A rich ``Text`` of ``value`` (``""`` for None) with :func:`printable`'s escaping; never parsed as markup."""
-    return Text("" if value is None else printable(str(value)), style=style)
-
-
 # Namespace, timeout, server -------------------------------------------------------------------
 def decide_namespace(*, context: Mapping[str, Any] | None, in_cluster: str | None) -> str:
     """kubectl's default namespace: the current context's; without a kubeconfig the pod's; else ``default``.
@@ -122,8 +100,26 @@ def decide_namespace(*, context: Mapping[str, Any] | None, in_cluster: str | Non
     when there is no kubeconfig; ``in_cluster`` the service-account namespace file's text. Pure.
     """
     if context is not None:
-        return str((context.get("context") or {}).get("namespace") or "").strip() or "default"
+        inner = context.get("context")
+        found = inner.get("namespace") if isinstance(inner, Mapping) else None
+        return (found.strip() if isinstance(found, str) else "") or "default"
     return (in_cluster or "").strip() or "default"
+
+
+def decide_current_context(configs: Sequence[object]) -> tuple[str | None, Mapping[str, Any]]:
+    """kubectl's current context over the kubeconfig files, in order: its name and its entry (``{}`` if none).
+
+    Merged as kubectl merges ``$KUBECONFIG``: the first file to set ``current-context`` wins, and
+    so does the first context of a name. A part that is not what a kubeconfig holds is skipped. Pure.
+    """
+    docs = [doc for doc in configs if isinstance(doc, Mapping)]
+    current = next((str(d["current-context"]) for d in docs if d.get("current-context")), None)
+    for doc in docs:
+        contexts = doc.get("contexts")
+        for entry in contexts if isinstance(contexts, list) else []:
+            if isinstance(entry, Mapping) and entry.get("name") == current:
+                return current, entry
+    return current, {}
 
 
 def _kubeconfig_path(kubeconfig: str | None) -> str | None:
@@ -131,8 +127,29 @@ def _kubeconfig_path(kubeconfig: str | None) -> str | None:
     path = kubeconfig or os.environ.get("KUBECONFIG")
     if path:
         return path
-    default = Path("~/.kube/config").expanduser()
+    try:
+        default = Path.home() / ".kube" / "config"
+    except (RuntimeError, KeyError):  # no home directory to look in
+        return None
     return str(default) if default.exists() else None
+
+
+def _kubeconfig_files(path: str) -> list[Path]:
+    """The files of ``path`` (``os.pathsep``-separated) that exist; kubectl skips the others."""
+    files = []
+    for one in filter(None, path.split(os.pathsep)):
+        try:
+            candidate = Path(one).expanduser()
+        except RuntimeError:  # ~ with no home directory to expand it to
+            continue
+        if candidate.exists():
+            files.append(candidate)
+    return files
+
+
+def _read_kubeconfigs(path: str) -> list[object]:
+    """Each existing file of ``path``, parsed; a YAML or decoding error propagates."""
+    return [yaml.safe_load(one.read_text(encoding="utf-8")) for one in _kubeconfig_files(path)]
 
 
 def context_namespace(kubeconfig: str | None) -> str:
@@ -141,14 +158,14 @@ def context_namespace(kubeconfig: str | None) -> str:
     if path is None:
         try:
             in_cluster: str | None = SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8")
-        except OSError:
+        except (OSError, UnicodeDecodeError):
             in_cluster = None
         return decide_namespace(context=None, in_cluster=in_cluster)
     try:
-        _, current = config.list_kube_config_contexts(config_file=path)  # type: ignore[no-untyped-call]
-    except Exception:  # load_api has reported an unreadable kubeconfig already
+        _, current = decide_current_context(_read_kubeconfigs(path))
+    except Exception:  # loading the client has reported an unreadable kubeconfig already
         return "default"
-    return decide_namespace(context=current if isinstance(current, Mapping) else {}, in_cluster=None)
+    return decide_namespace(context=current, in_cluster=None)
 
 
 def decide_timeout(raw: str | None) -> float:
@@ -291,31 +308,68 @@ class CliKube:
         )
 
 
-def fail(message: str, code: int = 1) -> typer.Exit:
-    """Print ``message`` as one red line on stderr, control characters escaped; return the Exit to raise."""
-    typer.secho(printable(message, one_line=True), fg=typer.colors.RED, err=True)
-    return typer.Exit(code)
+# Loading a client ------------------------------------------------------------------------------
+class KubeconfigError(Exception):
+    """No client could be loaded; the message is one line that quotes nothing from the file."""
+
+
+def describe_kubeconfig_error(err: BaseException, *, path: str | None) -> str:
+    """Why the kubeconfig at ``path`` (None: none, and the pod's identity failed) could not be loaded. Pure.
+
+    A YAML error is named by its position and problem only: PyYAML's own message quotes the
+    broken line, which may hold a token.
+    """
+    if isinstance(err, yaml.YAMLError):
+        reason = describe_yaml_error(err)
+    elif isinstance(err, UnicodeDecodeError):
+        reason = f"not UTF-8 text (byte {err.start}: {err.reason})"
+    elif isinstance(err, config.ConfigException):  # the loader's own words
+        reason = str(err)
+    elif isinstance(err, OSError):
+        reason = str(err.strerror or err)
+    else:  # a file of another shape: a list, a base64 field that is not base64, ...
+        reason = f"not a valid kubeconfig: {err or type(err).__name__}"
+    if path is None:
+        return f"no --kubeconfig, $KUBECONFIG or ~/.kube/config, and not in a cluster ({reason})"
+    return f"{path}: {reason}"
+
+
+def load_api_client(kubeconfig: str | None) -> Any:
+    """An ``ApiClient`` from the kubeconfig kubectl would use, else the pod's identity; else :class:`KubeconfigError`.
+
+    An answer asking to be retried (429, 503 with ``Retry-After``, on a read) is retried; no
+    answer is not, so a silent server costs one timeout, not four. Timeouts are the caller's. The
+    credentials are read again at most once a second (:func:`~helmhive.kubeclient.throttle_credential_refresh`).
+    """
+    path = _kubeconfig_path(kubeconfig)
+    if path is not None and not _kubeconfig_files(path):
+        raise KubeconfigError(f"{path}: no such file")
+    configuration = client.Configuration()
+    try:
+        if path is None:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            context, _ = decide_current_context(_read_kubeconfigs(path))
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=path, context=context, client_configuration=configuration
+            )
+    except Exception as err:  # the loader raises ConfigException, binascii.Error, TypeError, ...: all mean the same
+        raise KubeconfigError(describe_kubeconfig_error(err, path=path)) from None
+    configuration.retries = urllib3.Retry(total=3, connect=0, read=0, other=0, status=3, raise_on_status=False)
+    throttle_credential_refresh(configuration)
+    return client.ApiClient(configuration)
 
 
 def load_api(kubeconfig: str | None) -> CliKube:
-    """The CLI's door, from the kubeconfig (without one, in a pod, the pod's identity); exit 2 with a reason."""
+    """The CLI's door (:func:`load_api_client`), each call bounded by :func:`decide_timeout`; exit 2 with a reason."""
     try:
         timeout = decide_timeout(os.environ.get(TIMEOUT_ENV))
     except ValueError as err:
         raise fail(str(err), 2) from None
-    configuration = client.Configuration()
-    path = _kubeconfig_path(kubeconfig)
     try:
-        if path is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        else:
-            config.load_kube_config(config_file=path, client_configuration=configuration)  # type: ignore[no-untyped-call]
-    except Exception as err:
+        return CliKube(load_api_client(kubeconfig), timeout=timeout)
+    except KubeconfigError as err:
         raise fail(f"cannot load kubeconfig: {err}", 2) from None
-    # An answer asking to be retried (429, 503 with Retry-After, on a read) is retried, as before;
-    # no answer is not, so a silent server costs one timeout, not four.
-    configuration.retries = urllib3.Retry(total=3, connect=0, read=0, other=0, status=3, raise_on_status=False)
-    return CliKube(client.ApiClient(configuration), timeout=timeout)
 
 
 def api_error(err: KubeError, what: str) -> typer.Exit:

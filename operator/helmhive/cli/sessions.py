@@ -7,7 +7,7 @@ from what it sees, with the identity the API server authenticated for this reque
 ``docs/audit.md``), as it does for a reset made with ``kubectl``.
 
 What is read from a binding is shown as plain text with control characters escaped
-(:func:`~helmhive.cli.kubeapi.printable`). Without ``-n``, the namespace is the kubeconfig
+(:func:`~helmhive.cli.render.printable`). Without ``-n``, the namespace is the kubeconfig
 context's, as kubectl's is.
 """
 
@@ -31,9 +31,8 @@ from helmhive.cli.kubeapi import (
     api_error,
     context_namespace,
     load_api,
-    printable,
-    safe_text,
 )
+from helmhive.cli.render import printable, safe_text
 from helmhive.policy.sessions import sessions_secret_name
 
 app = typer.Typer(no_args_is_help=True, help="List and reset session bindings.")
