@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
+from cli_kubeconfig import write_kubeconfig
 from rich.console import Console
 
 from helmhive.api.change import ChangeStatus
@@ -151,24 +152,9 @@ def test_the_default_namespace_is_kubectls(
     assert decide_namespace(context=context, in_cluster=in_cluster) == expected
 
 
-def _kubeconfig(tmp_path: Path, server: str, namespace: str | None = "demo") -> Path:
-    ns = f", namespace: {namespace}" if namespace else ""
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        "apiVersion: v1\nkind: Config\n"
-        f"clusters:\n- name: c\n  cluster: {{server: '{server}', insecure-skip-tls-verify: true}}\n"
-        "users:\n- name: u\n  user: {token: not-a-secret-but-never-printed}\n"
-        f"contexts:\n- name: other\n  context: {{cluster: c, user: u, namespace: other}}\n"
-        f"- name: ctx\n  context: {{cluster: c, user: u{ns}}}\n"
-        "current-context: ctx\n",
-        encoding="utf-8",
-    )
-    return path
-
-
 def test_the_namespace_is_read_from_the_current_context(tmp_path: Path) -> None:
-    assert context_namespace(str(_kubeconfig(tmp_path, "https://127.0.0.1:1"))) == "demo"
-    assert context_namespace(str(_kubeconfig(tmp_path, "https://127.0.0.1:1", namespace=None))) == "default"
+    assert context_namespace(str(write_kubeconfig(tmp_path, "https://127.0.0.1:1"))) == "demo"
+    assert context_namespace(str(write_kubeconfig(tmp_path, "https://127.0.0.1:1", namespace=None))) == "default"
 
 
 def _context(name: str, namespace: str) -> dict[str, object]:
@@ -192,7 +178,7 @@ def _context(name: str, namespace: str) -> dict[str, object]:
         pytest.param([None, ["a"], "text", {"contexts": "x"}], (None, {}), id="not-kubeconfigs"),
     ],
 )
-def test_the_current_context_is_merged_as_kubectl_merges_kubeconfig(
+def test_the_current_context_is_merged_as_kubectl_mergeswrite_kubeconfig(
     configs: list[object], expected: tuple[str | None, dict[str, object]]
 ) -> None:
     assert decide_current_context(configs) == expected
@@ -202,7 +188,7 @@ def test_kubeconfig_may_list_several_files(tmp_path: Path, monkeypatch: pytest.M
     first = tmp_path / "first"
     first.mkdir()
     listed = os.pathsep.join(
-        [str(tmp_path / "absent"), str(_kubeconfig(first, "https://127.0.0.1:1", namespace="one")), ""]
+        [str(tmp_path / "absent"), str(write_kubeconfig(first, "https://127.0.0.1:1", namespace="one")), ""]
     )
     assert context_namespace(listed) == "one"
     monkeypatch.setenv("KUBECONFIG", listed)

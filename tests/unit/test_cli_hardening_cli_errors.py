@@ -17,27 +17,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_kubeconfig import write_kubeconfig
 from typer.testing import CliRunner
 
 from helmhive.cli.main import app
 
 TIMEOUT_ENV = "HELMHIVE_CLI_TIMEOUT_SECONDS"
 runner = CliRunner()
-
-
-def _kubeconfig(tmp_path: Path, server: str, namespace: str | None = "demo") -> Path:
-    ns = f", namespace: {namespace}" if namespace else ""
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        "apiVersion: v1\nkind: Config\n"
-        f"clusters:\n- name: c\n  cluster: {{server: '{server}', insecure-skip-tls-verify: true}}\n"
-        "users:\n- name: u\n  user: {token: not-a-secret-but-never-printed}\n"
-        f"contexts:\n- name: other\n  context: {{cluster: c, user: u, namespace: other}}\n"
-        f"- name: ctx\n  context: {{cluster: c, user: u{ns}}}\n"
-        "current-context: ctx\n",
-        encoding="utf-8",
-    )
-    return path
 
 
 # No answer ---------------------------------------------------------------------------------------
@@ -60,7 +46,7 @@ def _closed_port() -> int:
 )
 def test_a_refused_connection_is_one_plain_line_in_the_contexts_namespace(tmp_path: Path, args: list[str]) -> None:
     port = _closed_port()
-    result = runner.invoke(app, [*args, "--kubeconfig", str(_kubeconfig(tmp_path, f"https://127.0.0.1:{port}"))])
+    result = runner.invoke(app, [*args, "--kubeconfig", str(write_kubeconfig(tmp_path, f"https://127.0.0.1:{port}"))])
     assert result.exit_code == 1, result.output
     line = result.stderr.strip()
     assert "\n" not in line and "Traceback" not in result.output
@@ -71,7 +57,7 @@ def test_a_refused_connection_is_one_plain_line_in_the_contexts_namespace(tmp_pa
 
 
 def test_an_explicit_namespace_wins_over_the_contexts(tmp_path: Path) -> None:
-    kubeconfig = _kubeconfig(tmp_path, f"https://127.0.0.1:{_closed_port()}")
+    kubeconfig = write_kubeconfig(tmp_path, f"https://127.0.0.1:{_closed_port()}")
     result = runner.invoke(app, ["change", "status", "c", "-n", "team-a", "--kubeconfig", str(kubeconfig)])
     assert result.exit_code == 1 and result.stderr.startswith("change team-a/c: the API server at"), result.stderr
 
@@ -103,7 +89,7 @@ def silent_server() -> Iterator[int]:
 
 @pytest.mark.parametrize("scheme", ["https", "http"])  # silent in the TLS handshake, or after the request
 def test_a_silent_api_server_is_given_up_on_after_the_timeout(silent_server: int, tmp_path: Path, scheme: str) -> None:
-    kubeconfig = _kubeconfig(tmp_path, f"{scheme}://127.0.0.1:{silent_server}")
+    kubeconfig = write_kubeconfig(tmp_path, f"{scheme}://127.0.0.1:{silent_server}")
     done = subprocess.run(
         [sys.executable, "-m", "helmhive", "change", "status", "refund-idempotency", "--kubeconfig", str(kubeconfig)],
         env={**os.environ, TIMEOUT_ENV: "2"},
@@ -121,7 +107,7 @@ def test_a_silent_api_server_is_given_up_on_after_the_timeout(silent_server: int
 
 @pytest.mark.parametrize("raw", ["abc", "0", "-1", "nan", "inf", "3601"])
 def test_an_unusable_timeout_is_a_usage_error(raw: str, tmp_path: Path) -> None:
-    kubeconfig = _kubeconfig(tmp_path, "https://127.0.0.1:1")
+    kubeconfig = write_kubeconfig(tmp_path, "https://127.0.0.1:1")
     result = runner.invoke(app, ["sessions", "list", "--kubeconfig", str(kubeconfig)], env={TIMEOUT_ENV: raw})
     assert result.exit_code == 2 and TIMEOUT_ENV in result.stderr and "Traceback" not in result.output
 
@@ -136,7 +122,7 @@ CANARY = "canary-token-5d1f0c"
 )
 def test_a_broken_kubeconfig_line_is_never_quoted(tmp_path: Path, args: list[str]) -> None:
     # PyYAML's own message quotes the offending line; here that line holds a token.
-    kubeconfig = _kubeconfig(tmp_path, f"https://127.0.0.1:{_closed_port()}")
+    kubeconfig = write_kubeconfig(tmp_path, f"https://127.0.0.1:{_closed_port()}")
     text = kubeconfig.read_text(encoding="utf-8")
     kubeconfig.write_text(text + f"  token: {CANARY}: [broken\n", encoding="utf-8")
     broken_line = len(text.splitlines()) + 1
@@ -151,7 +137,7 @@ def test_a_broken_kubeconfig_line_is_never_quoted(tmp_path: Path, args: list[str
 # -o ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("args", [["change", "status", "c", "-o", "yaml"], ["sessions", "list", "-o", "yaml"]])
 def test_an_unknown_output_format_is_a_usage_error(args: list[str], tmp_path: Path) -> None:
-    kubeconfig = _kubeconfig(tmp_path, f"https://127.0.0.1:{_closed_port()}")
+    kubeconfig = write_kubeconfig(tmp_path, f"https://127.0.0.1:{_closed_port()}")
     result = runner.invoke(app, [*args, "--kubeconfig", str(kubeconfig)])
     assert result.exit_code == 2, result.output
     assert all(word in result.stderr for word in ("--output", "'yaml' is not one of", "'table', 'json'"))
