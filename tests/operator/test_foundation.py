@@ -17,8 +17,10 @@ from harness.kubectl import Kubectl
 from harness.operator import OperatorProcess
 from harness.wait import wait_for
 from helmhive.api.kinds import KINDS
+from helmhive.api.runnerpool import RunnerPoolSpec
 from helmhive.deploy.manifests import ENVELOPE_POLICY_NAME, OperatorIdentity, build_envelope_policy
 from helmhive.policy.envelopes import ENVELOPES
+from helmhive.policy.runnerpool import PoolRef, build_stateful_set
 from helmhive.policy.validation import SourceDocument, validate_documents
 
 REPO = Path(__file__).resolve().parents[2]
@@ -446,7 +448,54 @@ _EDGES: list[tuple[str, dict[str, Any]]] = [
     ("pod annotation with a selector key", {"podMetadata": {"annotations": {"app.kubernetes.io/name": "x"}}}),
     ("pod annotation key over 63", {"podMetadata": {"annotations": {"a" * 64: "x"}}}),
     ("pod annotation value over 4096", {"podMetadata": {"annotations": {"a": "x" * 4097}}}),
+    ("pod annotation seccomp", {"podMetadata": {"annotations": {"seccomp.security.alpha.kubernetes.io/pod": "x"}}}),
+    (
+        "pod annotation deletion cost",
+        {"podMetadata": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "1"}}},
+    ),
 ]
+
+_ADMITTED_POOLS: list[tuple[str, dict[str, Any]]] = [
+    ("defaults", {}),
+    (
+        "every placement field",
+        {"nodeSelector": {"a.b/c": "d"}, "tolerations": [{"operator": "Exists"}], "priorityClassName": "p"},
+    ),
+    (
+        "pod metadata at its bounds",
+        {
+            "podMetadata": {
+                "labels": {"b" * 63: "v" * 63, ".".join(["c" * 49] * 5) + "/x": ""},
+                "annotations": {
+                    "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+                    "kubernetes.io/config.source": "api",
+                    "a": "x" * 4096,
+                },
+            }
+        },
+    ),
+    ("resources at the subset's edge", _res({"cpu": "999999999.999m"}, {"memory": "999999.999Ti"})),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec", "why"), [(spec, why) for why, spec in _ADMITTED_POOLS], ids=[why for why, _ in _ADMITTED_POOLS]
+)
+def test_a_pool_the_api_server_admits_makes_a_stateful_set_it_admits(
+    kube: Kube, namespace: str, crds: list[str], spec: dict[str, Any], why: str
+) -> None:
+    # The promise of helmhive.api.pod_settings: what the pool's CRD admits, the StatefulSet's validation admits.
+    body = copy.deepcopy(KEYED_POOL)
+    body["metadata"]["namespace"] = namespace
+    body["spec"].update(spec)
+    kube.custom.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, "runnerpools", body, dry_run="All", field_validation="Strict"
+    )
+    pool = RunnerPoolSpec.model_validate(body["spec"])
+    ref = PoolRef(name=body["metadata"]["name"], namespace=namespace, uid="0b9e6a4e-0000-4000-8000-000000000002")
+    stateful_set = build_stateful_set(ref, pool, credential_generation=1)
+    stateful_set["metadata"].pop("ownerReferences", None)  # the pool is a dry run: no owner exists
+    kube.apps.create_namespaced_stateful_set(namespace, stateful_set, dry_run="All", field_validation="Strict")
 
 
 @pytest.mark.parametrize(("spec", "why"), [(spec, why) for why, spec in _EDGES], ids=[why for why, _ in _EDGES])

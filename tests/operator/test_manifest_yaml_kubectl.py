@@ -173,3 +173,82 @@ def test_what_kubectl_refuses_to_send_validate_refuses_to_read(kubectl: Kubectl,
             assert "kubectl refuses it" in str(err), err
         else:
             raise AssertionError(f"{body!r} was read, kubectl refuses it")
+
+
+DOCUMENTS = [
+    # Explicit tags, as go-yaml reads them.
+    'a: !!bool "y"',
+    'a: !!int "12"',
+    "a: !!int 0o17",
+    "a: !!float 1",
+    'a: !!float "2.5"',
+    "a: !!timestamp 2027-01-15",
+    "a: !!binary aGVsbG8=",
+    "a: !!set {x, y}",
+    "a: !!omap [{x: 1}, {y: 2}]",
+    "a: ! 12",
+    "a: !foo x",
+    "a: !foo {b: 1}",
+    "a: !!str 08",
+    'a: !!null ""',
+    # Merges: in document order, the first of a list wins; "<<" elsewhere is a string.
+    "a: {t: 120, <<: {t: 0}}",
+    "a: {<<: {t: 0}, t: 120}",
+    "a: {<<: [{t: 1}, {t: 2}], u: 3}",
+    "b: &x {c: 1}\na: {<<: *x, d: 2}",
+    "a: <<",
+    "a: [<<]",
+    # Not numbers to Go: spaces and non-ASCII digits.
+    "a: 0 7",
+    "a: + 5",
+    "a: 0x 1F",
+    "a: 1\u0662",
+]
+REFUSED = [
+    'a: !!bool "yes please"',
+    'a: !!int "y"',
+    'a: !!float "abc"',
+    'a: !!int ""',
+    'a: !!timestamp "2027-13-45"',
+    "a: !!float .inf",
+    'a: !!binary "%%%"',
+    "a: {<<: 5}",
+    # A billion laughs, nine levels deep.
+    "\n".join(
+        ["x0: &a0 [x, x, x, x, x, x, x, x, x]"]
+        + [f"x{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    ),
+]
+
+
+def _workspace(body: str) -> str:
+    indented = body.replace("\n", "\n  ")
+    return f"apiVersion: helmhive.dev/v1alpha1\nkind: Workspace\nmetadata:\n  name: x\nspec:\n  {indented}\n"
+
+
+def test_tags_merges_and_odd_digits_read_as_kubectl_reads_them(kubectl: Kubectl, crds: list[str]) -> None:
+    text = "---\n".join(_workspace(body).replace("name: x", f"name: doc-{i}") for i, body in enumerate(DOCUMENTS))
+    sent = _objects(
+        kubectl("create", "--dry-run=client", "--validate=false", "-o", "json", "-f", "-", input=text).stdout
+    )
+    ours = [d for d in yaml.load_all(text, Loader=ManifestLoader) if d]
+    differ = [
+        (body, theirs["spec"], mine["spec"])
+        for body, theirs, mine in zip(DOCUMENTS, sent, ours, strict=True)
+        if json.dumps(theirs["spec"], sort_keys=True) != json.dumps(mine["spec"], sort_keys=True)
+    ]
+    assert differ == []
+
+
+def test_what_kubectl_cannot_decode_validate_cannot_either(kubectl: Kubectl, crds: list[str]) -> None:
+    for body in REFUSED:
+        text = _workspace(body)
+        proc = kubectl(
+            "create", "--dry-run=client", "--validate=false", "-o", "json", "-f", "-", input=text, check=False
+        )
+        assert proc.returncode != 0 and "error converting YAML to JSON" in proc.stderr, (body, proc.stderr)
+        try:
+            list(yaml.load_all(text, Loader=ManifestLoader))
+        except yaml.YAMLError:
+            continue
+        raise AssertionError(f"{body[:60]!r} was read; kubectl cannot decode it")

@@ -112,7 +112,7 @@ _JSON = st.recursive(
     | st.integers(min_value=-(2**63), max_value=2**63 - 1)
     | st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: not f.is_integer())
     | _TEXT
-    | st.sampled_from(["y", "N", "on", "1e3", "08", "0o17", "+.5", "1:30", "~", "null", "1_0", ".inf"]),
+    | st.sampled_from(["y", "N", "on", "1e3", "08", "0o17", "+.5", "1:30", "~", "null", "1_0", ".inf", "<<", "0 7"]),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4),
     max_leaves=12,
 )
@@ -155,3 +155,43 @@ def test_validate_reads_a_bare_y_as_kubectl_does(tmp_path: Path) -> None:
     assert issue["fieldPath"] == "spec.placementLabels.tier", issue
     accepted = CliRunner().invoke(app, ["validate", str(quoted)])
     assert accepted.exit_code == 0, accepted.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("a: {t: 120, <<: {t: 0}}", {"t": 0}),  # go-yaml: in document order, the later wins
+        ("a: {<<: [{t: 1}, {t: 2}], u: 3}", {"t": 1, "u": 3}),  # of a list, the first wins
+        ("a: <<", "<<"),
+        ('a: !!bool "y"', True),
+        ("a: !!float 1", 1),
+        ("a: !!binary aGVsbG8=", "hello"),
+        ("a: ! 12", "12"),
+        ("a: !foo {b: 1}", {"b": 1}),
+        ("a: !!set {x}", {"x": None}),
+        ("a: 0 7", "0 7"),
+        ("a: 1\u0662", "1\u0662"),  # not an ASCII digit: not a number to Go
+    ],
+)
+def test_merges_tags_and_digits_by_example(text: str, value: Any) -> None:
+    assert load(text)["a"] == value
+
+
+@pytest.mark.parametrize("text", ['a: !!int "y"', "a: !!timestamp 2027-13-45", 'a: !!binary "%%"', "a: {<<: 5}"])
+def test_what_go_yaml_cannot_decode_is_refused(text: str) -> None:
+    with pytest.raises(yaml.YAMLError):
+        load(text)
+
+
+def test_a_billion_laughs_is_refused_before_it_is_expanded() -> None:
+    levels = ["x0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    levels += [f"x{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    with pytest.raises(yaml.YAMLError, match="excessive aliasing"):
+        load("\n".join(levels))
+    shared = "base: &b {c: 1}\n" + "\n".join(f"k{i}: *b" for i in range(1000))
+    assert load(shared)["k999"] == {"c": 1}  # ordinary reuse of an anchor is fine
+
+
+def test_the_dumper_quotes_a_merge_key() -> None:
+    text = yaml.dump({"<<": "x", "a": "<<"}, Dumper=ManifestDumper)
+    assert load(text) == {"<<": "x", "a": "<<"}

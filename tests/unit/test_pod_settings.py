@@ -259,6 +259,11 @@ def test_pod_metadata_reaches_the_pods_beside_helmhives_own() -> None:
         ({}, {"helmhive.dev/config-hash": "0"}, False),
         ({}, {"x.helmhive.dev/y": "0"}, False),
         ({}, {"app.kubernetes.io/name": "fine as an annotation"}, True),
+        ({}, {"seccomp.security.alpha.kubernetes.io/pod": "unconfined"}, False),  # must match the pod's own
+        ({}, {"controller.kubernetes.io/pod-deletion-cost": "5"}, False),
+        ({}, {"kubernetes.io/config.mirror": "x"}, False),
+        ({}, {"scheduler.alpha.kubernetes.io/tolerations": "[]"}, False),
+        ({}, {"kubernetes.io/config.source": "api", "cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}, True),
     ],
 )
 def test_reserved_pod_keys_by_example(labels: dict[str, str], annotations: dict[str, str], ok: bool) -> None:

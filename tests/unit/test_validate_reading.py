@@ -164,3 +164,18 @@ def test_a_value_pasted_where_a_secrets_name_goes_is_not_echoed(
         assert result.exit_code == 1, result.output
         assert CANARY not in result.output and "CANARY" not in result.output
         assert path in result.output
+
+
+def test_json_that_fails_early_is_read_as_yaml_from_there_as_kubectl_does(tmp_path: Path) -> None:
+    # apimachinery's YAMLOrJSONDecoder: when the first or second object is not JSON, the rest is YAML.
+    good = json.dumps(workspace("one"))
+    trailing_comma = json.dumps(workspace("two"))[:-1] + ",}"  # not JSON; YAML takes a trailing comma
+    path = tmp_path / "stream.json"
+    path.write_text(f"{good}\n{trailing_comma}\n", encoding="utf-8")
+    code, payload = run(str(path))
+    assert (code, payload["objects"], payload["issues"]) == (0, 2, [])
+    # A third object that fails: by then kubectl is reading JSON only, and so is validate.
+    path.write_text(f"{good}\n{json.dumps(workspace('two'))}\n{trailing_comma}\n", encoding="utf-8")
+    code, payload = run(str(path))
+    assert code == 1 and issues(payload) == [("stream.json", "", "InvalidYaml")]
+    assert payload["issues"][0]["message"].startswith("line 3, column")

@@ -27,16 +27,19 @@ chart, kubeconfigs, what the demo applies): a string kubectl would read as somet
 
 from __future__ import annotations
 
+import base64
+import binascii
+import datetime as dt
 import json
 import math
 import re
-import struct
-from collections.abc import Hashable
-from decimal import Decimal
+from collections.abc import Hashable, Iterator
 from typing import Any
 
 import yaml
 from yaml.constructor import ConstructorError
+
+from helmhive.api.yaml_scalars import as_json, decide_map_key, decide_plain_scalar, go_yaml_value
 
 __all__ = [
     "JsonStreamError",
@@ -49,183 +52,70 @@ __all__ = [
 ]
 
 _PLAIN_TAG = "tag:helmhive.dev,2026:plain"
-
-_WORDS: dict[str, Any] = {
-    **dict.fromkeys(("y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"), True),
-    **dict.fromkeys(("n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"), False),
-    **dict.fromkeys(("", "~", "null", "Null", "NULL"), None),
-    **dict.fromkeys((".nan", ".NaN", ".NAN"), math.nan),
-    **dict.fromkeys((".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"), math.inf),
-    **dict.fromkeys(("-.inf", "-.Inf", "-.INF"), -math.inf),
-}
-"""go-yaml v2's resolve table: the only words that are not strings."""
-
-_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
-"""go-yaml v2's ``yamlStyleFloat`` (the text must also parse as a finite float64)."""
-_DOT_FLOAT = re.compile(r"\.[0-9_]+([eE][-+]?[0-9_]+)?")
-"""What Go's ``ParseFloat`` takes of a scalar that starts with a point (underscores only between digits)."""
-_PREFIXED = re.compile(r"([-+]?)0([xXoObB])(.+)")
-_INT64 = (-(2**63), 2**63 - 1)
-_UINT64_MAX = 2**64 - 1
-_BASES = {"x": 16, "o": 8, "b": 2}
+_TAG = "tag:yaml.org,2002:"
+_ALIAS_FREE_NODES = 400_000
+"""go-yaml v2 lets a document expand to this many nodes whatever its aliases (then 10% at most from aliases)."""
+_GO_TIMESTAMP = re.compile(
+    r"(\d{4})-(\d{1,2})-(\d{1,2})(?:[Tt ](\d{1,2}):(\d{1,2}):(\d{1,2})(?:\.\d{1,9})?(Z|[+-]\d{2}:\d{2})?)?"
+)
 
 
-def _digits(text: str, base: int) -> int | None:
-    """``text`` as unsigned digits of ``base`` (no sign, no underscore), or None."""
-    if not text or text[0] in "+-" or "_" in text:
-        return None
-    try:
-        return int(text, base)
-    except ValueError:
-        return None
+def _refuse(node: yaml.Node, problem: str) -> ConstructorError:
+    return ConstructorError(None, None, problem, node.start_mark)
 
 
-def _go_parse_int(text: str) -> int | None:
-    """Go's ``ParseInt(text, 0, 64)``, then ``ParseUint``: a prefix picks the base, a leading 0 is octal."""
-    prefixed = _PREFIXED.fullmatch(text)
-    if prefixed is not None:
-        sign, base, rest = prefixed.groups()
-        value = _digits(rest, _BASES[base.lower()])
-    else:
-        sign, body = (text[0], text[1:]) if text[:1] in ("+", "-") else ("", text)
-        value = _digits(body[1:], 8) if len(body) > 1 and body[0] == "0" else _digits(body, 10)
-        value = 0 if body == "0" else value
-    if value is None:
-        return None
-    value = -value if sign == "-" else value
-    if _INT64[0] <= value <= _INT64[1] or (not sign and value <= _UINT64_MAX):
-        return value
-    return None
-
-
-def _go_binary_fallback(text: str) -> int | None:
-    """go-yaml's last try: ``0b<digits>`` and ``-0b<digits>`` read by ``ParseInt(…, 2, 64)`` (which takes a sign)."""
-    for prefix, negate in (("0b", False), ("-0b", True)):
-        if text.startswith(prefix):
-            rest = text[len(prefix) :]
-            sign, digits = (rest[0], rest[1:]) if rest[:1] in ("+", "-") else ("", rest)
-            value = _digits(digits, 2)
-            if value is None:
-                return None
-            value = -value if sign == "-" else value
-            if not _INT64[0] <= value <= _INT64[1]:
-                return None
-            return -value if negate else value
-    return None
-
-
-def _go_yaml_number(text: str) -> int | float | None:
-    """What go-yaml v2 makes of a plain scalar that starts with a digit, a sign or a point, or None (a string)."""
-    if text[0] == ".":  # go-yaml: Go's ParseFloat of the text as written
-        if _DOT_FLOAT.fullmatch(text) is None or re.search(r"(?<![0-9])_|_(?![0-9])", text):
-            return None  # an underscore must sit between two digits
-        value = float(text.replace("_", ""))
-        return value if math.isfinite(value) else None
-    plain = text.replace("_", "")
-    number = _go_parse_int(plain)
-    if number is not None:
-        return number
-    if _FLOAT.fullmatch(plain):
-        value = float(plain)
-        if math.isfinite(value):  # Go's ParseFloat fails on overflow
-            return value
-    return _go_binary_fallback(plain)
-
-
-def _as_json(value: int | float) -> int | float:
-    """The number as kubectl sends it: int64, or a float64 that Go writes without a fraction is an integer."""
-    if isinstance(value, int) and _INT64[0] <= value <= _INT64[1]:
-        return value
-    number = float(value)
-    if number.is_integer() and abs(number) < 1e21:
-        return int(Decimal(repr(number)))  # Go writes the shortest digits, then zeros: 1.8446744073709552e19 is …552000
-    return number
-
-
-def _go_yaml_value(text: str) -> Any:
-    """What go-yaml v2 makes of a plain scalar: a bool, None, an int (int64 or uint64), a float or the string."""
-    if text in _WORDS:
-        return _WORDS[text]
-    if text[0] in "+-.0123456789":
-        value = _go_yaml_number(text)
-        return text if value is None else value
-    return text
-
-
-def decide_plain_scalar(text: str) -> Any:
-    """The value kubectl sends for a plain (unquoted) YAML scalar. Pure.
-
-    Raises ValueError for ``.inf`` and ``.nan``, which JSON cannot hold (kubectl refuses them too).
-    """
-    value = _go_yaml_value(text)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{text!r} is not a number JSON can hold (kubectl refuses it too)")
-    return _as_json(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
-
-
-def _float32(value: float) -> float:
-    """``float32(value)`` as Go converts it (to the nearest; beyond float32's range, an infinity)."""
-    try:
-        return float(struct.unpack("f", struct.pack("f", value))[0])
-    except OverflowError:
-        return math.copysign(math.inf, value)
-
-
-def _go_float32_g(value: float) -> str:
-    """Go's ``FormatFloat(value, 'g', -1, 32)``: the shortest digits that read back as the same float32."""
-    single = _float32(value)
-    if math.isinf(single):
-        return "+Inf" if single > 0 else "-Inf"
-    digits = f"{single:.8e}"
-    for precision in range(9):
-        digits = f"{single:.{precision}e}"
-        if _float32(float(digits)) == single:
-            break
-    mantissa, exponent_text = digits.split("e")
-    exponent = int(exponent_text)
-    if "." in mantissa:
-        mantissa = mantissa.rstrip("0").rstrip(".")
-    if exponent < -4 or exponent >= 6:  # Go's threshold for the shortest form
-        return f"{mantissa}e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
-    return format(Decimal(digits).normalize(), "f")
-
-
-def decide_map_key(key: Hashable) -> str:
-    """The string kubectl makes of a mapping key, as go-yaml read it (``sigs.k8s.io/yaml``). Pure.
-
-    Raises ValueError for a null key and a key beyond int64 (go-yaml's uint64), which kubectl refuses.
-    """
-    if isinstance(key, str):
-        return key
-    if isinstance(key, bool):
-        return "true" if key else "false"
-    if isinstance(key, int) and _INT64[0] <= key <= _INT64[1]:
-        return str(key)
-    if isinstance(key, float):
-        if math.isnan(key):
-            return ".nan"
-        text = _go_float32_g(key)
-        return {"+Inf": ".inf", "-Inf": "-.inf"}.get(text, text)
-    raise ValueError(f"a mapping key {key!r} of type {type(key).__name__} (kubectl refuses it: unsupported map key)")
+def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """How many nodes ``node`` stands for once every alias is expanded (memoised: aliases share nodes)."""
+    known = sizes.get(id(node))
+    if known is not None:
+        return known
+    children: list[yaml.Node] = []
+    if isinstance(node, yaml.SequenceNode):
+        children = list(node.value)
+    elif isinstance(node, yaml.MappingNode):
+        children = [n for pair in node.value for n in pair]
+    size = 1 + sum(_expanded_size(child, sizes) for child in children)
+    sizes[id(node)] = size
+    return size
 
 
 class ManifestLoader(yaml.SafeLoader):
-    """Safe YAML that reads plain scalars and keys as ``kubectl`` does (see the module)."""
+    """Safe YAML that reads scalars, tags, keys and merges as ``kubectl`` does (see the module)."""
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
-        if kind is yaml.ScalarNode and implicit[0] and value != "<<":
-            return _PLAIN_TAG
+        if kind is yaml.ScalarNode and implicit[0]:
+            return _PLAIN_TAG  # "<<" too: it merges only as a key (construct_mapping)
         return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]  # untyped in the stubs
 
+    def compose_scalar_node(self, anchor: Any) -> Any:
+        event = self.peek_event()  # type: ignore[no-untyped-call]  # untyped in the stubs
+        if event.tag == "!":  # YAML's non-specific tag: go-yaml reads the text as a string
+            event.tag = f"{_TAG}str"
+        return super().compose_scalar_node(anchor)
+
+    def construct_document(self, node: Any) -> Any:
+        # A billion-laughs document: refused as go-yaml refuses it, before anything walks it.
+        sizes: dict[int, int] = {}
+        expanded = _expanded_size(node, sizes)
+        if expanded > _ALIAS_FREE_NODES and (expanded - len(sizes)) * 10 > expanded:
+            raise _refuse(node, f"the document contains excessive aliasing ({expanded} nodes once expanded)")
+        return super().construct_document(node)
+
     def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
-        """As PyYAML's, with each key made a string as it is built (``1`` and ``y`` stay two keys)."""
+        """Keys made strings as kubectl makes them; ``<<`` merges in document order, as go-yaml does.
+
+        A later key (merged or not) replaces an earlier one; of a list of maps merged, the first wins.
+        """
         if not isinstance(node, yaml.MappingNode):
-            raise ConstructorError(None, None, f"expected a mapping node, but found {node.id}", node.start_mark)
-        self.flatten_mapping(node)  # merge keys (<<), as go-yaml does
+            raise _refuse(node, f"expected a mapping node, but found {node.id}")
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
+            if _is_merge(key_node):
+                for source in _merge_sources(value_node):
+                    out.update(self.construct_mapping(source, deep=True))
+                continue
             plain = isinstance(key_node, yaml.ScalarNode) and key_node.tag == _PLAIN_TAG
-            key = _go_yaml_value(key_node.value) if plain else self.construct_object(key_node, deep=deep)
+            key = go_yaml_value(key_node.value) if plain else self.construct_object(key_node, deep=deep)
             if not isinstance(key, Hashable):
                 raise ConstructorError(
                     "while constructing a mapping", node.start_mark, "found unhashable key", key_node.start_mark
@@ -240,17 +130,106 @@ class ManifestLoader(yaml.SafeLoader):
         return out
 
 
+def _is_merge(node: yaml.Node) -> bool:
+    return isinstance(node, yaml.ScalarNode) and (
+        (node.tag == _PLAIN_TAG and node.value == "<<") or node.tag == f"{_TAG}merge"
+    )
+
+
+def _merge_sources(node: yaml.Node) -> Iterator[yaml.MappingNode]:
+    """The maps a ``<<`` merges, in the order go-yaml applies them (so the first listed wins)."""
+    if isinstance(node, yaml.MappingNode):
+        yield node
+        return
+    if isinstance(node, yaml.SequenceNode) and all(isinstance(n, yaml.MappingNode) for n in node.value):
+        yield from reversed(node.value)
+        return
+    raise _refuse(node, "map merge requires map or sequence of maps as the value")
+
+
 def _construct_plain(loader: ManifestLoader, node: yaml.ScalarNode) -> Any:
     try:
         return decide_plain_scalar(node.value)
     except ValueError as err:
-        raise ConstructorError(None, None, str(err), node.start_mark) from None
+        raise _refuse(node, str(err)) from None
+
+
+def _tagged(want: str) -> Any:
+    """A constructor for ``!!bool``, ``!!int``, ``!!float`` or ``!!null``: the text as go-yaml reads it, checked."""
+
+    def construct(loader: ManifestLoader, node: yaml.Node) -> Any:
+        if not isinstance(node, yaml.ScalarNode):
+            raise _refuse(node, f"cannot decode a collection as a !!{want}")
+        value = go_yaml_value(node.value)
+        ok = {
+            "bool": isinstance(value, bool),
+            "int": isinstance(value, int) and not isinstance(value, bool),
+            "float": isinstance(value, int | float) and not isinstance(value, bool),
+            "null": value is None,
+        }[want]
+        if not ok:
+            raise _refuse(node, f"cannot decode `{node.value[:40]}` as a !!{want}")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            number = float(value) if want == "float" else value
+            if isinstance(number, float) and not math.isfinite(number):
+                raise _refuse(node, f"{node.value[:40]!r} is not a number JSON can hold (kubectl refuses it too)")
+            return as_json(number)
+        return value
+
+    return construct
+
+
+def _construct_timestamp(loader: ManifestLoader, node: yaml.ScalarNode) -> str:
+    """A ``!!timestamp``: checked as Go parses it, and sent as written (as kubectl sends a timestamp)."""
+    match = _GO_TIMESTAMP.fullmatch(str(node.value))
+    try:
+        if match is None:
+            raise ValueError(node.value)
+        dt.date(int(match[1]), int(match[2]), int(match[3]))
+    except ValueError:
+        raise _refuse(node, f"cannot decode `{str(node.value)[:40]}` as a !!timestamp") from None
+    return str(node.value)
+
+
+def _construct_binary(loader: ManifestLoader, node: yaml.ScalarNode) -> str:
+    """A ``!!binary``: go-yaml decodes it, and kubectl sends the bytes as a (UTF-8) string."""
+    try:
+        raw = base64.b64decode("".join(str(node.value).split()), validate=True)
+    except (binascii.Error, ValueError):
+        raise _refuse(node, "cannot decode a !!binary that is not base64") from None
+    return raw.decode("utf-8", errors="replace")
+
+
+def _construct_as_map(loader: ManifestLoader, node: yaml.Node) -> dict[str, Any]:
+    """``!!set``: go-yaml knows no sets; it is a map (of nulls)."""
+    return loader.construct_mapping(node, deep=True)
+
+
+def _construct_as_list(loader: ManifestLoader, node: yaml.Node) -> list[Any]:
+    """``!!omap`` and ``!!pairs``: go-yaml reads the sequence as it is, a list of one-key maps."""
+    if not isinstance(node, yaml.SequenceNode):
+        raise _refuse(node, f"expected a sequence node, but found {type(node).__name__}")
+    return [loader.construct_object(child, deep=True) for child in node.value]
+
+
+def _construct_unknown(loader: ManifestLoader, node: yaml.Node) -> Any:
+    """A tag go-yaml does not resolve (``!foo``): the node is read as if untagged, a scalar as its text."""
+    if isinstance(node, yaml.MappingNode):
+        return loader.construct_mapping(node, deep=True)
+    if isinstance(node, yaml.SequenceNode):
+        return [loader.construct_object(child, deep=True) for child in node.value]
+    return str(node.value)
 
 
 ManifestLoader.add_constructor(_PLAIN_TAG, _construct_plain)
-
-
-_TAG = "tag:yaml.org,2002:"
+for _want in ("bool", "int", "float", "null"):
+    ManifestLoader.add_constructor(f"{_TAG}{_want}", _tagged(_want))
+ManifestLoader.add_constructor(f"{_TAG}timestamp", _construct_timestamp)
+ManifestLoader.add_constructor(f"{_TAG}binary", _construct_binary)
+ManifestLoader.add_constructor(f"{_TAG}set", _construct_as_map)
+ManifestLoader.add_constructor(f"{_TAG}omap", _construct_as_list)
+ManifestLoader.add_constructor(f"{_TAG}pairs", _construct_as_list)
+ManifestLoader.add_constructor(None, _construct_unknown)
 
 
 class ManifestDumper(yaml.SafeDumper):
@@ -258,6 +237,8 @@ class ManifestDumper(yaml.SafeDumper):
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
         if kind is yaml.ScalarNode and implicit[0]:
+            if value == "<<":
+                return f"{_TAG}merge"  # quoted: as a key, kubectl would merge
             try:
                 read = decide_plain_scalar(value)
             except ValueError:
@@ -274,11 +255,16 @@ class ManifestDumper(yaml.SafeDumper):
 
 
 class JsonStreamError(ValueError):
-    """A JSON manifest stream that does not parse; ``line`` and ``column`` are 1-based."""
+    """A JSON manifest stream that does not parse; ``line`` and ``column`` are 1-based.
 
-    def __init__(self, message: str, *, line: int, column: int) -> None:
+    ``decoded`` holds the objects before the one that failed, which starts at ``offset``: kubectl
+    reads the rest as YAML when at most one object came before (apimachinery's YAMLOrJSONDecoder).
+    """
+
+    def __init__(self, message: str, *, line: int, column: int, decoded: list[Any], offset: int) -> None:
         super().__init__(message)
         self.line, self.column = line, column
+        self.decoded, self.offset = decoded, offset
 
 
 def is_json_stream(text: str) -> bool:
@@ -296,8 +282,8 @@ def load_json_stream(text: str) -> list[Any]:
     Raises :class:`JsonStreamError` at the first that does not parse.
     """
     decoder = json.JSONDecoder(
-        parse_float=lambda t: _as_json(float(t)) if math.isfinite(float(t)) else _no_constant(t),
-        parse_int=lambda t: _as_json(int(t)),
+        parse_float=lambda t: as_json(float(t)) if math.isfinite(float(t)) else _no_constant(t),
+        parse_int=lambda t: as_json(int(t)),
         parse_constant=_no_constant,
     )
     found: list[Any] = []
@@ -308,10 +294,13 @@ def load_json_stream(text: str) -> list[Any]:
         if at >= len(text):
             return found
         try:
-            value, at = decoder.raw_decode(text, at)
+            value, end = decoder.raw_decode(text, at)
         except json.JSONDecodeError as err:
-            raise JsonStreamError(f"JSON: {err.msg}", line=err.lineno, column=err.colno) from None
+            raise JsonStreamError(
+                f"JSON: {err.msg}", line=err.lineno, column=err.colno, decoded=found, offset=at
+            ) from None
         except ValueError as err:  # NaN, Infinity, an overflowing number
-            line = text.count("\n", 0, at) + 1
-            raise JsonStreamError(f"JSON: {err}", line=line, column=at - text.rfind("\n", 0, at)) from None
+            line, column = text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)
+            raise JsonStreamError(f"JSON: {err}", line=line, column=column, decoded=found, offset=at) from None
         found.append(value)
+        at = end

@@ -4,8 +4,10 @@ A CRD's schema says nothing of ``metadata``: the API server decodes it into Obje
 an unknown field or a wrong type is refused) and validates it (names, label and annotation keys
 and values). :data:`OBJECT_META_SCHEMA` is that, for ``helmhive validate``: the fields a manifest
 may set, their types, and Kubernetes' rules for names, namespaces, labels, annotation keys and
-finalizers. Not checked offline (the API server does): the 256 KiB total of a manifest's
-annotations, and the ``ownerReferences`` rules beyond their required fields.
+finalizers. ``name`` is required: ``kubectl apply`` (and GitOps tools) cannot apply a manifest
+with only ``generateName``. Not checked offline (the API server does): the 256 KiB total of a
+manifest's annotations, the ``ownerReferences`` rules beyond their required fields, and the shape
+of ``managedFields`` entries.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ OBJECT_META_SCHEMA: dict[str, Any] = {
     "properties": {
         "name": {"type": "string", "maxLength": 253, "pattern": f"^{DNS_SUBDOMAIN}$"},
         "generateName": {"type": "string", "maxLength": 253, "pattern": f"^({DNS_SUBDOMAIN})?-?$"},
-        "namespace": {"type": "string", "maxLength": 63, "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
+        "namespace": {"type": "string", "maxLength": 63, "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$"},  # "": unset
         "labels": {
             "type": "object",
             "propertyNames": {"pattern": QUALIFIED_NAME},

@@ -201,9 +201,21 @@ RESERVED_LABEL_RULE: dict[str, str] = {
     ),
     "reason": "FieldValueInvalid",
 }
+_INTERPRETED = (
+    r"^(seccomp[.]security[.]alpha[.]kubernetes[.]io/|controller[.]kubernetes[.]io/pod-deletion-cost$"
+    r"|kubernetes[.]io/config[.]mirror$|scheduler[.]alpha[.]kubernetes[.]io/tolerations$)"
+)
+"""Pod annotations the API server validates against the pod (a seccomp profile that must match the
+runner pod's own, a deletion cost, a mirror pod, tolerations): a pool could be admitted and its
+StatefulSet refused. (AppArmor's and per-container seccomp's keys are already longer than a key may be.)"""
 RESERVED_ANNOTATION_RULE: dict[str, str] = {
-    "rule": f"self.all(k, !k.matches('{_HELMHIVE_KEY}'))",
-    "message": "an annotation key is reserved: helmhive.dev/… annotations are set by Helmhive",
+    "rule": f"self.all(k, !k.matches('{_HELMHIVE_KEY}') && !k.matches('{_INTERPRETED}'))",
+    "message": (
+        "an annotation key is reserved: helmhive.dev/… annotations are set by Helmhive, and those the API "
+        "server checks against the pod (seccomp.security.alpha.kubernetes.io/…, "
+        "controller.kubernetes.io/pod-deletion-cost, kubernetes.io/config.mirror, "
+        "scheduler.alpha.kubernetes.io/tolerations) would make the runner pods invalid"
+    ),
     "reason": "FieldValueInvalid",
 }
 AnnotationValue = Annotated[str, StringConstraints(max_length=4096)]
@@ -244,12 +256,13 @@ class PodMetadata(ApiModel):
     @field_validator("annotations")
     @classmethod
     def _own_annotations(cls, annotations: dict[str, str]) -> dict[str, str]:
-        if any(_HELMHIVE.match(k) for k in annotations):
+        if any(_HELMHIVE.match(k) or _INTERPRETED_KEY.match(k) for k in annotations):
             raise ValueError(RESERVED_ANNOTATION_RULE["message"])
         return annotations
 
 
 _HELMHIVE = re.compile(_HELMHIVE_KEY)
+_INTERPRETED_KEY = re.compile(_INTERPRETED)
 
 
 def parse_quantity(text: str) -> Decimal:

@@ -77,58 +77,82 @@ def _missing(path: Path) -> str:
 
 
 def load_documents(*, text: str, file: str) -> tuple[list[SourceDocument], dict[int, yaml.Node]]:
-    """Parse a multi-document YAML stream; a syntax error becomes an ``InvalidYaml`` document.
+    """Parse a manifest stream as kubectl does; a syntax error becomes an ``InvalidYaml`` document.
 
-    Documents before the error are kept. The returned nodes (by document index) locate
-    issues; they are absent when the stream does not compose.
+    A stream whose first non-blank character is ``{`` is JSON objects; when the first or second
+    of them does not parse, the rest is read as YAML from there, as kubectl does. Documents
+    before an error are kept. The returned nodes (by document index) locate issues; they are
+    absent when the stream does not compose.
     """
-    if is_json_stream(text):
-        return _load_json(text=text, file=file)
+    if not is_json_stream(text):
+        return _load_yaml(text=text, file=file, first=0)
+    try:
+        bodies = load_json_stream(text)
+    except JsonStreamError as err:
+        head = [SourceDocument(file=file, index=i, body=body) for i, body in enumerate(err.decoded)]
+        if len(err.decoded) > 1:
+            message = f"line {err.line}, column {err.column}: {err}"
+            failed = SourceDocument(file=file, index=len(head), load_reason=Reason.INVALID_YAML, load_message=message)
+            return [*head, failed], {}
+        # Padded with the lines before it, so the YAML's marks are the file's lines.
+        tail = "\n" * text.count("\n", 0, err.offset) + text[err.offset :]
+        documents, nodes = _load_yaml(text=tail, file=file, first=len(head))
+        return [*head, *_not_json_either(documents, err)], nodes
+    documents = [SourceDocument(file=file, index=i, body=body) for i, body in enumerate(bodies)]
+    found: dict[int, yaml.Node] = {}
+    if len(bodies) == 1:
+        try:  # JSON is YAML but for tabs, which JSON allows only where spaces could be
+            node = yaml.compose(text.replace("\t", " "), Loader=ManifestLoader)
+        except Exception:  # only for line numbers
+            node = None
+        if node is not None:
+            found[0] = node
+    return documents, found
+
+
+def _not_json_either(documents: list[SourceDocument], err: JsonStreamError) -> list[SourceDocument]:
+    """A stream that is neither JSON nor YAML: say what the JSON reader found too."""
+    return [
+        dataclasses.replace(
+            d, load_message=f"not JSON (line {err.line}, column {err.column}: {err}), nor YAML: {d.load_message}"
+        )
+        if d.load_reason is Reason.INVALID_YAML
+        else d
+        for d in documents
+    ]
+
+
+def _load_yaml(*, text: str, file: str, first: int) -> tuple[list[SourceDocument], dict[int, yaml.Node]]:
     documents: list[SourceDocument] = []
     try:
-        for index, body in enumerate(yaml.load_all(text, Loader=ManifestLoader)):
+        for index, body in enumerate(yaml.load_all(text, Loader=ManifestLoader), start=first):
             documents.append(SourceDocument(file=file, index=index, body=body))
-    except (yaml.YAMLError, RecursionError) as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        if isinstance(exc, RecursionError):
-            problem = "nested too deeply to read (collections inside collections, hundreds of levels)"
+    except Exception as exc:  # a YAML error, nesting too deep, or anything a constructor raised
         documents.append(
             SourceDocument(
                 file=file,
-                index=len(documents),
+                index=first + len(documents),
                 load_reason=Reason.INVALID_YAML,
-                load_message=f"{where}{problem}",
+                load_message=_yaml_problem(exc),
             )
         )
     nodes: dict[int, yaml.Node] = {}
     try:
-        for index, node in enumerate(yaml.compose_all(text, Loader=ManifestLoader)):
+        for index, node in enumerate(yaml.compose_all(text, Loader=ManifestLoader), start=first):
             if node is not None:
                 nodes[index] = node
-    except (yaml.YAMLError, RecursionError):
+    except Exception:  # only for line numbers
         pass
     return documents, nodes
 
 
-def _load_json(*, text: str, file: str) -> tuple[list[SourceDocument], dict[int, yaml.Node]]:
-    """A JSON stream, as kubectl reads one; its lines are found in the same text read as YAML."""
-    try:
-        bodies = load_json_stream(text)
-    except JsonStreamError as err:
-        where = f"line {err.line}, column {err.column}: "
-        return [SourceDocument(file=file, index=0, load_reason=Reason.INVALID_YAML, load_message=f"{where}{err}")], {}
-    documents = [SourceDocument(file=file, index=i, body=body) for i, body in enumerate(bodies)]
-    nodes: dict[int, yaml.Node] = {}
-    if len(bodies) == 1:
-        try:  # JSON is YAML but for tabs, which JSON allows only where spaces could be
-            node = yaml.compose(text.replace("\t", " "), Loader=ManifestLoader)
-        except (yaml.YAMLError, RecursionError):
-            node = None
-        if node is not None:
-            nodes[0] = node
-    return documents, nodes
+def _yaml_problem(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "nested too deeply to read (collections inside collections, hundreds of levels)"
+    mark = getattr(exc, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    problem = getattr(exc, "problem", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
+    return f"{where}{problem}"[:1024]
 
 
 def load_paths(paths: Sequence[Path]) -> _Loaded:
