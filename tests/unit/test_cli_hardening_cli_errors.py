@@ -1,6 +1,7 @@
 """``helmhive change|sessions`` on bad input or a bad server: one plain line, a non-zero exit, no traceback.
 
-A refused connection or a silent API server is reported in words within a bounded time; without
+A refused connection, a silent API server or one that keeps answering 429 with a long
+``Retry-After`` is reported in words within a bounded time; without
 ``-n`` the namespace is the kubeconfig context's, as kubectl's is; an unknown ``-o`` is a usage
 error. Only the command line is used here (no helper of the implementation is imported), so
 every test also runs against the code before the fix, and fails there.
@@ -8,6 +9,7 @@ every test also runs against the code before the fix, and fails there.
 
 from __future__ import annotations
 
+import http.server
 import os
 import socket
 import subprocess
@@ -103,6 +105,84 @@ def test_a_silent_api_server_is_given_up_on_after_the_timeout(silent_server: int
         f"change demo/refund-idempotency: the API server did not answer within 2 s (127.0.0.1:{silent_server})"
     )
     assert done.stdout == ""
+
+
+# An answer that stays "busy" ------------------------------------------------------------------------
+BUSY_MESSAGE = "Too many requests, please try again later."
+
+
+class _Busy(http.server.BaseHTTPRequestHandler):
+    """Every request: 429 and ``Retry-After: 60``, as an overloaded API server or a proxy in front of it says."""
+
+    requests: list[str]
+
+    def _answer(self) -> None:
+        self.requests.append(self.command)
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = (
+            '{"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "TooManyRequests", '
+            f'"code": 429, "message": "{BUSY_MESSAGE}"}}'
+        ).encode()
+        self.send_response(429)
+        self.send_header("Retry-After", "60")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _answer
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def busy_server() -> Iterator[tuple[int, list[str]]]:
+    """A plain-HTTP server answering every request 429 with ``Retry-After: 60``; yields its port and the requests."""
+    requests: list[str] = []
+    handler = type("Busy", (_Busy,), {"requests": requests})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    thread.start()
+    yield server.server_address[1], requests
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)
+
+
+@pytest.mark.parametrize(
+    ("args", "what", "code"),
+    [
+        (["sessions", "list"], "listing session bindings in demo", 1),
+        (["change", "status", "x"], "change demo/x", 1),
+        (["explain-routing", "x"], "error: agentjob demo/x", 4),  # 4: the cluster could not be asked
+    ],
+)
+def test_a_busy_api_server_asking_to_wait_a_minute_is_given_up_on_within_the_timeout(
+    busy_server: tuple[int, list[str]], tmp_path: Path, args: list[str], what: str, code: int
+) -> None:
+    # urllib3 alone honours Retry-After uncapped: three retries of 60 s held the command for 3 minutes.
+    port, requests = busy_server
+    kubeconfig = write_kubeconfig(tmp_path, f"http://127.0.0.1:{port}")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "helmhive", *args, "--kubeconfig", str(kubeconfig)],
+            env={**os.environ, TIMEOUT_ENV: "2"},
+            capture_output=True,
+            text=True,
+            timeout=60,  # generous: the machine is shared; the retries must wait well under 2 s in all
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{args[0]} still waited on Retry-After: 60 after 60 s with {TIMEOUT_ENV}=2")
+    assert done.returncode == code, done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    # It answered: the line says what it answered, never that it did not answer.
+    assert lines[0] == f"{what}: the API server answered that it is busy: 429 {BUSY_MESSAGE}", lines[0]
+    assert len(requests) > 1, requests  # still retried, as the server asked, only not for a minute each
 
 
 @pytest.mark.parametrize("raw", ["abc", "0", "-1", "nan", "inf", "3601"])

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from helmhive.api.manifest_yaml import ManifestLoader
 from helmhive.cli.kubeapi import TIMEOUT_ENV
 from helmhive.cli.main import app
 
@@ -177,6 +178,46 @@ def test_a_malformed_manifest_is_refused_with_its_field(
     code, stdout, stderr = explain("-f", manifest(tmp_path, text), "-n", "demo")
     assert code == 2, stderr
     assert expected in one_line(stderr)
+    assert stdout == ""
+
+
+def test_a_json_manifest_indented_with_tabs_is_read_as_validate_reads_it(
+    tmp_path: Path, refused_kubeconfig: Path
+) -> None:
+    # JSON allows tabs where YAML does not; kubectl and helmhive validate read a stream that starts with { as JSON.
+    body = {"apiVersion": "helmhive.dev/v1alpha1", "kind": "AgentJob", "metadata": {"name": "j"}}
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps({**body, "spec": {**JOB, "profile": "p"}}, indent="\t") + "\n", encoding="utf-8")
+    assert "\t" in path.read_text(encoding="utf-8")
+    code, _, stderr = explain("-f", str(path), "-n", "demo")
+    assert code == 4, stderr  # read; it went on to ask the API server (which refuses connections)
+    assert one_line(stderr).startswith("error: agentjob demo/j (dry run): the API server at 127.0.0.1:")
+
+
+def test_a_tagged_value_that_cannot_be_constructed_is_one_line_and_exit_2(
+    tmp_path: Path, refused_kubeconfig: Path
+) -> None:
+    path = manifest(tmp_path, job_yaml().replace("spec: {", 'spec: {"timeoutSeconds": !!int "y", '))
+    code, stdout, stderr = explain("-f", path, "-n", "demo")
+    assert code == 2, stderr
+    assert one_line(stderr).startswith(f"error: cannot read {path}: ")
+    assert stdout == ""
+
+
+def test_any_error_a_yaml_constructor_raises_is_one_line_and_exit_2(
+    tmp_path: Path, refused_kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A constructor may raise what it likes (PyYAML's own !!int raised ValueError for "y"), not only YAMLError.
+    def refuse(loader: object, node: object) -> object:
+        raise ValueError("invalid literal for int() with base 10: 'y'")
+
+    monkeypatch.setitem(ManifestLoader.yaml_constructors, "tag:yaml.org,2002:int", refuse)
+    path = manifest(tmp_path, job_yaml().replace("spec: {", 'spec: {"timeoutSeconds": !!int "5", '))
+    code, stdout, stderr = explain("-f", path, "-n", "demo")
+    assert code == 2, stderr
+    line = one_line(stderr)
+    assert line.startswith(f"error: cannot read {path}: "), line
+    assert "invalid literal for int()" in line
     assert stdout == ""
 
 

@@ -10,8 +10,10 @@ decides with the router's :func:`~helmhive.policy.routing_inputs.decide_job_rout
 Timeouts (:func:`ask`): ``seconds`` (``$HELMHIVE_CLI_TIMEOUT_SECONDS``, as for every command) bounds
 each call's connect and each read, and all of the command's calls together too, since it makes
 several and the client retries an answer that asks for it. An API server that cannot be reached,
-does not answer in time or answers that it is unavailable is a :class:`NoAnswer`, worded as for
-the other commands (:func:`~helmhive.cli.kubeapi.describe_no_answer`). No Kopf.
+does not answer in time or answers that it is unavailable (429 or 5xx, after the client's bounded
+retries) is a :class:`NoAnswer`, worded as for the other commands
+(:func:`~helmhive.cli.kubeapi.describe_no_answer`, :func:`~helmhive.cli.kubeapi.describe_unavailable`).
+No Kopf.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from helmhive.api.kinds import kind_by_name
 from helmhive.api.reasons import Reason
 from helmhive.cli.explain_manifest import UsageError, check_shape, describe_spec_problems
 from helmhive.cli.explain_output import Explanation, QueueStop
-from helmhive.cli.kubeapi import describe_no_answer, server_address
+from helmhive.cli.kubeapi import describe_no_answer, describe_unavailable, server_address
 from helmhive.controller.binding import FailClosed, ProfileRevisionPending, bind_profile
 from helmhive.controller.kube import Forbidden, Kube, KubeError, NotFound, Unavailable
 from helmhive.controller.runtime import Runtime, utc_now
@@ -62,7 +64,7 @@ T = TypeVar("T")
 
 
 class NoAnswer(Exception):
-    """The API server could not be reached, did not answer in time, or is unavailable: exit status 1."""
+    """The API server could not be reached, did not answer in time or answered that it is unavailable: exit 4."""
 
 
 class _DaemonThreads(Executor):
@@ -241,4 +243,4 @@ def ask(
     except Unavailable as err:
         if err.status == 0:  # no answer: the door chained what the client raised
             raise NoAnswer(describe_no_answer(err.__cause__ or err, server=server, timeout=seconds)) from None
-        raise NoAnswer(f"the API server is unavailable: {err.status} {err.message}") from None
+        raise NoAnswer(describe_unavailable(err.status, err.message)) from None

@@ -1,11 +1,13 @@
 """What ``explain-routing`` is asked about: reading and checking the ``-f`` manifest, or a job's body.
 
 Owns refusing bad input in one line that names what and where, as a :class:`UsageError` (exit 2):
-a file that cannot be read or is not UTF-8; YAML that does not parse (named by position and
-problem, never quoting the text: :func:`~helmhive.cli.render.describe_yaml_error`) or is nested
-too deeply; not exactly one AgentJob; top-level fields of the wrong type (``metadata: must be a
-mapping``); a ``-n`` that contradicts the manifest's namespace (refused as kubectl refuses it);
-and the spec errors the models raise, as ``spec.<field>: <message>`` in the wire's camelCase.
+a file that cannot be read or is not UTF-8; a stream that does not parse, read exactly as
+``helmhive validate`` reads it (:func:`~helmhive.cli.validate.load_documents`: JSON when it starts
+with ``{``, as kubectl reads it, else YAML; named by position and problem, never quoting the text),
+is nested too deeply or holds a value that cannot be constructed (``!!int "y"``); not exactly one
+AgentJob; top-level fields of the wrong type (``metadata: must be a mapping``); a ``-n`` that
+contradicts the manifest's namespace (refused as kubectl refuses it); and the spec errors the
+models raise, as ``spec.<field>: <message>`` in the wire's camelCase.
 
 Pure but for :func:`read_manifest`, which reads the file. No API calls, no Kopf.
 """
@@ -15,17 +17,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
-from helmhive.api.manifest_yaml import ManifestLoader
-from helmhive.cli.render import describe_yaml_error
+from helmhive.cli.validate import load_documents
 from helmhive.policy.violations import field_path
 
 __all__ = ["UsageError", "check_shape", "describe_spec_problems", "manifest_namespace", "read_manifest"]
 
 _SPEC_PROBLEMS_SHOWN = 5
-_TOO_DEEP = "nested too deeply to read (collections inside collections, hundreds of levels)"
+_REASON_CHARS = 200
 
 
 class UsageError(Exception):
@@ -60,12 +60,14 @@ def read_manifest(path: Path) -> dict[str, Any]:
     except OSError as err:
         raise UsageError(f"cannot read {path}: {err.strerror or err}") from None
     try:
-        docs = [d for d in yaml.load_all(text, Loader=ManifestLoader) if d]
-    except yaml.YAMLError as err:
-        raise UsageError(f"cannot read {path}: {describe_yaml_error(err)}") from None
-    except RecursionError:
-        raise UsageError(f"cannot read {path}: {_TOO_DEEP}") from None
-    jobs = [d for d in docs if isinstance(d, dict) and d.get("kind") == "AgentJob"]
+        documents, _ = load_documents(text=text, file=str(path))
+    except Exception as err:  # a value the loader cannot construct, raised as whatever its constructor raises
+        reason = (str(err).strip().splitlines() or [""])[0][:_REASON_CHARS] or type(err).__name__
+        raise UsageError(f"cannot read {path}: a value cannot be read ({reason})") from None
+    broken = next((d for d in documents if d.load_reason is not None), None)
+    if broken is not None:
+        raise UsageError(f"cannot read {path}: {broken.load_message}")
+    jobs = [d.body for d in documents if isinstance(d.body, dict) and d.body.get("kind") == "AgentJob"]
     if len(jobs) != 1:
         raise UsageError(f"{path} must hold exactly one AgentJob (found {len(jobs)})")
     check_shape(jobs[0], f"{path}: ")

@@ -14,13 +14,18 @@ command works in without ``-n`` is the current context's, else the pod's, else `
 (:func:`context_namespace`). A kubeconfig that cannot be loaded is reported in one line that quotes
 nothing from the file (:func:`describe_kubeconfig_error`): a broken line may hold a token.
 
-Every call is bounded: one attempt unless the server asks for a retry (``Retry-After``), with a
-connect and a read timeout of :data:`DEFAULT_TIMEOUT_SECONDS`; ``$HELMHIVE_CLI_TIMEOUT_SECONDS``
-(:data:`TIMEOUT_ENV`, read by :func:`decide_timeout` for every command) overrides it. A call that
-gets no answer is an ``Unavailable`` whose message says so in words (:func:`describe_no_answer`).
+Every call is bounded: a connect and a read timeout of :data:`DEFAULT_TIMEOUT_SECONDS`;
+``$HELMHIVE_CLI_TIMEOUT_SECONDS`` (:data:`TIMEOUT_ENV`, read by :func:`decide_timeout` for every
+command) overrides it. One attempt, unless the server answers 429 or 503 with ``Retry-After``: then
+up to three more, each after the wait it asks for but never more than a tenth of the timeout (at
+most a second), so a ``Retry-After: 60`` cannot hold a command for minutes (:func:`bounded_retries`).
+A call that gets no answer is an ``Unavailable`` whose message says so in words
+(:func:`describe_no_answer`); one whose answer stays 429 or 5xx after its retries says that the
+server answered, and what (:func:`describe_unavailable`).
 
-A failure is printed as one red line (``<what>: [<status>] <message>``) and exits non-zero; no
-command prints a stack trace for a user's mistake, a refused request or a silent server. Text read
+A failure is printed as one red line (``<what>: [<status>] <message>``; for 429 and 5xx
+``<what>: the API server answered that it is busy: 429 <message>`` or the like) and exits
+non-zero; no command prints a stack trace for a user's mistake, a refused request or a silent server. Text read
 from objects is shown through :mod:`helmhive.cli.render`.
 """
 
@@ -58,12 +63,14 @@ __all__ = [
     "OutputFormat",
     "OutputOption",
     "api_error",
+    "bounded_retries",
     "context_namespace",
     "decide_current_context",
     "decide_namespace",
     "decide_timeout",
     "describe_kubeconfig_error",
     "describe_no_answer",
+    "describe_unavailable",
     "load_api",
     "load_api_client",
     "server_address",
@@ -74,6 +81,10 @@ DEFAULT_TIMEOUT_SECONDS = 30.0
 """How long a call waits to connect, and then for each read, before giving up (kubectl gives up after ~50 s)."""
 TIMEOUT_ENV = "HELMHIVE_CLI_TIMEOUT_SECONDS"
 MAX_TIMEOUT_SECONDS = 3600.0
+RETRIES = 3
+"""How many more times a call is made when the server answers 429 or 503 with ``Retry-After``."""
+MAX_RETRY_WAIT_SECONDS = 1.0
+"""The longest wait before a retry, whatever ``Retry-After`` says (and at most a tenth of the timeout)."""
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 """The pod's own namespace, used when there is no kubeconfig (as kubectl does in a pod)."""
 
@@ -232,6 +243,40 @@ def describe_no_answer(exc: BaseException, *, server: str, timeout: float) -> st
     return f"the API server at {server} could not be reached: {_reason(chain)}"
 
 
+def describe_unavailable(status: int, message: str) -> str:
+    """One line for a call the API server answered 429 or 5xx (its retries spent): it answered, and what. Pure."""
+    said = {429: "that it is busy", 503: "that it is unavailable"}.get(status, "with an error")
+    return f"the API server answered {said}: {status} {message}".rstrip()
+
+
+class _BoundedRetry(urllib3.Retry):
+    """urllib3's ``Retry``, but a server's ``Retry-After`` is waited for at most ``backoff_max`` seconds.
+
+    urllib3 honours ``Retry-After`` with no cap (six hours); a header it cannot read is waited
+    ``backoff_max`` too, not raised. ``urllib3.Retry.new`` rebuilds this class with the same fields.
+    """
+
+    def parse_retry_after(self, retry_after: str) -> float:
+        try:
+            asked = super().parse_retry_after(retry_after)
+        except urllib3.exceptions.InvalidHeader:
+            asked = self.backoff_max
+        return min(asked, self.backoff_max)
+
+
+def bounded_retries(timeout: float) -> urllib3.Retry:
+    """The client's retries: an answer that asks for one (429, 503 with ``Retry-After``, on a read), no more.
+
+    Up to :data:`RETRIES` of them, each after the wait the server asks for but at most
+    ``min(MAX_RETRY_WAIT_SECONDS, timeout / 10)``: all of them together wait less than a third of
+    the timeout. No answer is not retried, so a silent server costs one timeout, not four. Pure.
+    """
+    wait = min(MAX_RETRY_WAIT_SECONDS, timeout / 10)
+    return _BoundedRetry(
+        total=RETRIES, connect=0, read=0, other=0, status=RETRIES, raise_on_status=False, backoff_max=wait
+    )
+
+
 # The calls ------------------------------------------------------------------------------------
 class CliKube:
     """The CLI's API calls, synchronous. Every method may raise a :class:`~helmhive.api.kubeerrors.KubeError`."""
@@ -334,13 +379,19 @@ def describe_kubeconfig_error(err: BaseException, *, path: str | None) -> str:
     return f"{path}: {reason}"
 
 
-def load_api_client(kubeconfig: str | None) -> Any:
+def load_api_client(kubeconfig: str | None, *, timeout: float | None = None) -> Any:
     """An ``ApiClient`` from the kubeconfig kubectl would use, else the pod's identity; else :class:`KubeconfigError`.
 
-    An answer asking to be retried (429, 503 with ``Retry-After``, on a read) is retried; no
-    answer is not, so a silent server costs one timeout, not four. Timeouts are the caller's. The
-    credentials are read again at most once a second (:func:`~helmhive.kubeclient.throttle_credential_refresh`).
+    An answer asking to be retried is retried, within ``timeout`` (:func:`bounded_retries`; None:
+    ``$HELMHIVE_CLI_TIMEOUT_SECONDS``'s, else the default). The calls' own timeouts are the
+    caller's. The credentials are read again at most once a second
+    (:func:`~helmhive.kubeclient.throttle_credential_refresh`).
     """
+    if timeout is None:
+        try:
+            timeout = decide_timeout(os.environ.get(TIMEOUT_ENV))
+        except ValueError:  # the command reports it; the retries need only a bound
+            timeout = DEFAULT_TIMEOUT_SECONDS
     path = _kubeconfig_path(kubeconfig)
     if path is not None and not _kubeconfig_files(path):
         raise KubeconfigError(f"{path}: no such file")
@@ -355,7 +406,7 @@ def load_api_client(kubeconfig: str | None) -> Any:
             )
     except Exception as err:  # the loader raises ConfigException, binascii.Error, TypeError, ...: all mean the same
         raise KubeconfigError(describe_kubeconfig_error(err, path=path)) from None
-    configuration.retries = urllib3.Retry(total=3, connect=0, read=0, other=0, status=3, raise_on_status=False)
+    configuration.retries = bounded_retries(timeout)
     throttle_credential_refresh(configuration)
     return client.ApiClient(configuration)
 
@@ -367,13 +418,15 @@ def load_api(kubeconfig: str | None) -> CliKube:
     except ValueError as err:
         raise fail(str(err), 2) from None
     try:
-        return CliKube(load_api_client(kubeconfig), timeout=timeout)
+        return CliKube(load_api_client(kubeconfig, timeout=timeout), timeout=timeout)
     except KubeconfigError as err:
         raise fail(f"cannot load kubeconfig: {err}", 2) from None
 
 
 def api_error(err: KubeError, what: str) -> typer.Exit:
     """Print the API server's own message (or why there was none) for a failed call; return the Exit to raise."""
+    if isinstance(err, Unavailable) and err.status:  # 429 or 5xx: it did answer, after the retries too
+        return fail(f"{what}: {describe_unavailable(err.status, err.message)}", 1)
     status = f"{err.status} " if err.status else ""
     return fail(f"{what}: {status}{err.message}", 1)
 
