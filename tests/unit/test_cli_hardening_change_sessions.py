@@ -16,7 +16,7 @@ from cli_kubeconfig import write_kubeconfig
 from rich.console import Console
 
 from helmhive.api.change import ChangeStatus
-from helmhive.cli import change, kubeapi, sessions
+from helmhive.cli import change, client_policy, sessions
 from helmhive.cli.kubeapi import (
     DEFAULT_TIMEOUT_SECONDS,
     TIMEOUT_ENV,
@@ -200,9 +200,9 @@ def test_without_a_kubeconfig_the_namespace_is_the_pods(tmp_path: Path, monkeypa
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config
     pod = tmp_path / "namespace"
     pod.write_text("pod-ns\n", encoding="utf-8")
-    monkeypatch.setattr(kubeapi, "SERVICE_ACCOUNT_NAMESPACE", pod)
+    monkeypatch.setattr(client_policy, "SERVICE_ACCOUNT_NAMESPACE", pod)
     assert context_namespace(None) == "pod-ns"
-    monkeypatch.setattr(kubeapi, "SERVICE_ACCOUNT_NAMESPACE", tmp_path / "absent")
+    monkeypatch.setattr(client_policy, "SERVICE_ACCOUNT_NAMESPACE", tmp_path / "absent")
     assert context_namespace(None) == "default"
 
 
