@@ -69,7 +69,8 @@ def test_the_api_server_stops_under_a_running_job_and_the_job_completes(
     created = execution.create_job("steady", runner=runner, prompt=SLOW, timeout=300)
     uid = created["metadata"]["uid"]
     execution.wait_running("steady")
-    assert _entry(runner, uid)["phase"] == "running"
+    # The entry is written right after the API server accepted Running (journal.py): wait for it.
+    wait_for(lambda: _entry(runner, uid)["phase"] == "running", timeout=30, describe="the journal's running entry")
 
     outage.stop()
     # The agent answers while the API server is away: the result is on disk, its write waits.
