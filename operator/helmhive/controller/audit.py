@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from helmhive.api.kinds import kind_by_name
-from helmhive.controller.kube import Forbidden, Kube, KubeError
+from helmhive.controller.kube import Forbidden, Kube, KubeError, NotFound
 from helmhive.policy.audit import decide_audit_retention
 
 __all__ = ["AUDIT", "ensure_audit", "ensure_audit_unless_terminating", "patch_audit_retention"]
@@ -56,17 +56,20 @@ async def ensure_audit_unless_terminating(
     event_type: str = "Normal",
     now: dt.datetime,
 ) -> bool:
-    """:func:`ensure_audit`; False (nothing written) if the record's namespace is being deleted.
+    """:func:`ensure_audit`; False (nothing written) if the record's namespace is being deleted or gone.
 
-    For every record kept in the namespace of what it is about, which can be deleted under it;
-    any other refusal is raised as by :func:`ensure_audit`.
+    For every record kept in the namespace of what it is about, which can be deleted under it
+    (Forbidden while it terminates, NotFound once it is gone); any other refusal is raised as by
+    :func:`ensure_audit`.
     """
     namespace = str(record["metadata"]["namespace"])
     try:
         await ensure_audit(kube, record, involved=involved, event_reason=event_reason, event_type=event_type, now=now)
-    except Forbidden:
+    except (Forbidden, NotFound):
         try:
             terminating = bool((await kube.read_namespace(namespace))["metadata"].get("deletionTimestamp"))
+        except NotFound:
+            terminating = True  # already gone: the record would have gone with it
         except KubeError:
             terminating = False
         if not terminating:
