@@ -27,6 +27,7 @@ from harness.kube import IdentityFactory, Kube
 from harness.operator import OperatorProcess
 from harness.wait import wait_for
 from helmhive.policy.routing_audit import iter_routing_decisions
+from helmhive.policy.routing_status import build_candidate_rows
 
 SONNET = "claude-sonnet-4-5"
 CAPABILITIES = ["structured-output", "diff-review", "workspace-write"]
@@ -163,7 +164,7 @@ def local_candidates(status: dict[str, Any], namespace: str) -> dict[str, str]:
     unschedulable (a test's namespace being deleted: its pool gone, its Runner not yet), which the
     router checks first; never as anything closer to running the job.
     """
-    rows = status["routing"]["candidates"]
+    rows = build_candidate_rows(status["routing"]["candidates"])
     foreign = [c["reason"] for c in rows if c["namespace"] != namespace]
     assert all(r == "NamespaceNotServed" or r.startswith("NotSchedulable") for r in foreign), rows
     return {c["runner"]: c["reason"] for c in rows if c["namespace"] == namespace}

@@ -32,6 +32,7 @@ from bench_runners import CpuProbe, CpuSample, cpu_window, machine_busy_seconds
 from helmhive.api.job import AgentJobStatus
 from helmhive.controller.binding import _profile_verdict
 from helmhive.policy.routing import MAX_CANDIDATES
+from helmhive.policy.routing_status import build_candidate_rows
 
 NOW = dt.datetime(2026, 12, 2, 11, 0, tzinfo=dt.UTC)
 
@@ -44,10 +45,10 @@ def test_the_like_for_like_status_is_what_the_router_writes_for_an_assigned_benc
     # It round-trips unchanged (the model adds only its default ``attempts: 0``): nothing dropped or reshaped.
     assert parsed.to_wire() == {"attempts": 0, **status}
     assert parsed.routing is not None and parsed.assignment is not None and parsed.profile is not None
-    assert len(parsed.routing.candidates) == MAX_CANDIDATES
+    assert len(parsed.routing.rows()) == MAX_CANDIDATES
     assert parsed.routing.considered_runners == 30
-    assert [c.reason for c in parsed.routing.candidates].count("Selected") == 1
-    assert parsed.assignment.runner in {c.runner for c in parsed.routing.candidates}
+    assert [c.reason for c in parsed.routing.rows()].count("Selected") == 1
+    assert parsed.assignment.runner in {c.runner for c in parsed.routing.rows()}
     assert parsed.assignment.runner_namespace == NS
     conditions = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
     assert conditions == {"Routed": ("True", "Assigned"), "Ready": ("Unknown", "Assigned")}
@@ -65,7 +66,7 @@ def test_the_like_for_like_binding_is_the_queue_steps_binding_of_the_bench_profi
 
 def test_fewer_runners_than_the_table_gives_one_row_each() -> None:
     status = build_like_router_status(runners=5, concurrency=10, now=NOW)
-    assert len(status["routing"]["candidates"]) == 5
+    assert len(build_candidate_rows(status["routing"]["candidates"])) == 5
 
 
 def test_every_like_for_like_patch_changes_the_object_and_keeps_its_size() -> None:
@@ -78,7 +79,7 @@ def test_every_like_for_like_patch_changes_the_object_and_keeps_its_size() -> No
         assert {k: v for k, v in patch["status"].items() if k != "routing"} == {
             k: v for k, v in status.items() if k != "routing"
         }
-        assert len(patch["status"]["routing"]["candidates"]) == MAX_CANDIDATES
+        assert len(build_candidate_rows(patch["status"]["routing"]["candidates"])) == MAX_CANDIDATES
     sizes = {len(body("raw-0", i)) for i in range(0, 1000, 7)}
     assert max(sizes) - min(sizes) < 8  # only the counter's digits and the time move
 

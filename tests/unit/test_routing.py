@@ -393,7 +393,7 @@ def test_status_patches_for_each_outcome() -> None:
     patch = build_status_patch(decision=failed, conditions=None, generation=1, attempts=0, now=NOW)
     conditions = {c["type"]: c for c in patch["conditions"]}
     assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("False", "ModelNotAdvertised")
-    expected = {"runner": "a", "namespace": "team", "provider": "anthropic", "mappingIndex": 0, "model": "sonnet"}
+    expected = {"runners": ["a"], "namespace": "team", "provider": "anthropic", "mappingIndex": 0, "model": "sonnet"}
     assert patch["routing"]["candidates"] == [{**expected, "reason": "ModelNotAdvertised:sonnet"}]
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "ArtifactRef",
     "Assignment",
     "Candidate",
+    "CandidateGroup",
     "ChangeRef",
     "ChangeStage",
     "CheckEvidence",
@@ -155,9 +156,38 @@ class Candidate(ApiModel):
     reason: ReasonText
 
 
+class CandidateGroup(ApiModel):
+    """Runners considered, one group per run of consecutive rows of the candidate table that differ only in runner.
+
+    ``runners`` lists them in table order (the winner first); the mapping, model and outcome are
+    theirs alike. ``reason`` is ``Selected``, ``NotPreferred:<tie-break>`` or why they were rejected
+    (``NotSchedulable/<reason>``, ``ModelNotAdvertised:<model>``, ``MissingLabel:<k=v>``…); see
+    ``docs/routing.md``. Expanding the groups gives the table back row for row.
+    """
+
+    runners: Annotated[list[Name], Field(max_length=20)] = []
+    namespace: NamespaceName | None = None
+    provider: ProviderName | None = None
+    mapping_index: Annotated[int, Field(ge=0, le=7)] | None = None
+    model: ModelId | None = None
+    reason: ReasonText
+
+    def rows(self) -> list[Candidate]:
+        """The group's rows of the candidate table, in order."""
+        common = self.model_dump(exclude={"runners"})
+        return [Candidate(runner=runner, **common) for runner in self.runners]
+
+
 class RoutingStatus(ApiModel):
     considered_runners: Annotated[int, Field(ge=0)] = 0
-    candidates: Annotated[list[Candidate], Field(max_length=20)] = []
+    candidates: Annotated[list[CandidateGroup], Field(max_length=20)] = []
+    """The candidate table (at most 20 rows, the winner first), consecutive rows that differ
+    only in their runner merged into one group."""
+
+    def rows(self) -> list[Candidate]:
+        """The candidate table, row for row: every group expanded."""
+        return [row for group in self.candidates for row in group.rows()]
+
     attempts: Annotated[int, Field(ge=0)] = 0
     decided_at: dt.datetime | None = None
     next_attempt_at: dt.datetime | None = None

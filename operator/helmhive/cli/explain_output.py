@@ -23,6 +23,7 @@ from helmhive.api.reasons import Reason
 from helmhive.cli.render import safe_text
 from helmhive.policy.conditions import find_condition
 from helmhive.policy.routing import RouteOutcome, RoutingDecision, build_assignment
+from helmhive.policy.routing_status import build_candidate_groups
 
 __all__ = ["Explanation", "QueueStop", "build_console", "render_explanation"]
 
@@ -59,7 +60,7 @@ class Explanation:
                     "resumesSession": choice.resumes_session,
                 },
                 "consideredRunners": decision.considered_runners,
-                "candidates": [c.to_wire() for c in decision.candidates],
+                "candidates": build_candidate_groups(decision.candidates),
                 "retryAfterSeconds": decision.retry_after,
                 "capacityDeadline": decision.capacity_deadline.isoformat() if decision.capacity_deadline else None,
                 "avoidedProvider": decision.avoided_provider,

@@ -10,19 +10,65 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
+from helmhive.api.job import Candidate
 from helmhive.api.reasons import ConditionType
 from helmhive.policy.conditions import set_condition
 from helmhive.policy.routing_model import RouteChoice, RouteOutcome, RoutingDecision
 from helmhive.policy.timestamps import format_timestamp
 
-__all__ = ["build_assignment", "build_routing_status", "build_status_patch"]
+__all__ = [
+    "build_assignment",
+    "build_candidate_groups",
+    "build_candidate_rows",
+    "build_routing_status",
+    "build_status_patch",
+]
+
+
+def build_candidate_groups(candidates: Sequence[Candidate]) -> list[dict[str, Any]]:
+    """The candidate table's wire form (:class:`~helmhive.api.job.CandidateGroup`): each run of
+    consecutive rows that differ only in their runner becomes one group listing its runners in
+    order. Lossless: expanding the groups gives ``candidates`` back, row for row.
+
+    A table of 20 rows over like runners is one or two groups, so the stored job stays small and
+    every later write of it costs the API server less (docs/performance.md).
+    """
+    groups: list[dict[str, Any]] = []
+    last: tuple[object, ...] | None = None
+    for row in candidates:
+        key = (row.namespace, row.provider, row.mapping_index, row.model, row.reason)
+        if key == last:
+            groups[-1]["runners"].append(row.runner)
+            continue
+        last = key
+        group: dict[str, Any] = {"runners": [row.runner]}
+        for field, value in (
+            ("namespace", row.namespace),
+            ("provider", row.provider),
+            ("mappingIndex", row.mapping_index),
+            ("model", row.model),
+        ):
+            if value is not None:
+                group[field] = value
+        group["reason"] = row.reason
+        groups.append(group)
+    return groups
+
+
+def build_candidate_rows(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The inverse of :func:`build_candidate_groups` on the wire form: one row per runner, in order."""
+    rows: list[dict[str, Any]] = []
+    for group in groups:
+        common = {k: v for k, v in group.items() if k != "runners"}
+        rows.extend({"runner": runner, **common} for runner in group.get("runners", ()))
+    return rows
 
 
 def build_routing_status(*, decision: RoutingDecision, attempts: int, now: dt.datetime) -> dict[str, Any]:
     """``status.routing`` (wire form) for ``decision``."""
     status: dict[str, Any] = {
         "consideredRunners": decision.considered_runners,
-        "candidates": [c.to_wire() for c in decision.candidates],
+        "candidates": build_candidate_groups(decision.candidates),
         "attempts": attempts,
         "decidedAt": format_timestamp(now),
     }
