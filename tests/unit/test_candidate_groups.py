@@ -14,7 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from routing_builders import NOW, binding, job, runner
 
+from helmhive.api.crdgen import build_crd
 from helmhive.api.job import AgentJobStatus, Candidate, RoutingStatus
+from helmhive.api.kinds import kind_by_name
 from helmhive.policy.routing import MAX_CANDIDATES, build_routing_status, decide_route
 from helmhive.policy.routing_status import build_candidate_groups, build_candidate_rows
 
@@ -68,3 +70,27 @@ def test_a_full_table_of_like_runners_is_stored_as_two_groups_and_parses_as_a_st
     assert [(len(g["runners"]), g["reason"]) for g in groups] == [(1, "Selected"), (19, "NotPreferred:NameOrder")]
     status = AgentJobStatus.model_validate({"routing": routing})
     assert status.routing is not None and tuple(status.routing.rows()) == decision.candidates
+
+
+def test_a_row_stored_before_groups_reads_as_a_group_of_one() -> None:
+    old = {"runner": "old-runner", "namespace": "team", "provider": "anthropic", "reason": "Selected"}
+    new = {"runners": ["a", "b"], "namespace": "team", "reason": "NotPreferred:NameOrder"}
+
+    parsed = RoutingStatus.model_validate({"candidates": [old, new]})
+
+    assert [(r.runner, r.reason) for r in parsed.rows()] == [
+        ("old-runner", "Selected"),
+        ("a", "NotPreferred:NameOrder"),
+        ("b", "NotPreferred:NameOrder"),
+    ]
+    assert [r["runner"] for r in build_candidate_rows([old, new])] == ["old-runner", "a", "b"]
+
+
+def test_the_schema_keeps_the_old_rows_runner_so_an_upgrade_prunes_nothing() -> None:
+    # The API server prunes, on every read, a stored field its schema does not declare.
+    root = build_crd(kind_by_name("AgentJob"))["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    row = root["properties"]["status"]["properties"]["routing"]["properties"]["candidates"]["items"]
+
+    assert {"runner", "runners"} <= set(row["properties"])
+    assert row["properties"]["runner"]["type"] == "string"
+    assert row["properties"]["runners"]["items"]["type"] == "string"

@@ -162,10 +162,15 @@ class CandidateGroup(ApiModel):
     ``runners`` lists them in table order (the winner first); the mapping, model and outcome are
     theirs alike. ``reason`` is ``Selected``, ``NotPreferred:<tie-break>`` or why they were rejected
     (``NotSchedulable/<reason>``, ``ModelNotAdvertised:<model>``, ``MissingLabel:<k=v>``…); see
-    ``docs/routing.md``. Expanding the groups gives the table back row for row.
+    ``docs/routing.md``. Expanding the groups gives the table back row for row. A row stored
+    before groups existed has ``runner`` instead of ``runners`` and reads as a group of one.
     """
 
     runners: Annotated[list[Name], Field(max_length=20)] = []
+    runner: Name | None = Field(
+        default=None,
+        description="Set only on rows stored before groups existed: the one runner of the row. Not written any more.",
+    )
     namespace: NamespaceName | None = None
     provider: ProviderName | None = None
     mapping_index: Annotated[int, Field(ge=0, le=7)] | None = None
@@ -173,9 +178,10 @@ class CandidateGroup(ApiModel):
     reason: ReasonText
 
     def rows(self) -> list[Candidate]:
-        """The group's rows of the candidate table, in order."""
-        common = self.model_dump(exclude={"runners"})
-        return [Candidate(runner=runner, **common) for runner in self.runners]
+        """The group's rows of the candidate table, in order (a row stored before groups: its runner)."""
+        common = self.model_dump(exclude={"runners", "runner"})
+        names = self.runners or ([self.runner] if self.runner else [])
+        return [Candidate(runner=runner, **common) for runner in names]
 
 
 class RoutingStatus(ApiModel):

@@ -56,11 +56,15 @@ def build_candidate_groups(candidates: Sequence[Candidate]) -> list[dict[str, An
 
 
 def build_candidate_rows(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The inverse of :func:`build_candidate_groups` on the wire form: one row per runner, in order."""
+    """The inverse of :func:`build_candidate_groups` on the wire form: one row per runner, in order.
+
+    A row stored before groups existed (``runner``, no ``runners``) is a group of one.
+    """
     rows: list[dict[str, Any]] = []
     for group in groups:
-        common = {k: v for k, v in group.items() if k != "runners"}
-        rows.extend({"runner": runner, **common} for runner in group.get("runners", ()))
+        common = {k: v for k, v in group.items() if k not in ("runners", "runner")}
+        names = group.get("runners") or ([group["runner"]] if group.get("runner") else [])
+        rows.extend({"runner": runner, **common} for runner in names)
     return rows
 
 
