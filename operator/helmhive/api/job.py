@@ -190,10 +190,6 @@ class RoutingStatus(ApiModel):
     """The candidate table (at most 20 rows, the winner first), consecutive rows that differ
     only in their runner merged into one group."""
 
-    def rows(self) -> list[Candidate]:
-        """The candidate table, row for row: every group expanded."""
-        return [row for group in self.candidates for row in group.rows()]
-
     attempts: Annotated[int, Field(ge=0)] = 0
     decided_at: dt.datetime | None = None
     next_attempt_at: dt.datetime | None = None
@@ -201,6 +197,10 @@ class RoutingStatus(ApiModel):
     """While waiting for capacity: when the job stops waiting and fails ``CapacityDeadlineExceeded``."""
     avoided_provider: ProviderName | None = None
     """For a change review: the implementation's provider, which routing preferred not to use."""
+
+    def rows(self) -> list[Candidate]:
+        """The candidate table, row for row: every group expanded."""
+        return [row for group in self.candidates for row in group.rows()]
 
 
 class Assignment(ApiModel):
