@@ -157,20 +157,24 @@ class Candidate(ApiModel):
 
 
 class CandidateGroup(ApiModel):
-    """Runners considered, one group per run of consecutive rows of the candidate table that differ only in runner.
+    """Runners the router considered that came equally close: the same namespace, mapping, model and outcome.
 
-    ``runners`` lists them in table order (the winner first); the mapping, model and outcome are
-    theirs alike. ``reason`` is ``Selected``, ``NotPreferred:<tie-break>`` or why they were rejected
+    ``runners`` lists them in the order of the candidate table (closest first, then by name); the
+    groups come in the order of their closest runner, the winner's first. ``reason`` is
+    ``Selected``, ``NotPreferred:<tie-break>`` or why they were rejected
     (``NotSchedulable/<reason>``, ``ModelNotAdvertised:<model>``, ``MissingLabel:<k=v>``…); see
-    ``docs/routing.md``. Expanding the groups gives the table back row for row. A row stored
-    before groups existed has ``runner`` instead of ``runners`` and reads as a group of one.
+    ``docs/routing.md``. A row stored before groups existed has ``runner`` instead of ``runners``
+    and reads as a group of one.
     """
 
-    runners: Annotated[list[Name], Field(max_length=20)] = []
-    runner: Name | None = Field(
-        default=None,
-        description="Set only on rows stored before groups existed: the one runner of the row. Not written any more.",
-    )
+    runners: Annotated[
+        list[Name] | None,
+        Field(min_length=1, max_length=20, description="The runners of the group, in the candidate table's order."),
+    ] = None
+    runner: Annotated[
+        Name | None,
+        Field(description="Only on a row stored before groups existed: its one runner. No longer written."),
+    ] = None
     namespace: NamespaceName | None = None
     provider: ProviderName | None = None
     mapping_index: Annotated[int, Field(ge=0, le=7)] | None = None
@@ -187,8 +191,8 @@ class CandidateGroup(ApiModel):
 class RoutingStatus(ApiModel):
     considered_runners: Annotated[int, Field(ge=0)] = 0
     candidates: Annotated[list[CandidateGroup], Field(max_length=20)] = []
-    """The candidate table (at most 20 rows, the winner first), consecutive rows that differ
-    only in their runner merged into one group."""
+    """The candidate table (at most 20 runners in all, the winner first), grouped: the runners
+    whose row differs only in runner share one :class:`CandidateGroup`."""
 
     attempts: Annotated[int, Field(ge=0)] = 0
     decided_at: dt.datetime | None = None

@@ -26,22 +26,24 @@ __all__ = [
 
 
 def build_candidate_groups(candidates: Sequence[Candidate]) -> list[dict[str, Any]]:
-    """The candidate table's wire form (:class:`~helmhive.api.job.CandidateGroup`): each run of
-    consecutive rows that differ only in their runner becomes one group listing its runners in
-    order. Lossless: expanding the groups gives ``candidates`` back, row for row.
+    """The candidate table's wire form (:class:`~helmhive.api.job.CandidateGroup`): the rows that
+    differ only in their runner become one group listing its runners in table order, the groups
+    in the order of their first (closest) row. Every row is kept: expanding the groups gives the
+    table's rows, each group's together.
 
-    A table of 20 rows over like runners is one or two groups, so the stored job stays small and
-    every later write of it costs the API server less (docs/performance.md).
+    The table orders rows by closeness, then by name, so rows of one reason interleave with
+    another's of the same closeness (``NotPreferred:MoreLoaded`` and ``NotPreferred:NameOrder``
+    by runner name); grouping them wherever they sit keeps a full table of like runners to a few
+    groups, and the stored job small (docs/performance.md).
     """
-    groups: list[dict[str, Any]] = []
-    last: tuple[object, ...] | None = None
+    groups: dict[tuple[object, ...], dict[str, Any]] = {}
     for row in candidates:
         key = (row.namespace, row.provider, row.mapping_index, row.model, row.reason)
-        if key == last:
-            groups[-1]["runners"].append(row.runner)
+        group = groups.get(key)
+        if group is not None:
+            group["runners"].append(row.runner)
             continue
-        last = key
-        group: dict[str, Any] = {"runners": [row.runner]}
+        group = {"runners": [row.runner]}
         for field, value in (
             ("namespace", row.namespace),
             ("provider", row.provider),
@@ -51,12 +53,12 @@ def build_candidate_groups(candidates: Sequence[Candidate]) -> list[dict[str, An
             if value is not None:
                 group[field] = value
         group["reason"] = row.reason
-        groups.append(group)
-    return groups
+        groups[key] = group
+    return list(groups.values())
 
 
 def build_candidate_rows(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The inverse of :func:`build_candidate_groups` on the wire form: one row per runner, in order.
+    """The rows of :func:`build_candidate_groups`'s groups on the wire form: one per runner, group by group.
 
     A row stored before groups existed (``runner``, no ``runners``) is a group of one.
     """
