@@ -83,7 +83,10 @@ class RunnerProc:
         return out
 
     def raw_log(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return f"(no log: {self.log_path} is gone)"
 
     def messages(self, message: str) -> list[dict[str, Any]]:
         return [line for line in self.lines() if line.get("message") == message]

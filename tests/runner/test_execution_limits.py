@@ -247,7 +247,12 @@ def pod_python() -> Iterator[Path]:
 
 @pytest.fixture
 def pod_root() -> Iterator[Path]:
-    """A directory uid 65532 can reach (the usual tmp_path is under a root-only directory)."""
+    """A directory uid 65532 can reach (the usual tmp_path is under a root-only directory).
+
+    A test requests it before ``execution``: fixtures are torn down in reverse, so the runners
+    (stopped by ``execution``'s cleanup) end before their directory is removed. A CI run that
+    removed it first saw the runner not exit within 30 s of SIGTERM.
+    """
     root = Path(tempfile.mkdtemp(prefix="helmhive-pod-runner-"))
     root.chmod(0o755)
     try:
@@ -388,7 +393,7 @@ def _lease_renewed_after(runner: Runner, moment: dt.datetime) -> bool:
 
 
 def test_each_limit_ends_its_job_and_the_runner_goes_on(
-    execution: ExecutionRig, pod_python: Path, pod_root: Path
+    pod_root: Path, execution: ExecutionRig, pod_python: Path
 ) -> None:
     runner = start_limited_runner(execution, root=pod_root, python=pod_python, job_limits=LIMITS)
     probed = wait_for(lambda: runner.proc.messages("job limits"), timeout=60, describe="the runner's probe of limits")
