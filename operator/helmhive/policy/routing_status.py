@@ -10,7 +10,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from helmhive.api.job import Candidate
+from helmhive.api.job import Candidate, RoutingStatus
 from helmhive.api.reasons import ConditionType
 from helmhive.policy.conditions import set_condition
 from helmhive.policy.routing_model import RouteChoice, RouteOutcome, RoutingDecision
@@ -60,14 +60,10 @@ def build_candidate_groups(candidates: Sequence[Candidate]) -> list[dict[str, An
 def build_candidate_rows(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows of :func:`build_candidate_groups`'s groups on the wire form: one per runner, group by group.
 
-    A row stored before groups existed (``runner``, no ``runners``) is a group of one.
+    Read through :meth:`~helmhive.api.job.RoutingStatus.rows`, so a row stored before groups
+    existed (``runner``, no ``runners``) is a group of one here too.
     """
-    rows: list[dict[str, Any]] = []
-    for group in groups:
-        common = {k: v for k, v in group.items() if k not in ("runners", "runner")}
-        names = group.get("runners") or ([group["runner"]] if group.get("runner") else [])
-        rows.extend({"runner": runner, **common} for runner in names)
-    return rows
+    return [row.to_wire() for row in RoutingStatus.model_validate({"candidates": groups}).rows()]
 
 
 def build_routing_status(*, decision: RoutingDecision, attempts: int, now: dt.datetime) -> dict[str, Any]:
