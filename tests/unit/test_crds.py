@@ -85,17 +85,6 @@ def test_status_subresource_except_audit_records() -> None:
         assert ("subresources" in version) == (kind.kind != "AuditRecord")
 
 
-@pytest.mark.parametrize("kind", [k for k in KINDS if k.kind != "AuditRecord"], ids=lambda k: k.kind)
-def test_conditions_are_keyed_by_type_and_each_written_whole(kind: Any) -> None:
-    # Keyed by type: the API server refuses two conditions of one type and SSA tracks each one's
-    # owner. Each item atomic: one managedFields entry per condition, not one per leaf.
-    root = build_crd(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    conditions = root["properties"]["status"]["properties"]["conditions"]
-    assert (conditions["x-kubernetes-list-type"], conditions["x-kubernetes-list-map-keys"]) == ("map", ["type"])
-    assert conditions["items"]["x-kubernetes-map-type"] == "atomic"
-    assert "type" in conditions["items"]["required"]
-
-
 def _example_docs() -> list[tuple[str, dict[str, Any]]]:
     docs = []
     for path in sorted((REPO / "examples").glob("*.yaml")):

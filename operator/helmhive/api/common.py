@@ -189,11 +189,7 @@ class ConditionStatus(enum.StrEnum):
 
 
 class Condition(ApiModel):
-    """A Kubernetes-style condition (the shape of ``metav1.Condition``), always written whole."""
-
-    # Atomic inside the list keyed by ``type``: the API server still refuses two conditions of one
-    # type and tracks each one's owner, but as one managedFields entry, not one per leaf.
-    model_config = ConfigDict(json_schema_extra=ATOMIC_OBJECT)
+    """A Kubernetes-style condition (the shape of ``metav1.Condition``)."""
 
     type: Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Z][A-Za-z0-9]*$")]
     status: ConditionStatus
