@@ -17,7 +17,10 @@ installs Helmhive and then, in one run:
    same jobs, which now hold a routed-size status (the API server's cost follows the stored
    object), and last the tiny status on fresh jobs again (how steady the raw rate was); the
    tiny patch first runs untimed for ``--raw-warmup`` seconds, since a control plane just
-   started serves it slower than a moment later; the scratch jobs are deleted again;
+   started may serve it slower than a moment later; the scratch jobs are deleted again (and,
+   after everything else, with the operator stopped, the tiny patch runs once more on fresh
+   jobs: the machine's speed drifts over minutes, and the backlog's ratio is also given against
+   the mean of the rates before and after it);
 2. starts the real operator (its own ServiceAccount token) and M runners in pools of up to
    100, each writing its Runner, report and Lease as its own Pod (``runner_fleet``), reporting
    ``--concurrency`` slots; waits until all are schedulable;
@@ -91,6 +94,7 @@ except ImportError:  # older code (the benchmark also measures a base commit thr
 NS = "routing-bench"
 EVENT_INTERVAL_SECONDS = 30.0  # the operator's HELMHIVE_ROUTING_EVENT_INTERVAL_SECONDS default
 RAW_NS = "raw-bench"
+AFTER_NS = "raw-bench-after"
 POOL_SIZE = 100
 MODEL = "sonnet-4-5"
 GROUP_PATH = "/apis/helmhive.dev/v1alpha1"
@@ -307,6 +311,17 @@ async def hammer(
     return {"rate": done / (after.at - before.at), "cpu": cpu_window(before, after, done)}
 
 
+async def tiny_on_fresh_jobs(
+    admin: httpx.AsyncClient, *, namespace: str, prefix: str, seconds: float, writers: int, probe: CpuProbe
+) -> dict[str, Any]:
+    """The tiny patch's rate (and CPU per patch) on ``writers * 4`` fresh jobs created in ``namespace``."""
+    fresh = [f"{prefix}-{i}" for i in range(writers * 4)]
+    for name in fresh:
+        response = await admin.post(f"{GROUP_PATH}/namespaces/{namespace}/agentjobs", json=job_body(name))
+        response.raise_for_status()
+    return await hammer(admin, fresh, tiny_patch, width=writers, duration=seconds, probe=probe)
+
+
 async def raw_patch_rate(
     admin: httpx.AsyncClient,
     *,
@@ -354,11 +369,8 @@ async def raw_patch_rate(
     tiny_on_routed = await hammer(admin, jobs, tiny_patch, width=writers, duration=seconds / 2, probe=probe,
                                   profile=profile("tiny-on-routed"))  # fmt: skip
     stored = (await admin.get(f"{GROUP_PATH}/namespaces/{RAW_NS}/agentjobs/{jobs[0]}")).json()
-    fresh = [f"raw-again-{i}" for i in range(writers * 4)]
-    for name in fresh:
-        response = await admin.post(f"{GROUP_PATH}/namespaces/{RAW_NS}/agentjobs", json=job_body(name))
-        response.raise_for_status()
-    again = await hammer(admin, fresh, tiny_patch, width=writers, duration=seconds / 2, probe=probe)
+    again = await tiny_on_fresh_jobs(admin, namespace=RAW_NS, prefix="raw-again", seconds=seconds / 2,
+                                     writers=writers, probe=probe)  # fmt: skip
     await admin.delete(f"/api/v1/namespaces/{RAW_NS}")
     return {
         "parallel": parallel["rate"],
@@ -1020,6 +1032,17 @@ async def run(  # noqa: PLR0915
             operator.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 operator.wait(timeout=30)
+        # The tiny patch once more, after the routing, with the operator stopped and the runners
+        # quiet: the machine's speed drifts over minutes, so the backlog's ratio is also given
+        # against the mean of the tiny rates measured before and after it.
+        print("the tiny patch on fresh jobs again, after the run (the operator stopped) ...", flush=True)
+        probe.pids.pop("operator", None)
+        (await admin.post("/api/v1/namespaces", json={"metadata": {"name": AFTER_NS}})).raise_for_status()
+        after = await tiny_on_fresh_jobs(admin, namespace=AFTER_NS, prefix="after", seconds=args.raw_seconds / 2,
+                                         writers=args.writers, probe=probe)  # fmt: skip
+        result["raw"]["tiny_after_run"] = after["rate"]
+        result["raw"]["cpu"]["tiny_after_run"] = after["cpu"]
+        result["ratios"] = ratios(result)
     fleets = (False, True) if RunnerSet is not None else (False,)
     result["decide_route"] = [time_decide_route(n, fleet=f) for n in (200, 1000) for f in fleets]
     result["load_average_end"] = os.getloadavg()
@@ -1046,18 +1069,21 @@ def ratios(result: dict[str, Any]) -> dict[str, float | None]:
     """Routing throughput over the raw rates: the tiny patch (the issue's) and the like-for-like one.
 
     ``backlog_to_raw`` divides by the tiny rate measured first (the figure the docs report);
-    ``backlog_to_raw_again`` by the one measured on fresh jobs at the raw phases' end, so the
-    two bracket what the denominator's drift within one run does to the ratio.
+    ``backlog_to_raw_again`` by the one measured on fresh jobs at the raw phases' end; and
+    ``backlog_to_raw_bracket`` by the mean of the first and of the one measured after the run
+    (the operator stopped), so the routing sits in time between the two rates it is divided by.
     """
     raw, b = result["raw"], result["burst"]
     backlog = (b.get("backlog") or {}).get("jobs_per_second_first_to_last")
-    again = raw.get("tiny_fresh_again")
+    again, after = raw.get("tiny_fresh_again"), raw.get("tiny_after_run")
+    bracket = (raw["parallel"] + after) / 2 if after else None
     return {
         "burst_to_raw": b["jobs_per_second"] / raw["parallel"],
         "burst_to_like_router": b["jobs_per_second"] / raw["like_router"],
         "burst_to_like_router_put": b["jobs_per_second"] / raw["like_router_put"],
         "backlog_to_raw": backlog / raw["parallel"] if backlog else None,
         "backlog_to_raw_again": backlog / again if backlog and again else None,
+        "backlog_to_raw_bracket": backlog / bracket if backlog and bracket else None,
         "backlog_to_like_router": backlog / raw["like_router"] if backlog else None,
         "backlog_to_like_router_put": backlog / raw["like_router_put"] if backlog else None,
     }
@@ -1074,6 +1100,7 @@ def render_cpu(result: dict[str, Any]) -> list[str]:
         (f"raw PUTs of that status, {writers} in flight", raw["cpu"].get("like_router_put")),
         (f"raw tiny patches on routed-size jobs, {writers}", raw["cpu"].get("tiny_on_routed")),
         (f"raw tiny patches, fresh jobs again, {writers}", raw["cpu"].get("tiny_fresh_again")),
+        (f"raw tiny patches after the run, {writers}", raw["cpu"].get("tiny_after_run")),
         ("burst, first create to last assignment", b.get("cpu")),
         ("backlog, first to last assignment", (b.get("backlog") or {}).get("cpu")),
     ]
@@ -1170,6 +1197,8 @@ def render(result: dict[str, Any]) -> str:
             f"{backlog['jobs_per_second_first_to_last'] or 0:.1f} from the first assignment to the last "
             f"(ratio to the raw rate {result['ratios']['backlog_to_raw'] or 0:.3f}, to the raw rate measured "
             f"again at the raw phases' end {result['ratios'].get('backlog_to_raw_again') or 0:.3f}, "
+            f"to the mean of the raw rate and the one after the run "
+            f"({raw.get('tiny_after_run') or 0:.0f}/s) {result['ratios'].get('backlog_to_raw_bracket') or 0:.3f}, "
             f"to the like-for-like rate {result['ratios']['backlog_to_like_router'] or 0:.3f}, "
             f"to the PUT rate {result['ratios']['backlog_to_like_router_put'] or 0:.3f}); "
             f"operator CPU {backlog['cpu_seconds_before_first']:.1f} s before the first assignment "
