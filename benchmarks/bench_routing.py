@@ -267,6 +267,7 @@ async def hammer(
     probe: CpuProbe,
     versions: dict[str, str] | None = None,
     profile: Path | None = None,
+    namespace: str = RAW_NS,
 ) -> dict[str, Any]:
     """Merge-patch the jobs' status for ``duration`` with ``width`` in flight (each slot its own jobs);
     with ``versions`` (each job's resourceVersion, kept up to date here), PUT it instead. With
@@ -284,7 +285,7 @@ async def hammer(
         i = 0
         while time.monotonic() < stop:
             name = jobs[(slot + i * width) % len(jobs)]
-            url = f"{GROUP_PATH}/namespaces/{RAW_NS}/agentjobs/{name}/status"
+            url = f"{GROUP_PATH}/namespaces/{namespace}/agentjobs/{name}/status"
             send = admin.put if put else admin.patch
             response = await send(url, content=body(name, i), headers=headers)
             response.raise_for_status()
@@ -319,7 +320,7 @@ async def tiny_on_fresh_jobs(
     for name in fresh:
         response = await admin.post(f"{GROUP_PATH}/namespaces/{namespace}/agentjobs", json=job_body(name))
         response.raise_for_status()
-    return await hammer(admin, fresh, tiny_patch, width=writers, duration=seconds, probe=probe)
+    return await hammer(admin, fresh, tiny_patch, width=writers, duration=seconds, probe=probe, namespace=namespace)
 
 
 async def raw_patch_rate(
