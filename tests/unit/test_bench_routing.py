@@ -24,6 +24,7 @@ from bench_routing import (
     NS,
     build_like_router_status,
     like_router_patches,
+    ratios,
     synced_from_log,
     tiny_patch,
 )
@@ -86,6 +87,18 @@ def test_every_like_for_like_patch_changes_the_object_and_keeps_its_size() -> No
 
 def test_the_tiny_patch_is_the_issues_raw_patch() -> None:
     assert orjson.loads(tiny_patch("raw-0", 61234)) == {"status": {"attempts": 1234, "routing": {"attempts": 234}}}
+
+
+def test_the_backlog_ratio_is_bracketed_by_the_tiny_rates_before_and_after_the_run() -> None:
+    raw = {"parallel": 200.0, "like_router": 100.0, "like_router_put": 125.0, "tiny_fresh_again": 160.0}
+    burst = {"jobs_per_second": 50.0, "backlog": {"jobs_per_second_first_to_last": 120.0}}
+    before = ratios({"raw": raw, "burst": burst})
+    assert before["backlog_to_raw"] == 0.6
+    assert before["backlog_to_raw_again"] == 0.75
+    assert before["backlog_to_raw_bracket"] is None  # no rate after the run yet
+    after = ratios({"raw": {**raw, "tiny_after_run": 300.0}, "burst": burst})
+    assert after["backlog_to_raw_bracket"] == 120.0 / 250.0
+    assert ratios({"raw": raw, "burst": {"jobs_per_second": 50.0}})["backlog_to_raw_bracket"] is None
 
 
 def test_a_window_is_read_between_samples_and_costed_per_item() -> None:
