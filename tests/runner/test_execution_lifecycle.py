@@ -10,6 +10,7 @@ import signal
 import pytest
 
 from harness import wait_for
+from helmhive.policy.agentjob import parse_agent_job
 from helmhive.policy.retry import decide_job_retry
 
 from .execution_harness import ExecutionRig, condition
@@ -70,7 +71,7 @@ def test_a_job_cancelled_before_it_starts_never_runs(execution: ExecutionRig) ->
     assert condition(job, "Succeeded")["reason"] == "Cancelled"
     assert "startedAt" not in job["status"]["result"]
     assert all("never sent" not in p["prompt"] for p in runner.prompts())
-    retry = decide_job_retry(job=job)
+    retry = decide_job_retry(job=parse_agent_job(job))
     assert retry is not None and not retry.retry  # a cancellation is final
 
 
@@ -80,7 +81,7 @@ def test_an_agent_crash_ends_the_job_with_agent_crashed(execution: ExecutionRig)
     job = execution.wait_finished("crashy")
     _ended(job, "AgentCrashed")
     assert "exit code 70" in condition(job, "Succeeded")["message"]
-    retry = decide_job_retry(job=job)
+    retry = decide_job_retry(job=parse_agent_job(job))
     assert retry is not None and retry.retry  # a connection test has no side effects: once more
     # The runner is fine and takes the next job.
     execution.create_job("after", runner=runner, prompt="Still there?")
@@ -105,7 +106,7 @@ def test_a_job_running_when_its_runner_died_is_interrupted(execution: ExecutionR
     job = execution.wait_finished("orphan", timeout=60)
     _ended(job, reason)  # never finished as done
     assert "restarted while the job was running" in condition(job, "Succeeded")["message"]
-    retry = decide_job_retry(job=job)
+    retry = decide_job_retry(job=parse_agent_job(job))
     assert retry is not None and retry.retry  # read-only: the operator may run it once more
     assert again.popen.poll() is None
     wait_for(lambda: not entry.exists(), timeout=30, describe="the journal entry to be removed")
@@ -120,7 +121,7 @@ def test_a_job_still_running_when_the_runner_stops_is_interrupted(execution: Exe
     job = execution.job("unlucky")
     _ended(job, "Interrupted")
     assert runner.methods().count("session/cancel") == 1
-    retry = decide_job_retry(job=job)
+    retry = decide_job_retry(job=parse_agent_job(job))
     assert retry is not None and retry.retry  # nothing was written: the operator may run it again
 
 

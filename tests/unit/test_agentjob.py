@@ -154,6 +154,25 @@ def test_parsing_never_raises_and_validates_the_typed_models_on_demand() -> None
     assert typed.status is None and typed.binding is None  # cached, still None
 
 
+def test_a_condition_is_read_whole_and_with_status_reads_the_job_as_it_would_be() -> None:
+    running = parse_agent_job(SAMPLES["running"])
+    condition = running.condition("Running")
+    assert condition is not None and condition["status"] == "True" and "lastTransitionTime" in condition
+    assert running.condition("Succeeded") is None
+    ended = running.with_status(SAMPLES["lost"]["status"])
+    assert (ended.finished, ended.lost, ended.running, ended.held_runner) == (True, True, False, None)
+    assert (ended.name, ended.uid, ended.resource_version) == (running.name, running.uid, running.resource_version)
+    assert (running.finished, running.held_runner) == (False, ("team", "r1")), "the job read is unchanged"
+    assert running.with_status({"conditions": "garbage"}).conditions == ()
+
+
+def test_refused_is_a_final_routed_false_whatever_the_assignment() -> None:
+    refused = {n for n, b in SAMPLES.items() if parse_agent_job(b).refused}
+    assert refused == {"failed-closed-at-queue", "failed-closed-at-routing"}
+    odd = body(profile=BINDING, assignment=ASSIGNMENT, conditions=[cond("Routed", "False", "ProfileNotFound")])
+    assert parse_agent_job(odd).refused and not parse_agent_job(odd).failed_closed
+
+
 # One patch per step --------------------------------------------------------------------------------
 
 

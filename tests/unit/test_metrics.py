@@ -26,6 +26,7 @@ from helmhive.controller.routing import Router, RouterSettings
 from helmhive.controller.runtime import Runtime
 from helmhive.kubeclient import Conflict
 from helmhive.metricdefs import Catalogue, MetricSpec
+from helmhive.policy.agentjob import parse_agent_job
 from helmhive.policy.routing_inputs import parse_pool, parse_runner
 from helmhive.runner import metrics as runner_metrics
 from helmhive.runner.adapters.base import CancelOrigin, TurnOutcome, TurnResult
@@ -115,23 +116,23 @@ def test_a_finished_job_is_counted_with_its_fixed_reason_and_run_time() -> None:
     before = _value("helmhive_jobs_finished_total", reason="AgentFailed", **labels)
     count = _value("helmhive_job_duration_seconds_count", **labels)
     total = _value("helmhive_job_duration_seconds_sum", **labels)
-    operator_metrics.record_job_finished(_finished_job("AgentFailed:RunnerError"))
+    operator_metrics.record_job_finished(parse_agent_job(_finished_job("AgentFailed:RunnerError")))
     assert _value("helmhive_jobs_finished_total", reason="AgentFailed", **labels) == before + 1
     assert _value("helmhive_job_duration_seconds_count", **labels) == count + 1
     assert _value("helmhive_job_duration_seconds_sum", **labels) == total + 90.0
     # A reason that is not one of ours never becomes a label value; a job that never started has no run time.
     other = _value("helmhive_jobs_finished_total", reason="Other", **labels)
-    operator_metrics.record_job_finished(_finished_job("free text: no", started=False))
+    operator_metrics.record_job_finished(parse_agent_job(_finished_job("free text: no", started=False)))
     assert _value("helmhive_jobs_finished_total", reason="Other", **labels) == other + 1
     assert _value("helmhive_job_duration_seconds_count", **labels) == count + 1
 
 
 def test_a_job_that_has_not_finished_is_not_counted() -> None:
     before = sum(s.value for m in operator_metrics.JOBS_FINISHED.collect() for s in m.samples)
-    operator_metrics.record_job_finished(_finished_job("Started", status="Unknown"))
+    operator_metrics.record_job_finished(parse_agent_job(_finished_job("Started", status="Unknown")))
     requeued = _finished_job("Completed")
     requeued["status"]["conditions"] = []
-    operator_metrics.record_job_finished(requeued)
+    operator_metrics.record_job_finished(parse_agent_job(requeued))
     assert sum(s.value for m in operator_metrics.JOBS_FINISHED.collect() for s in m.samples) == before
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from helmhive.api.common import FilesystemAccess, JobKind
 from helmhive.api.reasons import Reason
+from helmhive.policy.agentjob import parse_agent_job
 from helmhive.policy.retry import MAX_AUTOMATIC_RETRIES, decide_job_retry, decide_retry
 
 INFRASTRUCTURE = ["RunnerLost", "Interrupted", "AgentCrashed", "AgentUnresponsive"]
@@ -89,13 +90,15 @@ def _job(kind: str, reason: str | None, *, started: bool, attempts: int = 0, fs:
 
 
 def test_decide_job_retry_reads_the_job_object() -> None:
-    assert decide_job_retry(job=_job("review-probe", None, started=True)) is None  # not failed
-    lost = decide_job_retry(job=_job("review-probe", "RunnerLost", started=True))
+    assert decide_job_retry(job=parse_agent_job(_job("review-probe", None, started=True))) is None  # not failed
+    lost = decide_job_retry(job=parse_agent_job(_job("review-probe", "RunnerLost", started=True)))
     assert lost is not None and lost.retry
-    done = decide_job_retry(job=_job("review-probe", "RunnerLost", started=True, attempts=MAX_AUTOMATIC_RETRIES))
+    done = decide_job_retry(
+        job=parse_agent_job(_job("review-probe", "RunnerLost", started=True, attempts=MAX_AUTOMATIC_RETRIES))
+    )
     assert done is not None and done.reason is Reason.RETRY_LIMIT_REACHED
     # The snapshot's filesystem wins over the envelope's (a connection test never writes).
-    writes = decide_job_retry(job=_job("policy-suggestion", "AgentCrashed", started=True, fs="write"))
+    writes = decide_job_retry(job=parse_agent_job(_job("policy-suggestion", "AgentCrashed", started=True, fs="write")))
     assert writes is not None and writes.reason is Reason.MAY_HAVE_SIDE_EFFECTS
-    unknown = decide_job_retry(job=_job("no-such-kind", "RunnerLost", started=True))
+    unknown = decide_job_retry(job=parse_agent_job(_job("no-such-kind", "RunnerLost", started=True)))
     assert unknown is not None and not unknown.retry

@@ -35,7 +35,7 @@ from helmhive.api.common import JobKind
 from helmhive.api.kubeerrors import KubeError
 from helmhive.api.reasons import ConditionType, Reason
 from helmhive.metricdefs import Catalogue, serve_registry
-from helmhive.policy.conditions import find_condition
+from helmhive.policy.agentjob import AgentJob
 
 if TYPE_CHECKING:
     from helmhive.controller.jobs import JobQueue
@@ -192,22 +192,23 @@ def observe_assigned(body: Mapping[str, Any], *, job_kind: str, provider: str, n
         QUEUE_TO_ASSIGNED.labels(_job_kind_label(job_kind), provider).observe(seconds)
 
 
-def record_job_finished(body: Mapping[str, Any]) -> None:
+def record_job_finished(job: AgentJob) -> None:
     """A job this process saw holding a runner slot holds none now: count it if it finished.
 
     Called on the job's transition only (not for jobs already finished when the operator
     started), so a restart does not count a job twice. A job re-queued instead (a lost runner's
     read-only job) has not finished and is not counted.
     """
-    status = body.get("status") or {}
-    succeeded = find_condition(status.get("conditions"), ConditionType.SUCCEEDED)
-    if succeeded is None or succeeded.get("status") not in ("True", "False"):
+    if not job.finished:
         return
-    outcome = "Succeeded" if succeeded.get("status") == "True" else "Failed"
-    job_kind = _job_kind_label((body.get("spec") or {}).get("jobKind"))
-    provider = str((status.get("assignment") or {}).get("provider") or "")
+    succeeded = job.condition(ConditionType.SUCCEEDED) or {}
+    outcome = "Failed" if job.failed else "Succeeded"
+    job_kind = _job_kind_label(job.raw_spec.get("jobKind"))
+    assignment = job.raw_status.get("assignment")
+    provider = str((assignment if isinstance(assignment, Mapping) else {}).get("provider") or "")
     JOBS_FINISHED.labels(job_kind, provider, outcome, _reason_label(succeeded.get("reason"))).inc()
-    result = status.get("result") or {}
+    result = job.raw_status.get("result")
+    result = result if isinstance(result, Mapping) else {}
     started, completed = _parse_time(result.get("startedAt")), _parse_time(result.get("completedAt"))
     if started is not None and completed is not None:
         JOB_DURATION.labels(job_kind, provider, outcome).observe(max(0.0, (completed - started).total_seconds()))

@@ -59,7 +59,6 @@ from helmhive.controller.runtime import Runtime
 from helmhive.policy import agentjob
 from helmhive.policy.agentjob import (
     StatusPatch,
-    decide_held_runner,
     decide_needs_binding,
     decide_needs_routing,
     parse_agent_job,
@@ -167,25 +166,25 @@ class Router(RouterIndexes):
         key: JobKey = (str(meta.get("namespace", "")), str(meta.get("name", "")))
         if self._bound_in_memory(key, event_type, body):
             return
-        status = body.get("status") or {}
+        job = parse_agent_job(body)  # once: every question below is a property of it
         deleted = event_type == "DELETED"
-        if deleted or status.get("assignment"):
+        if deleted or job.raw_status.get("assignment"):
             self._release(key)  # the index now shows it (or it is gone)
             implementation = decide_implementation_provider(body)
             if implementation is not None:
                 self.implementations_written.pop(implementation[0], None)
-        holder = None if deleted else decide_held_runner(body)
+        holder = None if deleted else job.held_runner
         previous = self.holding.pop(key, None)
         if holder is not None:
             self.holding[key] = holder
         elif previous is not None:
-            metrics.record_job_finished(body)
+            metrics.record_job_finished(job)
             self._capacity_freed(previous)
         if deleted:
             self.audits.forget(key)
-        elif status.get("routing"):
+        elif job.raw_status.get("routing"):
             self.audits.recover(key, body)
-        if deleted or not decide_needs_routing(body):
+        if deleted or not job.needs_routing:
             self._forget_body(key)
             self._stop_waiting(key)
             return

@@ -10,6 +10,7 @@ life and the status writer table: :mod:`helmhive.policy.agentjob`, which re-expo
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -94,6 +95,17 @@ class AgentJob:
     def _condition(self, ctype: str) -> tuple[str, str] | None:
         return self.condition_status.get(ctype)
 
+    def condition(self, ctype: str) -> Mapping[str, Any] | None:
+        """The condition of type ``ctype`` as read (wire form, with its message and times), if any."""
+        return next((c for c in self.conditions if c.get("type") == ctype), None)
+
+    def with_status(self, status: Mapping[str, Any]) -> AgentJob:
+        """This job as it would read with ``status`` in place of its own (to decide on a status about to be written)."""
+        conditions = _read_conditions(status)
+        return dataclasses.replace(
+            self, raw_status=status, conditions=conditions, condition_status=_condition_status(conditions)
+        )
+
     @property
     def bound(self) -> bool:
         """``status.profile`` is written (its revision was chosen at queue time)."""
@@ -123,12 +135,17 @@ class AgentJob:
         )
 
     @property
-    def failed_closed(self) -> bool:
-        """Never assigned and refused for good: ``Routed=False`` with a reason that is not a wait."""
+    def refused(self) -> bool:
+        """``Routed=False`` with a final reason: not a wait for a reference or for capacity."""
         routed = self._condition(ConditionType.ROUTED)
-        if self.assigned or routed is None or routed[0] != "False":
+        if routed is None or routed[0] != "False":
             return False
         return routed[1] not in WAITING_REASONS and routed[1] != Reason.WAITING_FOR_CAPACITY.value
+
+    @property
+    def failed_closed(self) -> bool:
+        """Never assigned and refused for good (:attr:`refused`)."""
+        return not self.assigned and self.refused
 
     @property
     def assigned(self) -> bool:
@@ -261,7 +278,7 @@ def parse_agent_job(body: Mapping[str, Any]) -> AgentJob:
         status = {}
     if not isinstance(spec, Mapping):
         spec = {}
-    conditions = tuple(dict(c) for c in status.get("conditions") or () if isinstance(c, Mapping))
+    conditions = _read_conditions(status)
     generation = meta.get("generation")
     return AgentJob(
         namespace=str(meta.get("namespace") or ""),
@@ -274,10 +291,17 @@ def parse_agent_job(body: Mapping[str, Any]) -> AgentJob:
         raw_spec=spec,
         raw_status=status,
         conditions=conditions,
-        condition_status={
-            str(c.get("type")): (str(c.get("status") or ""), str(c.get("reason") or "")) for c in conditions
-        },
+        condition_status=_condition_status(conditions),
     )
+
+
+def _read_conditions(status: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
+    raw = status.get("conditions")
+    return tuple(dict(c) for c in raw if isinstance(c, Mapping)) if isinstance(raw, list | tuple) else ()
+
+
+def _condition_status(conditions: tuple[dict[str, Any], ...]) -> dict[str, tuple[str, str]]:
+    return {str(c.get("type")): (str(c.get("status") or ""), str(c.get("reason") or "")) for c in conditions}
 
 
 def decide_held_runner(body: Mapping[str, Any]) -> RunnerKey | None:

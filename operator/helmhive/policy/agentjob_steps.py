@@ -211,7 +211,7 @@ def _with_verdict(conditions: list[dict[str, Any]], message: str, why: str) -> l
 def close(job: AgentJob, *, why_not_rerun: str) -> StatusPatch:
     """Its runner ended it with an infrastructure reason and it is not run again: the verdict is added to
     the ``Succeeded`` and ``Ready`` messages (status, reason and times stay the runner's)."""
-    succeeded = next((c for c in job.conditions if c.get("type") == ConditionType.SUCCEEDED), {})
+    succeeded = job.condition(ConditionType.SUCCEEDED) or {}
     message = str(succeeded.get("message") or "")
     conditions = _with_verdict([dict(c) for c in job.conditions], message, why_not_rerun)
     return StatusPatch(step=Step.CLOSE, status={"conditions": conditions})
@@ -274,7 +274,7 @@ def decide_lost(
         "conditions": _lost_conditions(job, message=message, now=now),
         "result": {**(job.raw_status.get("result") or {}), **_lost_result(job, now)},
     }
-    decision = decide_job_retry(job={"spec": job.raw_spec, "status": ended_status})
+    decision = decide_job_retry(job=job.with_status(ended_status))
     if decision is not None and decision.retry and lost_since is not None and window is not None:
         what = "its runner last renewed its Lease"
         decision = decide_retry_window(lost_since, now=now, window=window, what=what) or decision

@@ -21,9 +21,8 @@ from pydantic import ValidationError
 from helmhive.api.change import CriterionVerdict, Finding, PlanStatus, PlanStep, ReviewStatus, ReviewVerdict
 from helmhive.api.common import JobKind
 from helmhive.api.governed import ChangeStage, CheckEvidence, PatchRef
-from helmhive.api.reasons import ConditionType, Reason
+from helmhive.api.reasons import ConditionType
 from helmhive.policy.agentjob import parse_agent_job
-from helmhive.policy.conditions import find_condition
 from helmhive.policy.failed_jobs import decide_pending_requeue
 
 __all__ = [
@@ -49,12 +48,6 @@ STAGE_KINDS: Mapping[ChangeStage, JobKind] = {
 }
 _SUFFIX = {ChangeStage.PLANNING: "plan", ChangeStage.IMPLEMENTATION: "impl", ChangeStage.REVIEW: "review"}
 _MAX_BASE = 180
-
-
-_STILL_QUEUED = frozenset(
-    {Reason.WAITING_FOR_CAPACITY.value, Reason.WAITING_FOR_WORKSPACE.value, Reason.WAITING_FOR_PROFILE.value}
-)
-"""``Routed=False`` reasons that are not final: the job still waits (for capacity, or a reference to appear)."""
 
 
 class JobState(enum.StrEnum):
@@ -101,29 +94,30 @@ def build_label_value(name: str) -> str:
 
 def view_stage_job(body: Mapping[str, Any]) -> StageJob | None:
     """Parse one AgentJob the Change owns; None when it carries no usable change reference."""
-    meta = body.get("metadata") or {}
-    spec = body.get("spec") or {}
-    status = body.get("status") or {}
-    ref = spec.get("change") or {}
+    job = parse_agent_job(body)
+    ref = job.raw_spec.get("change")
+    if not isinstance(ref, Mapping):
+        return None
     try:
         stage = ChangeStage(str(ref.get("stage")))
         iteration = int(ref.get("iteration") or 1)
     except (TypeError, ValueError):
         return None
-    conditions = status.get("conditions")
-    succeeded = find_condition(conditions, ConditionType.SUCCEEDED)
-    routed = find_condition(conditions, ConditionType.ROUTED)
-    state, reason, message = JobState.RUNNING, "", ""
-    if succeeded is not None and succeeded.get("status") == "True":
-        state, reason, message = JobState.SUCCEEDED, str(succeeded.get("reason")), str(succeeded.get("message") or "")
-    elif succeeded is not None and succeeded.get("status") == "False":
-        reason, message = str(succeeded.get("reason")), str(succeeded.get("message") or "")
+    state, ending = JobState.RUNNING, None
+    if job.finished:
+        ending = job.condition(ConditionType.SUCCEEDED)
         # The operator re-queues an infrastructure failure it may re-run: the Change waits for that run.
-        state = JobState.RUNNING if decide_pending_requeue(parse_agent_job(body)) else JobState.FAILED
-    elif routed is not None and routed.get("status") == "False" and routed.get("reason") not in _STILL_QUEUED:
-        state, reason, message = JobState.FAILED, str(routed.get("reason")), str(routed.get("message") or "")
-    assignment = status.get("assignment") or {}
-    result = status.get("result") or {}
+        if not job.failed:
+            state = JobState.SUCCEEDED
+        elif not decide_pending_requeue(job):
+            state = JobState.FAILED
+    elif job.refused:
+        state, ending = JobState.FAILED, job.condition(ConditionType.ROUTED)
+    reason, message = (str(ending.get("reason")), str(ending.get("message") or "")) if ending else ("", "")
+    assignment = job.raw_status.get("assignment")
+    assignment = assignment if isinstance(assignment, Mapping) else {}
+    result = job.raw_status.get("result")
+    result = result if isinstance(result, Mapping) else {}
     patch: PatchRef | None = None
     checks: tuple[CheckEvidence, ...] = ()
     try:
@@ -133,7 +127,7 @@ def view_stage_job(body: Mapping[str, Any]) -> StageJob | None:
         patch, checks = None, ()
     output = result.get("output")
     return StageJob(
-        name=str(meta.get("name") or ""),
+        name=job.name,
         stage=stage,
         iteration=iteration,
         state=state,

@@ -70,7 +70,7 @@ def _undecided_failure(job: AgentJob) -> tuple[Reason, str] | None:
     """The retryable reason and message of a job that ended failed and has no verdict yet."""
     if job.deleting or not job.failed:
         return None
-    succeeded = next((c for c in job.conditions if c.get("type") == ConditionType.SUCCEEDED), {})
+    succeeded = job.condition(ConditionType.SUCCEEDED) or {}
     base = str(succeeded.get("reason") or "").split(":", 1)[0]
     message = str(succeeded.get("message") or "")
     if base not in _RETRYABLE or NOT_RERUN in message:
@@ -94,7 +94,7 @@ def failed_at(job: AgentJob) -> dt.datetime | None:
     completed = _parse_time(result.get("completedAt")) if isinstance(result, Mapping) else None
     if completed is not None:
         return completed
-    succeeded = next((c for c in job.conditions if c.get("type") == ConditionType.SUCCEEDED), {})
+    succeeded = job.condition(ConditionType.SUCCEEDED) or {}
     return _parse_time(succeeded.get("lastTransitionTime"))
 
 
@@ -117,7 +117,7 @@ def _outside_window(job: AgentJob, *, now: dt.datetime, window: dt.timedelta) ->
 def _decide(job: AgentJob) -> RetryDecision | None:
     if job.cancel:
         return RetryDecision(retry=False, reason=Reason.NOT_RETRYABLE, message="spec.cancel is set")
-    return decide_job_retry(job={"spec": job.raw_spec, "status": job.raw_status})
+    return decide_job_retry(job=job)
 
 
 def decide_pending_requeue(job: AgentJob) -> bool:

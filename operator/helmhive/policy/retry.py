@@ -13,7 +13,8 @@ The rule (``docs/execution.md``):
 * Any other job -- read-only, or one that never started -- may be re-run **once**
   (``status.attempts`` counts the re-runs already made).
 
-The operator calls :func:`decide_job_retry` with the job object when it sees a job fail; the
+The operator calls :func:`decide_job_retry` with the job, read once by
+:func:`helmhive.policy.agentjob.parse_agent_job`, when it sees a job fail; the
 runner never re-runs anything on its own.
 """
 
@@ -22,11 +23,10 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from helmhive.api.common import FilesystemAccess, JobKind
 from helmhive.api.reasons import ConditionType, Reason
-from helmhive.policy.conditions import find_condition
+from helmhive.policy.agentjob_state import AgentJob
 from helmhive.policy.envelopes import ENVELOPES, is_implementation
 
 __all__ = [
@@ -136,34 +136,34 @@ def decide_retry(
     )
 
 
-def decide_job_retry(*, job: Mapping[str, Any]) -> RetryDecision | None:
-    """:func:`decide_retry` for an AgentJob object; None while the job has not failed.
+def decide_job_retry(*, job: AgentJob) -> RetryDecision | None:
+    """:func:`decide_retry` for an AgentJob; None while the job has not failed.
 
     The filesystem access is the bound profile snapshot's; without a snapshot, the envelope's.
     """
-    spec = job.get("spec") or {}
-    status = job.get("status") or {}
-    succeeded = find_condition(status.get("conditions"), ConditionType.SUCCEEDED)
-    if succeeded is None or succeeded.get("status") != "False":
+    if not job.failed:
         return None
     try:
-        kind = JobKind(str(spec.get("jobKind")))
+        kind = JobKind(str(job.raw_spec.get("jobKind")))
     except ValueError:
         return RetryDecision(retry=False, reason=Reason.NOT_RETRYABLE, message="the job kind is unknown")
-    snapshot = (status.get("profile") or {}).get("snapshot") or {}
+    profile = job.raw_status.get("profile")
+    snapshot = profile.get("snapshot") if isinstance(profile, Mapping) else None
+    declared = snapshot.get("filesystem") if isinstance(snapshot, Mapping) else None
     try:
-        filesystem = FilesystemAccess(snapshot.get("filesystem") or ENVELOPES[kind].filesystem)
+        filesystem = FilesystemAccess(declared or ENVELOPES[kind].filesystem)
     except ValueError:
         filesystem = FilesystemAccess.WRITE  # unknown: assume the worst
-    result = status.get("result") or {}
+    raw_attempts = job.raw_status.get("attempts")
     try:
-        attempts = int(status.get("attempts") or 0)
+        attempts = int(raw_attempts or 0)
     except (TypeError, ValueError):
-        attempts = MAX_AUTOMATIC_RETRIES
+        attempts = MAX_AUTOMATIC_RETRIES  # unreadable: spend no re-run on it
+    succeeded = job.condition(ConditionType.SUCCEEDED) or {}
     return decide_retry(
         job_kind=kind,
         filesystem=filesystem,
         failure_reason=str(succeeded.get("reason") or ""),
-        started=bool(result.get("startedAt")),
+        started=job.started,
         attempts=attempts,
     )

@@ -41,8 +41,8 @@ from typing import Any
 from helmhive.api.audit import MAX_DECISIONS, AuditAction, AuditDecision, AuditObject, AuditState
 from helmhive.api.kinds import API_VERSION
 from helmhive.api.reasons import ConditionType, Reason
+from helmhive.policy.agentjob_state import AgentJob, parse_agent_job
 from helmhive.policy.audit import LABEL_ACTION, build_audit_record, check_audit_details
-from helmhive.policy.conditions import find_condition
 
 __all__ = [
     "HOUR_LABEL",
@@ -118,23 +118,24 @@ def _entry(
     ).to_wire()
 
 
-def build_routing_decisions(*, job: Mapping[str, Any], now: dt.datetime) -> list[dict[str, Any]]:
-    """The decision entries for ``job`` as its status now stands (none while it waits)."""
-    meta = job.get("metadata") or {}
-    status = job.get("status") or {}
-    name, uid = str(meta.get("name", "")), str(meta.get("uid", ""))
-    ref = AuditObject(api_version=API_VERSION, kind="AgentJob", namespace=meta.get("namespace"), name=name, uid=uid)
-    routed = find_condition(status.get("conditions"), ConditionType.ROUTED) or {}
+def build_routing_decisions(*, job: Mapping[str, Any] | AgentJob, now: dt.datetime) -> list[dict[str, Any]]:
+    """The decision entries for ``job`` (an object, or one read by ``parse_agent_job``) as its status
+    now stands (none while it waits)."""
+    state = job if isinstance(job, AgentJob) else parse_agent_job(job)
+    status = state.raw_status
+    name, uid = state.name, state.uid
+    ref = AuditObject(api_version=API_VERSION, kind="AgentJob", namespace=state.namespace or None, name=name, uid=uid)
+    routed = state.condition(ConditionType.ROUTED) or {}
     message = str(routed.get("message") or "")
     routing = status.get("routing") or {}
     when = _decided_at(routing, now)
     assignment = status.get("assignment")
-    attempt = int(status.get("attempts") or 0)
+    attempt = state.attempts
     if assignment:
         memory_ids = [str(m) for m in assignment.get("memoryIds") or []]
         details = {
             "runner": str(assignment.get("runner", "")),
-            "runnerNamespace": str(assignment.get("runnerNamespace") or meta.get("namespace") or ""),
+            "runnerNamespace": str(assignment.get("runnerNamespace") or state.namespace),
             "pool": str(assignment.get("pool", "")),
             "provider": str(assignment.get("provider", "")),
             "model": str(assignment.get("model", "")),
@@ -171,7 +172,7 @@ def build_routing_decisions(*, job: Mapping[str, Any], now: dt.datetime) -> list
                     ),
                     details={
                         "memoryIds": ",".join(memory_ids)[:512],
-                        "workspace": str((job.get("spec") or {}).get("workspace", "")),
+                        "workspace": str(state.raw_spec.get("workspace", "")),
                     },
                     ref=ref,
                     attempt=attempt,
