@@ -164,6 +164,8 @@ def test_a_condition_is_read_whole_and_with_status_reads_the_job_as_it_would_be(
     assert (ended.name, ended.uid, ended.resource_version) == (running.name, running.uid, running.resource_version)
     assert (running.finished, running.held_runner) == (False, ("team", "r1")), "the job read is unchanged"
     assert running.with_status({"conditions": "garbage"}).conditions == ()
+    assert running.status_part("assignment")["runner"] == "r1"
+    assert running.with_status({"result": "garbage"}).status_part("result") == {}
 
 
 def test_refused_is_a_final_routed_false_whatever_the_assignment() -> None:

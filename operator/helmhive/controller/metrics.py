@@ -204,11 +204,9 @@ def record_job_finished(job: AgentJob) -> None:
     succeeded = job.condition(ConditionType.SUCCEEDED) or {}
     outcome = "Failed" if job.failed else "Succeeded"
     job_kind = _job_kind_label(job.raw_spec.get("jobKind"))
-    assignment = job.raw_status.get("assignment")
-    provider = str((assignment if isinstance(assignment, Mapping) else {}).get("provider") or "")
+    provider = str(job.status_part("assignment").get("provider") or "")
     JOBS_FINISHED.labels(job_kind, provider, outcome, _reason_label(succeeded.get("reason"))).inc()
-    result = job.raw_status.get("result")
-    result = result if isinstance(result, Mapping) else {}
+    result = job.status_part("result")
     started, completed = _parse_time(result.get("startedAt")), _parse_time(result.get("completedAt"))
     if started is not None and completed is not None:
         JOB_DURATION.labels(job_kind, provider, outcome).observe(max(0.0, (completed - started).total_seconds()))

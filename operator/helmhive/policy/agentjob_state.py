@@ -99,6 +99,11 @@ class AgentJob:
         """The condition of type ``ctype`` as read (wire form, with its message and times), if any."""
         return next((c for c in self.conditions if c.get("type") == ctype), None)
 
+    def status_part(self, field: str) -> Mapping[str, Any]:
+        """``status.<field>`` when it is an object (``assignment``, ``result``, ``profile``…), else empty."""
+        part = self.raw_status.get(field)
+        return part if isinstance(part, Mapping) else {}
+
     def with_status(self, status: Mapping[str, Any]) -> AgentJob:
         """This job as it would read with ``status`` in place of its own (to decide on a status about to be written)."""
         conditions = _read_conditions(status)

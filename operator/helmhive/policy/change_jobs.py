@@ -114,10 +114,7 @@ def view_stage_job(body: Mapping[str, Any]) -> StageJob | None:
     elif job.refused:
         state, ending = JobState.FAILED, job.condition(ConditionType.ROUTED)
     reason, message = (str(ending.get("reason")), str(ending.get("message") or "")) if ending else ("", "")
-    assignment = job.raw_status.get("assignment")
-    assignment = assignment if isinstance(assignment, Mapping) else {}
-    result = job.raw_status.get("result")
-    result = result if isinstance(result, Mapping) else {}
+    assignment, result = job.status_part("assignment"), job.status_part("result")
     patch: PatchRef | None = None
     checks: tuple[CheckEvidence, ...] = ()
     try:

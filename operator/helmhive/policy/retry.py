@@ -147,8 +147,7 @@ def decide_job_retry(*, job: AgentJob) -> RetryDecision | None:
         kind = JobKind(str(job.raw_spec.get("jobKind")))
     except ValueError:
         return RetryDecision(retry=False, reason=Reason.NOT_RETRYABLE, message="the job kind is unknown")
-    profile = job.raw_status.get("profile")
-    snapshot = profile.get("snapshot") if isinstance(profile, Mapping) else None
+    snapshot = job.status_part("profile").get("snapshot")
     declared = snapshot.get("filesystem") if isinstance(snapshot, Mapping) else None
     try:
         filesystem = FilesystemAccess(declared or ENVELOPES[kind].filesystem)
