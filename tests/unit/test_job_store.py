@@ -56,6 +56,7 @@ def test_an_assigned_unfinished_job_is_held_on_its_runner_until_it_finishes() ->
     store.observe("MODIFIED", job("a", 12, runner="r1", finished=True))
     assert held(store) == set()
     assert dict(store.jobs_by_runner) == {}  # no empty sets left behind
+    assert dict(store.counts_by_runner) == {}  # nor zero counts
 
 
 def test_a_job_moved_to_another_runner_is_counted_on_the_new_one_only() -> None:
@@ -199,6 +200,7 @@ def test_any_interleaving_of_the_list_and_the_events_ends_in_the_newest_state(se
         if event_type != "DELETED" and runner is not None:
             expected.setdefault(runner, set()).add(("team", name))
     assert {r: set(jobs) for r, jobs in store.jobs_by_runner.items()} == expected
+    assert dict(store.counts_by_runner) == {r: len(jobs) for r, jobs in expected.items()}
     assert len(store) == sum(1 for steps in histories.values() if steps[-1][0] != "DELETED")
 
 

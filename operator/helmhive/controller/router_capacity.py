@@ -54,6 +54,8 @@ class Capacity(WorkQueue):
         self.monotonic = monotonic
         self.jobs_by_runner: Mapping[Any, Collection[JobKey]] = {}
         """Jobs by the runner they hold a slot on: the AgentJob store's view (set by the router)."""
+        self.runner_counts: Mapping[RunnerKey, int] = {}
+        """The length of each ``jobs_by_runner`` set, kept by the same store (set by the router)."""
         self.pending: dict[JobKey, RunnerKey] = {}
         self.pending_by_runner: dict[RunnerKey, set[JobKey]] = {}
         self.waiting: dict[JobKey, _Waiting] = {}
@@ -127,10 +129,11 @@ class Capacity(WorkQueue):
         """:meth:`active_jobs` of every runner that holds a job or a reservation, in one pass.
 
         For a decision, which reads only its own runners' counts (a count of a runner it does not
-        see changes nothing): one dict comprehension over the store instead of a loop per runner.
+        see changes nothing): a copy of the store's counts, in one C call, with this process's
+        reservations added, instead of a loop per runner.
         """
+        counts = dict(self.runner_counts)
         by_runner = self.jobs_by_runner
-        counts = {runner: len(jobs) for runner, jobs in by_runner.items()}
         for runner, pending in self.pending_by_runner.items():
             indexed = by_runner.get(runner, ())
             extra = sum(1 for key in pending if key not in indexed)  # a reservation the store shows counts once

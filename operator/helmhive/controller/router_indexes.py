@@ -37,6 +37,7 @@ class RouterIndexes(Capacity):
         super().__init__(monotonic=monotonic)
         self.job_store = job_store
         self.jobs_by_runner = job_store.jobs_by_runner
+        self.runner_counts = job_store.counts_by_runner
         # Empty until Kopf hands the indexes over.
         self.runners: Mapping[Any, Iterable[RunnerFacts]] = {}
         self.pools: Mapping[Any, Iterable[PoolServing]] = {}

@@ -123,6 +123,8 @@ class JobStore:
     def __init__(self) -> None:
         self._facts: dict[JobKey, JobFacts] = {}
         self._by_runner: dict[RunnerKey, set[JobKey]] = {}
+        self._counts: dict[RunnerKey, int] = {}
+        """len() of each ``_by_runner`` set, kept with it: every decision copies it in one C call."""
         self._implementations: dict[ImplementationKey, dict[JobKey, str]] = {}
         self._bindings: dict[tuple[str, str], dict[JobKey, str]] = {}
         """(namespace, profile) -> unfinished job -> the revision it is bound to."""
@@ -141,6 +143,11 @@ class JobStore:
     def jobs_by_runner(self) -> Mapping[RunnerKey, set[JobKey]]:
         """Runner -> the jobs holding a slot on it (a live view; do not modify)."""
         return self._by_runner
+
+    @property
+    def counts_by_runner(self) -> Mapping[RunnerKey, int]:
+        """Runner -> how many jobs hold a slot on it, never 0 (a live view; do not modify)."""
+        return self._counts
 
     def held_on(self, runner: RunnerKey) -> set[JobKey]:
         return self._by_runner.get(runner) or set()
@@ -197,7 +204,9 @@ class JobStore:
         self._drop(key)
         self._facts[key] = facts
         if facts.runner is not None:
-            self._by_runner.setdefault(facts.runner, set()).add(key)
+            jobs = self._by_runner.setdefault(facts.runner, set())
+            jobs.add(key)
+            self._counts[facts.runner] = len(jobs)
         if facts.implementation is not None:
             change, provider = facts.implementation
             self._implementations.setdefault(change, {})[key] = provider
@@ -214,8 +223,11 @@ class JobStore:
             jobs = self._by_runner.get(current.runner)
             if jobs is not None:
                 jobs.discard(key)
-                if not jobs:
+                if jobs:
+                    self._counts[current.runner] = len(jobs)
+                else:
                     del self._by_runner[current.runner]
+                    self._counts.pop(current.runner, None)
         if current.implementation is not None:
             change = current.implementation[0]
             providers = self._implementations.get(change)
