@@ -39,7 +39,6 @@ builders (:mod:`~helmhive.policy.routing_status`).
 from __future__ import annotations
 
 import datetime as dt
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 from helmhive.api.job import ProfileBinding
@@ -140,44 +139,53 @@ def decide_route(
         else build_static_checks(runners, requirement)
     )
 
-    # One result per runner key (the input order does not matter: every ordering below ends on
-    # the runner's namespace and name). Only free concurrency is checked here; the rest is static.
-    results: dict[RunnerKey, _Result] = {}
-    eligible: defaultdict[int, list[RunnerView]] = defaultdict(list)
+    # The passing runners in table order (see StaticChecks): a free one's first allowed position is
+    # its smallest, so the first free runner holds the winning position, and among the free runners
+    # at that position the first of least load is the winner when no session binding counts
+    # (namespace and name break ties, and the list is already in that order). Only free
+    # concurrency is checked here; the rest is static.
+    free_rows: list[_Result] = []
+    full_rows: list[_Result] = []
+    contenders: list[RunnerView] = []  # the free runners at the winning position
     blocked: set[RunnerKey] = set()
     active = active_jobs.get
-    for entry in checks.entries:
-        if len(entry) == 8:  # rejected before any option: a fixed result
-            results[entry[2], entry[3]] = entry
-            continue
-        key, runner, positions, free, full = entry
-        if not positions:  # no option's model: its closest result
-            results[key] = free
-            continue
-        if active(key, 0) < runner.concurrency:
-            for position in positions:
-                eligible[position].append(runner)
-            results[key] = free
+    position = -1
+    least: RunnerView | None = None
+    least_load = 2.0  # above any free runner's load (active < concurrency)
+    for key, runner, positions, free, full in checks.passing:
+        concurrency = runner.concurrency
+        busy = active(key, 0)
+        if busy < concurrency:
+            free_rows.append(free)
+            if position < 0:
+                position = positions[0]
+            if positions[0] == position:
+                contenders.append(runner)
+                load = busy / concurrency
+                if load < least_load:
+                    least, least_load = runner, load
         else:
-            if runner.concurrency > 0:
+            if concurrency > 0:
                 blocked.add(key)
-            results[key] = full
+            full_rows.append(full)
     held = checks.held
 
-    if eligible:
+    if contenders:
         return _assigned(
             job=job,
             binding=binding,
-            options=options,
-            eligible=eligible,
-            results=results,
+            option=options[position],
+            contenders=contenders,
+            least=least,
+            others=(free_rows, full_rows, checks.fixed),
             active_jobs=active_jobs,
             bindings=bindings,
             avoid_provider=avoid_provider,
             policy=policy,
             considered=considered,
         )
-    table = _table(results.values(), policy)
+    results = [*full_rows, *checks.fixed]  # no runner is free
+    table = _table(results, policy)
     if held and not blocked:
         return _wait_for_held(
             binding=binding,
@@ -221,7 +229,7 @@ def decide_route(
         job=job,
         binding=binding,
         options=options,
-        results=list(results.values()),
+        results=results,
         table=table,
         considered_runners=considered,
         avoided_provider=avoid_provider,

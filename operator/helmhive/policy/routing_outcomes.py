@@ -6,7 +6,7 @@ Called by :func:`helmhive.policy.routing.decide_route` once every runner is chec
 from __future__ import annotations
 
 import datetime as dt
-import heapq
+import itertools
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
@@ -49,17 +49,22 @@ def _assigned(
     *,
     job: RoutingJob,
     binding: ProfileBinding,
-    options: Sequence[RouteOption],
-    eligible: Mapping[int, list[RunnerView]],
-    results: dict[RunnerKey, _Result],
+    option: RouteOption,
+    contenders: Sequence[RunnerView],
+    least: RunnerView | None,
+    others: tuple[Sequence[_Result], Sequence[_Result], Sequence[_Result]],
     active_jobs: Mapping[RunnerKey, int],
     bindings: Sequence[SessionBindingView],
     avoid_provider: str | None,
     policy: RoutingPolicy,
     considered: int,
 ) -> RoutingDecision:
-    position = min(eligible)
-    option = options[position]
+    """The assigned decision: ``option`` wins, run by one of ``contenders`` (its free runners).
+
+    ``least`` is the first contender of least load (in namespace, name order): the winner unless
+    a contender holds the job's session binding. ``others`` is every runner's row in table order
+    (the free rows, the full rows, the fixed rows), the winner's free row among them.
+    """
     profile = binding.snapshot
     resumable = profile.session.policy in (SessionPolicy.RESUME, SessionPolicy.FORK) and not is_governed(
         job.spec.job_kind
@@ -81,18 +86,15 @@ def _assigned(
         holds = (runner.namespace, runner.name, runner.provider, runner.credential_generation) in held
         return (0 if holds else 1, _load(runner, active_jobs.get(runner.key, 0)), runner.namespace, runner.name)
 
-    runners = eligible[position]
     if held:
         # Ranks are unique per runner key, so min() over the tuples never compares two runners.
-        win_rank, winner = min(((rank(r), r) for r in runners), key=_first)
+        win_rank, winner = min(((rank(r), r) for r in contenders), key=_first)
     else:
-        # No runner holds a binding: every rank is (1, load, namespace, name), compared in C
-        # without a call per runner. An eligible runner has a free slot, so concurrency > 0.
-        get = active_jobs.get
-        load, namespace, name, index = min(
-            [(get(r.key, 0) / r.concurrency, r.namespace, r.name, i) for i, r in enumerate(runners)]
-        )
-        winner, win_rank = runners[index], (1, load, namespace, name)
+        # No runner holds a binding: every rank is (1, load, namespace, name), and the caller
+        # found the least one while checking loads.
+        assert least is not None  # contenders is not empty
+        winner = least
+        win_rank = rank(winner)
     model = option.model if option.model is not None else winner.default_model
     assert model is not None  # eligibility checked the runner's default
     choice = RouteChoice(
@@ -116,9 +118,14 @@ def _assigned(
             (_SELECTED, option.position, winner.namespace, winner.name, _SELECTED_REASON, option, model, winner)
         )
         winner_key = winner.key
-        others = (result for key, result in results.items() if key != winner_key)
-        for result in heapq.nsmallest(limit - 1, others):
+        wanted = limit - 1
+        for result in itertools.chain.from_iterable(others):
+            if not wanted:
+                break
             closeness, at, namespace, name, _, chosen, chosen_model, runner = result
+            if runner.key == winner_key and closeness == _ELIGIBLE:
+                continue
+            wanted -= 1
             if closeness == _ELIGIBLE and chosen is not None:
                 why = _why_not_preferred(chosen, option, rank(runner), win_rank, avoid_provider)
                 rows.append((_ELIGIBLE, at, namespace, name, why, chosen, chosen_model, runner))

@@ -41,19 +41,27 @@ Requirement = tuple[tuple[RouteOption, ...], tuple[str, ...], tuple[tuple[str, s
 """(the job's options in order, its required capabilities in order, its required labels sorted)."""
 
 Passing = tuple[RunnerKey, RunnerView, tuple[int, ...], _Result, _Result]
-"""A runner that passes every runner-level check: (key, view, the positions of the options its
-models allow, in order; then its table row with a free slot and its row without one, built once
-here since only the load decides between them). When no option is allowed: no positions, and its
-closest result twice."""
+"""A runner that passes every runner-level check and whose models allow an option: (key, view,
+the positions of the options its models allow, ascending; then its table row with a free slot
+and its row without one, built once here since only the load decides between them)."""
 
 
 class StaticChecks:
-    """Per runner, in input order: a fixed rejection (``_Result``) or what its models allow (``Passing``)."""
+    """Every runner's load-independent check for one requirement, each list in table order.
 
-    __slots__ = ("entries", "held")
+    ``passing``: the runners that pass every runner-level check and whose models allow at least
+    one option, ordered by (first allowed position, namespace, name), which is the table's order
+    both of their free rows and of their full rows. ``fixed``: every other runner's row (a
+    rejection, or the closest model it lacks), sorted. Rows compare first on their rank, and
+    free < full < fixed ranks, so a decision reads its candidate table off these lists in order
+    instead of sorting every runner's row. A runner key given twice counts once (the last view).
+    """
 
-    def __init__(self, entries: list[_Result | Passing], held: frozenset[RunnerKey]) -> None:
-        self.entries = entries
+    __slots__ = ("fixed", "held", "passing")
+
+    def __init__(self, passing: list[Passing], fixed: list[_Result], held: frozenset[RunnerKey]) -> None:
+        self.passing = passing
+        self.fixed = fixed
         self.held = held
         """Runners rejected only because the operator holds them (``HeartbeatHeld``)."""
 
@@ -67,10 +75,11 @@ def build_static_checks(runners: Sequence[RunnerView], requirement: Requirement)
         by_provider.setdefault(option.provider, []).append(option)
     required = frozenset(capabilities)
     required_labels = frozenset(labels)
-    entries: list[_Result | Passing] = []
+    entries: dict[RunnerKey, _Result | Passing] = {}  # by key: a key given twice counts once
     held: set[RunnerKey] = set()
     for runner in runners:
         key = runner.key
+        held.discard(key)  # a key given twice: its last view decides
         if (
             runner.schedulable
             and runner.serves_namespace
@@ -84,7 +93,7 @@ def build_static_checks(runners: Sequence[RunnerView], requirement: Requirement)
                 runner, providers=providers, capabilities=capabilities, required=required, labels=list(labels)
             )
         if failed is not None:
-            entries.append((failed[0], _NO_POSITION, runner.namespace, runner.name, failed[1], None, None, runner))
+            entries[key] = (failed[0], _NO_POSITION, runner.namespace, runner.name, failed[1], None, None, runner)
             if runner.schedulable_reason == _HEARTBEAT_HELD:
                 held.add(key)  # maybe alive: the operator only lost sight of it (policy.runners)
             continue
@@ -105,13 +114,33 @@ def build_static_checks(runners: Sequence[RunnerView], requirement: Requirement)
                 closest = (_MODEL, option.position, runner.namespace, runner.name, reason, option, None, runner)
         if not allowed:
             assert closest is not None  # each option of the runner's provider was allowed or set it
-            entries.append((key, runner, (), closest, closest))
+            entries[key] = closest
             continue
         first, model = allowed[0]
         free = (_ELIGIBLE, first.position, runner.namespace, runner.name, "", first, model, runner)
         full = (_CAPACITY, first.position, runner.namespace, runner.name, _NO_FREE_CONCURRENCY, first, model, runner)
-        entries.append((key, runner, tuple(option.position for option, _ in allowed), free, full))
-    return StaticChecks(entries, frozenset(held))
+        entries[key] = (key, runner, tuple(option.position for option, _ in allowed), free, full)
+    passing: list[Passing] = []
+    fixed: list[_Result] = []
+    for entry in entries.values():
+        if len(entry) == 5:
+            passing.append(entry)
+        else:
+            fixed.append(entry)
+    passing.sort(key=_table_order)
+    fixed.sort(key=_row_order)
+    return StaticChecks(passing, fixed, frozenset(held))
+
+
+def _table_order(entry: Passing) -> tuple[int, str, str]:
+    """A passing runner's place in the table: (first allowed position, namespace, name) of its rows."""
+    free = entry[3]
+    return free[1], free[2], free[3]
+
+
+def _row_order(row: _Result) -> tuple[int, int, str, str]:
+    """(rank, position, namespace, name): unique per runner, so later fields are never compared."""
+    return row[0], row[1], row[2], row[3]
 
 
 class RunnerSet(Sequence[RunnerView]):
