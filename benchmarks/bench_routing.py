@@ -1303,6 +1303,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.apiserver_profile:
         args.apiserver_profile.mkdir(parents=True, exist_ok=True)
+    if args.profile and not (Path(sys.executable).parent / "py-spy").exists():
+        parser.error("--profile needs py-spy in this environment (make venv installs it with the dev extras)")
     if args.decide_only:
         print_decide_times()
         return
