@@ -54,3 +54,39 @@ def test_the_set_remembers_checks_per_requirement_and_a_new_fleet_starts_afresh(
         job=job(), binding=binding(mapping("anthropic", "m9")), runners=changed, active_jobs={}, now=NOW
     )
     assert found.choice is not None and found.choice.runner == "r3"
+
+
+def test_table_rows_are_built_once_and_equal_rows_built_afresh(monkeypatch: Any) -> None:
+    """A burst builds the same rows decision after decision: each is built once, and reads as built afresh."""
+    from helmhive.api.job import Candidate
+    from helmhive.policy import routing_candidates
+
+    monkeypatch.setattr(routing_candidates, "_ROWS", {})
+    runners = [runner(f"r{i}", "anthropic", models=["m1"], concurrency=2) for i in range(5)]
+    fleet = RunnerSet(runners)
+    profile = binding(mapping("anthropic", "m1"))
+    first = decide_route(job=job(), binding=profile, runners=fleet, active_jobs={}, now=NOW)
+    again = decide_route(job=job(), binding=profile, runners=fleet, active_jobs={}, now=NOW)
+    assert first == again and all(a is b for a, b in zip(first.candidates, again.candidates, strict=True))
+    for row in first.candidates:
+        assert row == Candidate.model_validate(row.to_wire())  # a valid row, equal to one built afresh
+    # Another load: some rows change reason, and each changed row is a new object with that reason.
+    busy = decide_route(job=job(), binding=profile, runners=fleet, active_jobs={runners[0].key: 2}, now=NOW)
+    by_runner = {row.runner: row for row in busy.candidates}
+    assert by_runner["r0"].reason == "NoFreeConcurrency" and by_runner["r0"] is not first.candidates[0]
+    assert busy == oracle.decide_route(job=job(), binding=profile, runners=runners,
+                                       active_jobs={runners[0].key: 2}, now=NOW)  # fmt: skip
+
+
+def test_the_row_memo_is_bounded(monkeypatch: Any) -> None:
+    from helmhive.policy import routing_candidates
+
+    memo: dict[Any, Any] = {}
+    monkeypatch.setattr(routing_candidates, "_ROWS", memo)
+    monkeypatch.setattr(routing_candidates, "_ROWS_KEPT", 4)
+    profile = binding(mapping("anthropic", "m1"))
+    for size in (3, 6, 9):
+        fleet = RunnerSet([runner(f"s{size}-{i}", "anthropic", models=["m1"]) for i in range(size)])
+        decision = decide_route(job=job(), binding=profile, runners=fleet, active_jobs={}, now=NOW)
+        assert len(decision.candidates) == size
+        assert len(memo) <= 4

@@ -158,19 +158,37 @@ def _table(rows: Iterable[_Result], policy: RoutingPolicy) -> tuple[Candidate, .
     return _candidates(heapq.nsmallest(limit, rows)) if limit > 0 else ()
 
 
+_ROWS: dict[tuple[str, str, str | None, int | None, str | None, str], Candidate] = {}
+"""Table rows already built, by their fields: a row is a value, so equal rows are one object."""
+_ROWS_KEPT = 8192  # a fleet's runners times the few reasons a row of theirs takes; cleared when full
+
+
 def _candidates(ordered: Iterable[_Result]) -> tuple[Candidate, ...]:
+    """The table's rows as :class:`Candidate` objects, shared between decisions: never modify one.
+
+    Every field comes from validated objects (the runners' parsed views, the profile's options),
+    so a row is constructed without validating it again, and only the first time it is seen: a
+    burst over one fleet builds the same rows decision after decision.
+    """
     rows = []
-    # Every field comes from validated objects (the runners' parsed views, the profile's options),
-    # so the rows are constructed without validating them again: a table is built per decision.
+    memo = _ROWS
+    key: tuple[str, str, str | None, int | None, str | None, str]
     for _, _, namespace, name, reason, option, model, runner in ordered:
-        rows.append(
-            Candidate.model_construct(
+        if option is not None:
+            key = (name, namespace, option.provider, option.mapping_index, model, reason)
+        else:
+            key = (name, namespace, runner.provider, None, None, reason)
+        row = memo.get(key)
+        if row is None:
+            if len(memo) >= _ROWS_KEPT:
+                memo.clear()
+            row = memo[key] = Candidate.model_construct(
                 runner=name,
                 namespace=namespace,
-                provider=option.provider if option else runner.provider,
-                mapping_index=option.mapping_index if option else None,
-                model=model if option else None,
+                provider=key[2],
+                mapping_index=key[3],
+                model=key[4],
                 reason=_truncate(reason, 160),
             )
-        )
+        rows.append(row)
     return tuple(rows)
