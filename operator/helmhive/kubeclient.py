@@ -78,7 +78,9 @@ class _ThrottledRefresh:
     """A configuration's refresh hook that runs at most once per ``every`` seconds of ``monotonic``.
 
     A hook that fails is not counted as a refresh: the next request runs it again. Threads may
-    race at the boundary and both run it, as every request did before.
+    race at the boundary and both run it, as every request did before. A hook that replaces
+    itself when it runs (the kubeconfig loader's does) stays throttled: its replacement is
+    called from then on.
     """
 
     def __init__(self, hook: Callable[[Any], None], *, every: float, monotonic: Callable[[], float]) -> None:
@@ -93,6 +95,12 @@ class _ThrottledRefresh:
         if last is not None and 0 <= now - last < self.every:
             return
         self.hook(configuration)
+        # The kubeconfig loader's hook installs a fresh hook of its own each time it runs: keep that
+        # one as the hook to call and this throttle in its place, or every later request runs it.
+        installed = configuration.refresh_api_key_hook
+        if installed is not None and installed is not self:
+            self.hook = installed
+            configuration.refresh_api_key_hook = self
         self.refreshed_at = now
 
 

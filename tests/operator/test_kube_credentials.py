@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from kubernetes import client
+from kubernetes import client, config
 
 from harness.identity import Identity
 from harness.kube import IdentityFactory
@@ -97,3 +97,32 @@ def test_a_refresh_that_fails_is_tried_again_on_the_next_request(
     assert _who(kube) == identity.username, "the clock did not move, yet the failed refresh was retried"
     assert _who(kube) == identity.username
     assert len(calls) == 2
+
+
+def test_the_kubeconfig_loaders_own_hook_stays_throttled_after_it_runs(
+    namespace: str, service_account_identity: IdentityFactory
+) -> None:
+    """The loader's hook installs a new hook of its own each time it runs; the throttle must stay in front.
+
+    Before this was kept, the first refresh put the loader's unthrottled hook back, and every later
+    request re-applied the whole kubeconfig (4% of the operator's samples in a routing burst).
+    """
+    identity: Identity = service_account_identity(namespace, "loaded")
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(identity.kubeconfig), client_configuration=configuration)
+    now = [100.0]
+    throttle_credential_refresh(configuration, monotonic=lambda: now[0])
+    throttled = configuration.refresh_api_key_hook
+    kube = Kube(client.ApiClient(configuration))
+
+    assert _who(kube) == identity.username
+    assert configuration.refresh_api_key_hook is throttled, "the loader's first run did not unthrottle it"
+    loader = throttled.hook  # the loader's hook of the moment: it installs a new one each time it runs
+    assert [_who(kube) for _ in range(5)] == [identity.username] * 5
+    assert throttled.hook is loader, "within the second the loader did not run again"
+
+    now[0] += 2 * CREDENTIAL_REFRESH_SECONDS
+    assert _who(kube) == identity.username
+    assert configuration.refresh_api_key_hook is throttled
+    assert throttled.hook is not loader, "past the second the loader ran once more, and its new hook was kept"
+    assert throttled.refreshed_at == now[0]
