@@ -44,6 +44,7 @@ __all__ = [
     "KubeError",
     "NotFound",
     "Unavailable",
+    "credential_refresh_due",
     "load_api_client",
     "throttle_credential_refresh",
     "translate_api_error",
@@ -89,11 +90,15 @@ class _ThrottledRefresh:
         self.monotonic = monotonic
         self.refreshed_at: float | None = None
 
-    def __call__(self, configuration: Any) -> None:
-        now = self.monotonic()
+    def due(self) -> bool:
+        """True when the next call runs the hook (so a caller on an event loop runs it in a thread)."""
         last = self.refreshed_at
-        if last is not None and 0 <= now - last < self.every:
+        return last is None or not 0 <= self.monotonic() - last < self.every
+
+    def __call__(self, configuration: Any) -> None:
+        if not self.due():
             return
+        now = self.monotonic()
         self.hook(configuration)
         # The kubeconfig loader's hook installs a fresh hook of its own each time it runs: keep that
         # one as the hook to call and this throttle in its place, or every later request runs it.
@@ -114,6 +119,15 @@ def throttle_credential_refresh(
     hook = configuration.refresh_api_key_hook
     if hook is not None and not isinstance(hook, _ThrottledRefresh):
         configuration.refresh_api_key_hook = _ThrottledRefresh(hook, every=every, monotonic=monotonic)
+
+
+def credential_refresh_due(configuration: Any) -> bool:
+    """True when reading ``configuration``'s credentials now runs its refresh hook (which may read a
+    file or start a credential plugin): an unthrottled hook always, a throttled one once its second is up."""
+    hook = configuration.refresh_api_key_hook
+    if hook is None:
+        return False
+    return hook.due() if isinstance(hook, _ThrottledRefresh) else True
 
 
 def load_api_client(kubeconfig: str | None = None, *, connections: int = API_CONNECTIONS) -> Any:

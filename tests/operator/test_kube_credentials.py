@@ -10,6 +10,7 @@ whichever token the test made current.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -70,6 +71,43 @@ def test_the_token_is_read_once_a_second_and_a_refreshed_one_is_used_after_it(
     assert _who_generated(api) == second.username
     assert _who(kube) == second.username
     assert len(reads) == 2
+
+
+def test_requests_on_the_event_loop_read_the_credentials_the_same_way(
+    namespace: str, service_account_identity: IdentityFactory
+) -> None:
+    """The door's JSON calls (sent on the event loop, :mod:`helmhive.controller.kube_http`) share the throttle."""
+    first: Identity = service_account_identity(namespace, "loop-first")
+    second: Identity = service_account_identity(namespace, "loop-second")
+    api = first.api_client()
+    current = {"token": first.token}
+    reads: list[str] = []
+
+    def refresh(configuration: Any) -> None:
+        reads.append(current["token"])
+        configuration.api_key = {"BearerToken": f"Bearer {current['token']}"}
+
+    api.configuration.refresh_api_key_hook = refresh
+    now = [100.0]
+    throttle_credential_refresh(api.configuration, monotonic=lambda: now[0])
+    kube = Kube(api)
+
+    async def who() -> str:
+        answer = await kube._json_call("POST", REVIEW, REVIEW_BODY)
+        return str(answer["status"]["userInfo"]["username"])
+
+    async def scenario() -> None:
+        assert [await who() for _ in range(5)] == [first.username] * 5
+        assert len(reads) == 1, "five requests within the second read the credentials once"
+        current["token"] = second.token
+        now[0] += CREDENTIAL_REFRESH_SECONDS / 2
+        assert await who() == first.username and len(reads) == 1
+        now[0] += CREDENTIAL_REFRESH_SECONDS
+        assert await who() == second.username, "past the second the rotated token is used"
+        assert len(reads) == 2
+        await kube.close()
+
+    asyncio.run(scenario())
 
 
 def test_a_refresh_that_fails_is_tried_again_on_the_next_request(

@@ -19,9 +19,9 @@ import logging
 import os
 import re
 import signal
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import kopf
 
@@ -250,6 +250,17 @@ class _Kopf:
         await asyncio.gather(self.task, return_exceptions=True)
 
 
+_T = TypeVar("_T")
+
+
+async def _closing(runtime: Runtime, main: Awaitable[_T]) -> _T:
+    """Run ``main``, then close the door's HTTP session on the same loop (every handler has stopped by then)."""
+    try:
+        return await main
+    finally:
+        await runtime.kube.close()
+
+
 async def _run_elected(
     *,
     full: kopf.OperatorRegistry,
@@ -351,13 +362,13 @@ def run_operator(
     _prepare_webhooks(full, webhook)
     if not leader.enabled:
         _set_leader_metric(True)
-        asyncio.run(kopf.operator(clusterwide=True, standalone=True, liveness_endpoint=liveness))
+        asyncio.run(_closing(runtime, kopf.operator(clusterwide=True, standalone=True, liveness_endpoint=liveness)))
         return
     _set_leader_metric(False)
     # Its own small connection pool: the elector never queues behind routing's API calls.
     elector = LeaderElector(leader, load_api_client(kubeconfig, connections=2), on_change=_set_leader_metric)
     standby = split_webhooks(full, keep=True)
     _register_standby(standby, runtime, webhook, elector)
-    code = asyncio.run(_run_elected(full=full, standby=standby, elector=elector, liveness=liveness))
+    code = asyncio.run(_closing(runtime, _run_elected(full=full, standby=standby, elector=elector, liveness=liveness)))
     if code:
         raise SystemExit(code)

@@ -1,13 +1,17 @@
 """The operator's plain JSON requests: custom objects (every AgentJob read and write), Events, the contact probe.
 
 Owns :class:`JsonKube`, the part of the operator's door (:class:`helmhive.controller.kube.Kube`
-extends it) that sends one JSON request on the kubernetes client's own connection pool, TLS and
+extends it) that sends one JSON request with the kubernetes client's server, TLS settings and
 credentials, without the generated API's argument validation, request building and response
 models, which cost more CPU than the request itself (issue 9: ≈ 10 ms of operator CPU per
-routed job). It imports no ``kubernetes`` module: an answer outside 2xx becomes the error tree's
-error for its status (:func:`helmhive.api.kubeerrors.build_kube_error`), and no answer at all
-becomes ``Unavailable`` (:func:`helmhive.kubeclient.translate_api_error`). Every write is
-counted in ``helmhive_api_writes_total`` by kind, verb, subresource and result.
+routed job). The requests and answers (:meth:`JsonKube.get`, ``create``, ``replace_status`` and
+the rest) are sent on the event loop (:mod:`helmhive.controller.kube_http`), unless the door was
+given an executor or the client a proxy: then each runs in a thread on the client's urllib3
+pool, as :meth:`JsonKube.request` (which the AgentJob watch and the contact probe use, each on a
+thread of its own) always does. It imports no ``kubernetes`` module: an answer outside 2xx
+becomes the error tree's error for its status (:func:`helmhive.api.kubeerrors.build_kube_error`),
+and no answer at all becomes ``Unavailable`` (:func:`helmhive.kubeclient.translate_api_error`).
+Every write is counted in ``helmhive_api_writes_total`` by kind, verb, subresource and result.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import urllib3
 
 from helmhive.api.kinds import GROUP, VERSION, KindDef
 from helmhive.api.kubeerrors import KubeError, build_kube_error
+from helmhive.controller.kube_http import LoopHttp
 from helmhive.controller.metrics import record_api_write
 from helmhive.kubeclient import NETWORK_ERRORS, translate_api_error
 from helmhive.policy.events import build_event, build_event_series_patch
@@ -48,6 +53,10 @@ class JsonKube:
         self.request_timeout = request_timeout
         self._pool: Any = None  # the API server's urllib3 connection pool, taken from the client's manager
         self._probe_thread: ThreadPoolExecutor | None = None  # the contact probe's own thread (probe_contact)
+        # JSON calls go on the event loop unless an executor was asked for or a proxy is configured.
+        self._http: LoopHttp | None = None
+        if executor is None and not api_client.configuration.proxy:
+            self._http = LoopHttp(api_client.configuration, headers=self.auth_headers, request_timeout=request_timeout)
 
     # Custom objects: one plain JSON request each ------------------------------------
     def request(
@@ -70,12 +79,7 @@ class JsonKube:
         api = self.api_client
         configuration = api.configuration
         headers = {**api.default_headers, "Accept": "application/json", **self.auth_headers()}
-        data = None
-        if body is not None:
-            headers["Content-Type"] = content_type
-            # Plain JSON (orjson: a routed job's status is ≈ 4.5 kB); anything else (a datetime, a
-            # client model) as the generated client would write it.
-            data = orjson.dumps(body, default=api.sanitize_for_serialization, option=_JSON_OPTIONS)
+        data = self._encode(body, headers, content_type)
         if timeout is None and self.request_timeout is not None:
             timeout = urllib3.Timeout(connect=self.request_timeout[0], read=self.request_timeout[1])
         manager = api.rest_client.pool_manager
@@ -104,6 +108,14 @@ class JsonKube:
             retries=retries,
         )
 
+    def _encode(self, body: Any, headers: dict[str, str], content_type: str) -> bytes | None:
+        if body is None:
+            return None
+        headers["Content-Type"] = content_type
+        # Plain JSON (orjson: a routed job's status is ≈ 4.5 kB); anything else (a datetime, a
+        # client model) as the generated client would write it.
+        return orjson.dumps(body, default=self.api_client.sanitize_for_serialization, option=_JSON_OPTIONS)
+
     def auth_headers(self) -> dict[str, str]:
         """The credential headers (a bearer token, refreshed by the client's hook: at most once a second in a
         client from :func:`~helmhive.kubeclient.load_api_client`)."""
@@ -128,6 +140,13 @@ class JsonKube:
     async def _json_call(
         self, method: str, path: str, body: Any = None, *, content_type: str = "application/json"
     ) -> dict[str, Any]:
+        if self._http is not None:
+            headers = {**self.api_client.default_headers, "Accept": "application/json"}
+            data = self._encode(body, headers, content_type)
+            status, answer, reason = await self._http.send(method, path, data, headers=headers)
+            if not 200 <= status <= 299:
+                raise build_kube_error(status, answer, reason)
+            return cast(dict[str, Any], orjson.loads(answer))
         try:
             if self.executor is None:
                 return await asyncio.to_thread(self._json, method, path, body, content_type=content_type)
@@ -249,6 +268,11 @@ class JsonKube:
         response = self.request("GET", path, timeout=timeout, retries=False)
         if not 200 <= response.status <= 299:
             raise build_kube_error(response.status, response.data, response.reason)
+
+    async def close(self) -> None:
+        """Close the event loop's HTTP session (the door still works afterwards: it opens a new one)."""
+        if self._http is not None:
+            await self._http.close()
 
     # Events -------------------------------------------------------------------------
     async def post_event(
