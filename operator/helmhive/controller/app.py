@@ -109,8 +109,8 @@ def register_handlers(runtime: Runtime, *, webhook: WebhookConfig | None = None)
     @kopf.on.startup()
     async def apply_settings(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: Any) -> None:
         configure_settings(settings)
-        # Every Kube call runs the synchronous client in a thread. Python's default pool (cores + 4)
-        # would make a burst of jobs queue on threads rather than on the API server.
+        # The generated client's calls (a pool's objects, Secrets, Leases) run in threads; the JSON
+        # calls go on the loop. Python's default pool (cores + 4) would queue a burst on threads.
         asyncio.get_running_loop().set_default_executor(
             ThreadPoolExecutor(max_workers=API_CONNECTIONS, thread_name_prefix="kube")
         )
