@@ -1,8 +1,9 @@
 """A loaded client reads its credentials at most once a second, and a refreshed token still reaches the
 API server within that second (:func:`helmhive.kubeclient.throttle_credential_refresh`).
 
-Both kinds of request share it: the operator's plain JSON requests (:meth:`Kube.request`) and the
-generated client's calls, which the runner's door makes. Two real ServiceAccount tokens; the API
+Every kind of request shares it: the operator's plain JSON requests on a thread (:meth:`Kube.request`,
+which its watch uses) and on the event loop (every other JSON call, :mod:`helmhive.controller.kube_http`),
+and the generated client's calls, which the runner's door makes. Two real ServiceAccount tokens; the API
 server itself says who each request authenticated as (a SelfSubjectReview). The refresh hook is
 the kubernetes client's own mechanism, as its kubeconfig loader installs one; here it hands out
 whichever token the test made current.
@@ -11,6 +12,7 @@ whichever token the test made current.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -38,36 +40,52 @@ def _who_generated(api: Any) -> str:
     return str(review.status.user_info.username)
 
 
+@dataclass
+class _Rotating:
+    """A client whose refresh hook hands out ``token`` (the test rotates it), read on the clock ``now``."""
+
+    api: Any
+    token: str
+    reads: list[str] = field(default_factory=list)
+    now: float = 100.0
+
+    def clock(self) -> float:
+        return self.now
+
+
+def _rotating(identity: Identity) -> _Rotating:
+    rotating = _Rotating(api=identity.api_client(), token=identity.token)
+
+    def refresh(configuration: Any) -> None:  # the client calls this on every auth_settings()
+        rotating.reads.append(rotating.token)
+        configuration.api_key = {"BearerToken": f"Bearer {rotating.token}"}
+
+    rotating.api.configuration.refresh_api_key_hook = refresh
+    return rotating
+
+
 def test_the_token_is_read_once_a_second_and_a_refreshed_one_is_used_after_it(
     namespace: str, service_account_identity: IdentityFactory
 ) -> None:
     first: Identity = service_account_identity(namespace, "first")
     second: Identity = service_account_identity(namespace, "second")
-    api = first.api_client()
-    current = {"token": first.token}
-    reads: list[str] = []
-
-    def refresh(configuration: Any) -> None:  # the client calls this on every auth_settings()
-        reads.append(current["token"])
-        configuration.api_key = {"BearerToken": f"Bearer {current['token']}"}
-
-    api.configuration.refresh_api_key_hook = refresh
-    now = [100.0]
-    throttle_credential_refresh(api.configuration, monotonic=lambda: now[0])
+    rotating = _rotating(first)
+    api, reads = rotating.api, rotating.reads
+    throttle_credential_refresh(api.configuration, monotonic=rotating.clock)
     throttled = api.configuration.refresh_api_key_hook
-    throttle_credential_refresh(api.configuration, monotonic=lambda: now[0])
+    throttle_credential_refresh(api.configuration, monotonic=rotating.clock)
     assert api.configuration.refresh_api_key_hook is throttled, "throttling twice does not wrap twice"
     kube = Kube(api)
 
     assert [_who(kube) for _ in range(5)] + [_who_generated(api) for _ in range(5)] == [first.username] * 10
     assert len(reads) == 1, "ten requests within the second, of both kinds, read the credentials once"
 
-    current["token"] = second.token  # rotated: the client still holds the first token
-    now[0] += CREDENTIAL_REFRESH_SECONDS / 2
+    rotating.token = second.token  # rotated: the client still holds the first token
+    rotating.now += CREDENTIAL_REFRESH_SECONDS / 2
     assert (_who(kube), _who_generated(api)) == (first.username, first.username)
     assert len(reads) == 1
 
-    now[0] += CREDENTIAL_REFRESH_SECONDS  # past the second: the next request reads the new token
+    rotating.now += CREDENTIAL_REFRESH_SECONDS  # past the second: the next request reads the new token
     assert _who_generated(api) == second.username
     assert _who(kube) == second.username
     assert len(reads) == 2
@@ -79,18 +97,9 @@ def test_requests_on_the_event_loop_read_the_credentials_the_same_way(
     """The door's JSON calls (sent on the event loop, :mod:`helmhive.controller.kube_http`) share the throttle."""
     first: Identity = service_account_identity(namespace, "loop-first")
     second: Identity = service_account_identity(namespace, "loop-second")
-    api = first.api_client()
-    current = {"token": first.token}
-    reads: list[str] = []
-
-    def refresh(configuration: Any) -> None:
-        reads.append(current["token"])
-        configuration.api_key = {"BearerToken": f"Bearer {current['token']}"}
-
-    api.configuration.refresh_api_key_hook = refresh
-    now = [100.0]
-    throttle_credential_refresh(api.configuration, monotonic=lambda: now[0])
-    kube = Kube(api)
+    rotating = _rotating(first)
+    throttle_credential_refresh(rotating.api.configuration, monotonic=rotating.clock)
+    kube = Kube(rotating.api)
 
     async def who() -> str:
         answer = await kube._json_call("POST", REVIEW, REVIEW_BODY)
@@ -98,13 +107,13 @@ def test_requests_on_the_event_loop_read_the_credentials_the_same_way(
 
     async def scenario() -> None:
         assert [await who() for _ in range(5)] == [first.username] * 5
-        assert len(reads) == 1, "five requests within the second read the credentials once"
-        current["token"] = second.token
-        now[0] += CREDENTIAL_REFRESH_SECONDS / 2
-        assert await who() == first.username and len(reads) == 1
-        now[0] += CREDENTIAL_REFRESH_SECONDS
+        assert len(rotating.reads) == 1, "five requests within the second read the credentials once"
+        rotating.token = second.token
+        rotating.now += CREDENTIAL_REFRESH_SECONDS / 2
+        assert await who() == first.username and len(rotating.reads) == 1
+        rotating.now += CREDENTIAL_REFRESH_SECONDS
         assert await who() == second.username, "past the second the rotated token is used"
-        assert len(reads) == 2
+        assert len(rotating.reads) == 2
         await kube.close()
 
     asyncio.run(scenario())

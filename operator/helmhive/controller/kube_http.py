@@ -18,7 +18,9 @@ as the same identity:
   read that would run the refresh hook (:func:`helmhive.kubeclient.credential_refresh_due`: at most
   once a second, and it may read a file or start a credential plugin) runs in a thread, so the loop
   never blocks on it;
-- ``connection_pool_maxsize`` connections at most.
+- ``connection_pool_maxsize`` connections at most;
+- the door's ``request_timeout`` (connect, read) when it has one; else a connection must be made
+  within 30 s, and a read waits as long as the generated client's does (no limit).
 
 A client configured with a proxy is not sent here (the caller keeps the threaded path). No answer
 (a refused or reset connection, a timeout) raises ``Unavailable``. A connection the server closed
