@@ -14,13 +14,17 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import aiohttp
 import pytest
+from aiohttp import web
 from kubernetes import client
 
 from helmhive.api.kubeerrors import Unavailable
 from helmhive.controller.kube import Kube
-from helmhive.controller.kube_http import LoopHttp, build_ssl_context
+from helmhive.controller.kube_http import LoopHttp, build_ssl_context, decide_retry
 from helmhive.kubeclient import credential_refresh_due, throttle_credential_refresh
+
+_KEY = aiohttp.client_reqrep.ConnectionKey("127.0.0.1", 1, False, False, None, None, None)
 
 
 def _configuration(**settings: Any) -> client.Configuration:
@@ -30,8 +34,11 @@ def _configuration(**settings: Any) -> client.Configuration:
     return configuration
 
 
-def test_tls_follows_the_clients_configuration() -> None:
-    assert build_ssl_context(_configuration(verify_ssl=False)) is False
+def test_tls_follows_the_clients_configuration(tmp_path: Any) -> None:
+    unchecked = build_ssl_context(_configuration(verify_ssl=False))
+    assert unchecked.verify_mode is ssl.CERT_NONE and not unchecked.check_hostname
+    with pytest.raises(FileNotFoundError):  # the client certificate is still sent when nothing is checked
+        build_ssl_context(_configuration(verify_ssl=False, cert_file=str(tmp_path / "absent.crt")))
     checked = build_ssl_context(_configuration())
     assert isinstance(checked, ssl.SSLContext)
     assert checked.verify_mode is ssl.CERT_REQUIRED and checked.check_hostname
@@ -45,9 +52,10 @@ def test_a_missing_ca_file_is_an_error_not_an_unchecked_connection(tmp_path: Any
         build_ssl_context(_configuration(ssl_ca_cert=str(tmp_path / "absent.crt")))
 
 
-def test_a_proxy_or_an_executor_keeps_the_threaded_path() -> None:
+def test_a_proxy_a_named_host_or_an_executor_keeps_the_threaded_path() -> None:
     assert Kube(client.ApiClient(_configuration()))._http is not None
     assert Kube(client.ApiClient(_configuration(proxy="http://proxy.example:3128")))._http is None
+    assert Kube(client.ApiClient(_configuration(assert_hostname="api.internal")))._http is None
     with ThreadPoolExecutor(1) as pool:
         assert Kube(client.ApiClient(_configuration()), executor=pool)._http is None
 
@@ -105,3 +113,47 @@ def test_a_due_credential_refresh_runs_off_the_loop_and_a_fresh_one_on_it() -> N
     now[0] += 5
     asyncio.run(calls(1))
     assert len(threads) == 2 and threads[1] != threading.main_thread().name
+
+
+def test_only_what_cannot_have_been_applied_is_sent_again() -> None:
+    refused = aiohttp.ClientConnectorError(_KEY, OSError(111, "refused"))
+    dropped = aiohttp.ServerDisconnectedError()
+    for method in ("GET", "PUT", "PATCH", "POST", "DELETE"):
+        assert decide_retry(method, refused), f"{method}: nothing was sent"
+    assert decide_retry("GET", dropped)
+    for method in ("PUT", "PATCH", "POST", "DELETE"):
+        assert not decide_retry(method, dropped), f"{method}: the server may have applied it"
+    assert not decide_retry("GET", TimeoutError())
+
+
+def test_a_redirect_is_an_answer_not_followed() -> None:
+    async def scenario() -> tuple[int, bytes, list[str]]:
+        seen: list[str] = []
+
+        async def moved(request: web.Request) -> web.Response:
+            seen.append(request.path)
+            raise web.HTTPFound("/elsewhere")
+
+        async def elsewhere(request: web.Request) -> web.Response:
+            seen.append(request.path)
+            return web.json_response({"followed": True})
+
+        app = web.Application()
+        app.router.add_post("/apis/x", moved)
+        app.router.add_get("/elsewhere", elsewhere)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        http = LoopHttp(client.Configuration(host=f"http://127.0.0.1:{port}"), headers=dict)
+        try:
+            status, body, _ = await http.send("POST", "/apis/x", b"{}", headers={"Content-Type": "application/json"})
+        finally:
+            await http.close()
+            await runner.cleanup()
+        return status, body, seen
+
+    status, _, seen = asyncio.run(scenario())
+    assert status == 302
+    assert seen == ["/apis/x"], "the redirect was not followed (a POST would have become a GET)"

@@ -22,9 +22,11 @@ as the same identity:
 - the door's ``request_timeout`` (connect, read) when it has one; else a connection must be made
   within 30 s, and a read waits as long as the generated client's does (no limit).
 
-A client configured with a proxy is not sent here (the caller keeps the threaded path). No answer
-(a refused or reset connection, a timeout) raises ``Unavailable``. A connection the server closed
-while it idled is retried at most twice, except for a POST, which might have been received.
+A client configured with a proxy, or with ``assert_hostname`` naming another host, is not sent here
+(the caller keeps the threaded path: :func:`decide_loop_capable`). No answer (a refused or reset
+connection, a timeout) raises ``Unavailable``. A connection that could not be made is tried at most
+twice more, for any method (nothing was sent); a reused connection the server dropped, only for a
+GET (:func:`decide_retry`). Redirects are not followed: a 3xx is an answer, as on the threaded path.
 Responses are asked for uncompressed, as the generated client asks for them (on loopback,
 compressing a LIST page costs both ends CPU and saves nothing).
 
@@ -46,25 +48,36 @@ import yarl
 from helmhive.api.kubeerrors import build_unavailable
 from helmhive.kubeclient import credential_refresh_due
 
-__all__ = ["HttpAnswer", "LoopHttp", "build_ssl_context"]
+__all__ = ["HttpAnswer", "LoopHttp", "build_ssl_context", "decide_loop_capable"]
 
 _RETRIES = 2
-_STALE = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 
 HttpAnswer = tuple[int, bytes, str]
 """``(status, body, reason)`` of one answered request."""
 
 
-def build_ssl_context(configuration: Any) -> ssl.SSLContext | bool:
-    """The TLS settings of ``configuration`` for aiohttp (False: the server's certificate is not checked)."""
-    if not configuration.verify_ssl:
-        return False
-    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None)
-    if configuration.assert_hostname is False:
+def build_ssl_context(configuration: Any) -> ssl.SSLContext:
+    """The TLS settings of ``configuration`` for aiohttp, its client certificate too, whether or not the
+    server's certificate is checked (``verify_ssl``)."""
+    if configuration.verify_ssl:
+        context = ssl.create_default_context(
+            cafile=configuration.ssl_ca_cert or None, cadata=getattr(configuration, "ca_cert_data", None) or None
+        )
+        if configuration.assert_hostname is False:
+            context.check_hostname = False
+    else:
+        context = ssl.create_default_context()
         context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
     if configuration.cert_file:
         context.load_cert_chain(configuration.cert_file, configuration.key_file or None)
     return context
+
+
+def decide_loop_capable(configuration: Any) -> bool:
+    """True when aiohttp can reach the server as the client would: no proxy, and no ``assert_hostname``
+    naming another host (urllib3 matches the certificate against it; this module does not)."""
+    return not configuration.proxy and not isinstance(configuration.assert_hostname, str)
 
 
 class LoopHttp:
@@ -86,7 +99,7 @@ class LoopHttp:
         self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read)
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._ssl: ssl.SSLContext | bool | None = None
+        self._ssl: ssl.SSLContext | bool | None = None  # False: plain HTTP
 
     def _current(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
@@ -116,18 +129,32 @@ class LoopHttp:
             session = self._current()
             try:
                 async with session.request(
-                    method, url, data=data, headers=sent, server_hostname=self.server_hostname
+                    method,
+                    url,
+                    data=data,
+                    headers=sent,
+                    server_hostname=self.server_hostname,
+                    allow_redirects=False,  # a 3xx is an answer, as on the threaded path; a token never follows one
                 ) as response:
                     return response.status, await response.read(), str(response.reason or "")
-            except _STALE as exc:
-                attempt += 1
-                if method == "POST" or attempt > _RETRIES:
-                    raise build_unavailable(exc) from exc
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-                raise build_unavailable(exc) from exc
+                attempt += 1
+                if attempt > _RETRIES or not decide_retry(method, exc):
+                    # A response error's repr carries the request's headers (the token): never chained.
+                    cause = None if isinstance(exc, aiohttp.ClientResponseError) else exc
+                    raise build_unavailable(exc) from cause
 
     async def close(self) -> None:
         """Close the session of the running loop (a session of another loop is left to that loop's end)."""
         session, self._session = self._session, None
         if session is not None and not session.closed and self._loop is asyncio.get_running_loop():
             await session.close()
+
+
+def decide_retry(method: str, exc: BaseException) -> bool:
+    """Whether a request that failed with ``exc`` is sent again: when nothing was sent (the connection
+    was not made; a certificate that fails is final), any method; when the server dropped a reused
+    connection, only a GET (a write may have been applied)."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return not isinstance(exc, aiohttp.ClientSSLError)
+    return method == "GET" and isinstance(exc, aiohttp.ServerDisconnectedError)

@@ -30,7 +30,7 @@ import urllib3
 
 from helmhive.api.kinds import GROUP, VERSION, KindDef
 from helmhive.api.kubeerrors import KubeError, build_kube_error
-from helmhive.controller.kube_http import LoopHttp
+from helmhive.controller.kube_http import LoopHttp, decide_loop_capable
 from helmhive.controller.metrics import record_api_write
 from helmhive.kubeclient import NETWORK_ERRORS, translate_api_error
 from helmhive.policy.events import build_event, build_event_series_patch
@@ -55,7 +55,7 @@ class JsonKube:
         self._probe_thread: ThreadPoolExecutor | None = None  # the contact probe's own thread (probe_contact)
         # JSON calls go on the event loop unless an executor was asked for or a proxy is configured.
         self._http: LoopHttp | None = None
-        if executor is None and not api_client.configuration.proxy:
+        if executor is None and decide_loop_capable(api_client.configuration):
             self._http = LoopHttp(api_client.configuration, headers=self.auth_headers, request_timeout=request_timeout)
 
     # Custom objects: one plain JSON request each ------------------------------------
