@@ -6,11 +6,12 @@ credentials, without the generated API's argument validation, request building a
 models, which cost more CPU than the request itself (issue 9: ≈ 10 ms of operator CPU per
 routed job). The requests and answers (:meth:`JsonKube.get`, ``create``, ``replace_status`` and
 the rest) are sent on the event loop (:mod:`helmhive.controller.kube_http`), unless the door was
-given an executor or the client a proxy: then each runs in a thread on the client's urllib3
-pool, as :meth:`JsonKube.request` (which the AgentJob watch and the contact probe use, each on a
-thread of its own) always does. It imports no ``kubernetes`` module: an answer outside 2xx
-becomes the error tree's error for its status (:func:`helmhive.api.kubeerrors.build_kube_error`),
-and no answer at all becomes ``Unavailable`` (:func:`helmhive.kubeclient.translate_api_error`).
+given an executor, or the client a proxy or a named ``assert_hostname``: then each runs in a
+thread on the client's urllib3 pool, as :meth:`JsonKube.request` (which the AgentJob watch and
+the contact probe use, each on a thread of its own) always does. It imports no ``kubernetes``
+module: an answer outside 2xx becomes the error tree's error for its status
+(:func:`helmhive.api.kubeerrors.build_kube_error`), and no answer at all becomes ``Unavailable``
+(:func:`helmhive.kubeclient.translate_api_error`).
 Every write is counted in ``helmhive_api_writes_total`` by kind, verb, subresource and result.
 """
 
@@ -53,7 +54,8 @@ class JsonKube:
         self.request_timeout = request_timeout
         self._pool: Any = None  # the API server's urllib3 connection pool, taken from the client's manager
         self._probe_thread: ThreadPoolExecutor | None = None  # the contact probe's own thread (probe_contact)
-        # JSON calls go on the event loop unless an executor was asked for or a proxy is configured.
+        # JSON calls go on the event loop unless an executor was asked for, or aiohttp cannot reach the
+        # server as the client would (a proxy, a named assert_hostname: decide_loop_capable).
         self._http: LoopHttp | None = None
         if executor is None and decide_loop_capable(api_client.configuration):
             self._http = LoopHttp(api_client.configuration, headers=self.auth_headers, request_timeout=request_timeout)
@@ -78,7 +80,7 @@ class JsonKube:
         """
         api = self.api_client
         configuration = api.configuration
-        headers = {**api.default_headers, "Accept": "application/json", **self.auth_headers()}
+        headers = {**self._plain_headers(), **self.auth_headers()}
         data = self._encode(body, headers, content_type)
         if timeout is None and self.request_timeout is not None:
             timeout = urllib3.Timeout(connect=self.request_timeout[0], read=self.request_timeout[1])
@@ -108,6 +110,9 @@ class JsonKube:
             retries=retries,
         )
 
+    def _plain_headers(self) -> dict[str, str]:
+        return {**self.api_client.default_headers, "Accept": "application/json"}
+
     def _encode(self, body: Any, headers: dict[str, str], content_type: str) -> bytes | None:
         if body is None:
             return None
@@ -133,20 +138,15 @@ class JsonKube:
         A status outside 2xx raises the error tree's error for that status (a ``KubeError``).
         """
         response = self.request(method, path, body, content_type=content_type)
-        if not 200 <= response.status <= 299:
-            raise build_kube_error(response.status, response.data, response.reason)
-        return cast(dict[str, Any], orjson.loads(response.data))  # every job's write answers here: orjson is faster
+        return _decoded(response.status, response.data, response.reason)
 
     async def _json_call(
         self, method: str, path: str, body: Any = None, *, content_type: str = "application/json"
     ) -> dict[str, Any]:
         if self._http is not None:
-            headers = {**self.api_client.default_headers, "Accept": "application/json"}
+            headers = self._plain_headers()  # the credentials are added by the loop's session
             data = self._encode(body, headers, content_type)
-            status, answer, reason = await self._http.send(method, path, data, headers=headers)
-            if not 200 <= status <= 299:
-                raise build_kube_error(status, answer, reason)
-            return cast(dict[str, Any], orjson.loads(answer))
+            return _decoded(*await self._http.send(method, path, data, headers=headers))
         try:
             if self.executor is None:
                 return await asyncio.to_thread(self._json, method, path, body, content_type=content_type)
@@ -306,3 +306,10 @@ class JsonKube:
         patch = build_event_series_patch(count=count, message=message, now=now)
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/events/{quote(name, safe='')}"
         await self._json_write("Event", "patch", "PATCH", path, patch, content_type=MERGE_PATCH)
+
+
+def _decoded(status: int, data: bytes, reason: str | None) -> dict[str, Any]:
+    """An answer's JSON; a status outside 2xx raises the error tree's error for it (a ``KubeError``)."""
+    if not 200 <= status <= 299:
+        raise build_kube_error(status, data, reason)
+    return cast(dict[str, Any], orjson.loads(data))  # every job's write answers here: orjson is faster
