@@ -37,32 +37,26 @@ submodules. Git credentials go only into that environment (``GIT_CONFIG_*`` -> a
 over https (or plain http to a loopback address). Whatever git says is redacted before it
 reaches a message or a log.
 
-Pure helpers are ``build_*`` / ``decide_*``; :func:`ensure_source` does the I/O (synchronous:
-callers run it in a thread).
+Pure helpers (``build_*`` / ``decide_*``) are in :mod:`helmhive.runner.source_rules`; how git is
+run, in :mod:`helmhive.runner.source_git`; the cache's lock, size and eviction, in
+:mod:`helmhive.runner.source_cache`. :func:`ensure_source` does the I/O (synchronous: callers run
+it in a thread).
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import logging
-import os
-import shutil
-import signal
-import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from helmhive.api.reasons import Reason
 from helmhive.runner.logs import fields
+from helmhive.runner.source_cache import USED_MARKER, evict, locked, tree_size
+from helmhive.runner.source_git import Git, GitTimeout, build_fetch_failure
 from helmhive.runner.source_rules import (
     DEFAULT_MAX_CACHE_BYTES,
-    LOCAL_PROTOCOLS,
     REFUSES_SHALLOW_BY_ID,
-    REMOTE_PROTOCOLS,
     SOURCE_REF,
     CacheEntry,
     GitCredentials,
@@ -74,8 +68,6 @@ from helmhive.runner.source_rules import (
     decide_failure,
     decide_object_format,
     decide_repository_problem,
-    decide_sends_credentials,
-    describe_git_error,
 )
 
 __all__ = [
@@ -96,168 +88,14 @@ __all__ = [
 log = logging.getLogger("helmhive.runner.source")
 
 _CACHE_REF = "refs/helmhive/"
-_USED_MARKER = "helmhive-last-used"
 _URL_MARKER = "helmhive-repository"
-_LOCK_POLL_S = 0.1
 
 
-class _Timeout(Exception):
-    pass
-
-
-@dataclass(frozen=True)
-class _Result:
-    code: int
-    stdout: str
-    stderr: str
-
-
-def _run_git(args: Sequence[str], *, env: Mapping[str, str], deadline: float, cwd: Path | None = None) -> _Result:
-    """Run git with exactly ``env``; kill its whole process group at ``deadline``.
-
-    Not gitpython's ``Git.execute``: it merges the runner's entire environment into git's, and
-    a stray ``GIT_*`` variable there (a trace, a proxy command, an askpass) must not reach a
-    fetch that carries a credential. The process group matters: ``git fetch`` over http runs
-    ``git-remote-http`` as a child that would otherwise outlive a timeout.
-    """
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        raise _Timeout()
-    with subprocess.Popen(
-        ["git", *args],
-        env=dict(env),
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    ) as process:
-        try:
-            out, err = process.communicate(timeout=remaining)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
-            raise _Timeout() from None
-    return _Result(process.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
-
-
-@contextlib.contextmanager
-def _locked(path: Path, *, deadline: float | None) -> Iterator[bool]:
-    """Hold an exclusive lock on ``path``; yield False at once if busy and ``deadline`` is None."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if deadline is None:
-                    yield False
-                    return
-                if time.monotonic() >= deadline:
-                    raise _Timeout() from None
-                time.sleep(_LOCK_POLL_S)
-        yield True
-    finally:
-        os.close(fd)  # closing releases the lock
-
-
-def _tree_size(path: Path) -> int:
-    total = 0
-    for directory, _, files in os.walk(path):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(directory, name)).st_size
-    return total
-
-
-def _cache_entries(cache_dir: Path) -> list[CacheEntry]:
-    entries = []
-    for repo in cache_dir.glob("*.git"):
-        try:
-            last_used = (repo / _USED_MARKER).stat().st_mtime
-        except OSError:
-            last_used = 0.0
-        entries.append(CacheEntry(key=repo.name, size=_tree_size(repo), last_used=last_used))
-    return entries
-
-
-def _evict(cache_dir: Path, *, max_bytes: int, keep: str) -> None:
-    for key in decide_evictions(_cache_entries(cache_dir), max_bytes=max_bytes, keep=keep):
-        with _locked(cache_dir / f"{key}.lock", deadline=None) as held:
-            if not held:  # another job is using it right now
-                log.info("source cache: in use, not evicted", extra=fields(cache_key=key))
-                continue
-            size = _tree_size(cache_dir / key)
-            shutil.rmtree(cache_dir / key, ignore_errors=True)
-            log.info("source cache: evicted", extra=fields(cache_key=key, bytes=size, max_bytes=max_bytes))
-
-
-class _Git:
-    """git runs for one :func:`ensure_source` call: one environment, one deadline, redaction."""
-
-    def __init__(
-        self, *, home: Path, credentials: GitCredentials | None, repository: str, deadline: float, timeout_s: float
-    ) -> None:
-        path = os.environ.get("PATH", os.defpath)
-        authorization = credentials.authorization() if credentials and decide_sends_credentials(repository) else None
-        self.remote_env = build_git_env(home=home, path=path, config=REMOTE_PROTOCOLS, authorization=authorization)
-        self.local_env = build_git_env(home=home, path=path, config=LOCAL_PROTOCOLS)
-        self.secrets = credentials.secrets() if credentials is not None else []
-        self.deadline = deadline
-        self.timeout_s = timeout_s
-        self.repository = repository
-
-    def local(self, *args: str) -> _Result:
-        return self._run(args, self.local_env)
-
-    def remote(self, *args: str) -> _Result:
-        return self._run(args, self.remote_env)
-
-    def _run(self, args: Sequence[str], env: Mapping[str, str]) -> _Result:
-        try:
-            return _run_git(args, env=env, deadline=self.deadline)
-        except _Timeout:
-            raise SourceError(
-                Reason.SOURCE_UNAVAILABLE,
-                f"fetching {self.repository} did not finish within {self.timeout_s:g} s",
-            ) from None
-
-    def check(self, result: _Result, what: str) -> _Result:
-        """``result`` if git succeeded; else a SourceError (SourceUnavailable) saying ``what`` failed."""
-        if result.code == 0:
-            return result
-        raise SourceError(Reason.SOURCE_UNAVAILABLE, f"{what} failed: {self.said(result.stderr)}")
-
-    def said(self, stderr: str) -> str:
-        return describe_git_error(stderr, self.secrets) or "git printed nothing"
-
-
-def _fetch_failure(git: _Git, result: _Result, commit: str) -> SourceError:
-    reason = decide_failure(result.stderr)
-    said = git.said(result.stderr)
-    repo = git.repository
-    messages = {
-        Reason.SOURCE_AUTH_FAILED: (
-            f"{repo} refused the git credentials: {said}"
-            if git.secrets
-            else f"{repo} needs credentials and this runner has none (RunnerPool spec.source.credentialsSecret): {said}"
-        ),
-        Reason.REPOSITORY_NOT_FOUND: f"repository {repo} was not found: {said}",
-        Reason.COMMIT_NOT_FOUND: f"commit {commit} was not found in {repo}: {said}",
-        Reason.SOURCE_UNAVAILABLE: f"{repo} could not be fetched: {said}",
-    }
-    if reason is Reason.SOURCE_AUTH_FAILED and git.secrets and not decide_sends_credentials(repo):
-        messages[reason] = f"{repo} needs credentials, and they are sent only over https: {said}"
-    return SourceError(reason, messages.get(reason, f"{repo}: {said}"))
-
-
-def _has_commit(git: _Git, cache: Path, commit: str) -> bool:
+def _has_commit(git: Git, cache: Path, commit: str) -> bool:
     return git.local(f"--git-dir={cache}", "cat-file", "-e", f"{commit}^{{commit}}").code == 0
 
 
-def _cached(git: _Git, cache: Path, commit: str) -> bool:
+def _cached(git: Git, cache: Path, commit: str) -> bool:
     """Whether the cache holds ``commit`` whole: under its own ref, or on a branch of an earlier full fetch.
 
     A bare object is not enough: only what a ref reaches passed git's connectivity check.
@@ -276,7 +114,7 @@ def _cached(git: _Git, cache: Path, commit: str) -> bool:
     return True
 
 
-def _fetch(git: _Git, *, cache: Path, commit: str) -> None:
+def _fetch(git: Git, *, cache: Path, commit: str) -> None:
     """Fetch ``commit`` into the cache (shallow by id, else everything) and keep it under a ref."""
     common = ("fetch", "--no-tags", "--no-recurse-submodules", "--no-write-fetch-head", "--no-auto-gc")
     ref = f"{_CACHE_REF}{commit}"
@@ -286,7 +124,7 @@ def _fetch(git: _Git, *, cache: Path, commit: str) -> None:
     if shallow.code == 0:
         return
     if not any(needle in shallow.stderr.lower() for needle in REFUSES_SHALLOW_BY_ID):
-        raise _fetch_failure(git, shallow, commit)
+        raise build_fetch_failure(git, shallow, commit)
     log.info(
         "source: the server refuses a shallow fetch by id; fetching all branches and tags",
         extra=fields(repository=git.repository, commit=commit),
@@ -300,7 +138,7 @@ def _fetch(git: _Git, *, cache: Path, commit: str) -> None:
         "+refs/tags/*:refs/upstream/tags/*",
     )
     if full.code != 0:
-        raise _fetch_failure(git, full, commit)
+        raise build_fetch_failure(git, full, commit)
     if not _has_commit(git, cache, commit):
         raise SourceError(
             Reason.COMMIT_NOT_FOUND,
@@ -309,7 +147,7 @@ def _fetch(git: _Git, *, cache: Path, commit: str) -> None:
     git.check(git.local(f"--git-dir={cache}", "update-ref", ref, commit), "recording the commit in the cache")
 
 
-def _materialise(git: _Git, *, cache: Path, commit: str, object_format: str, git_dir: Path, work_tree: Path) -> None:
+def _materialise(git: Git, *, cache: Path, commit: str, object_format: str, git_dir: Path, work_tree: Path) -> None:
     """A fresh git dir holding only ``commit`` (from the cache), and the work tree checked out at it.
 
     The work tree has no ``.git``: the git dir lives elsewhere, out of the agent's reach, so the
@@ -385,11 +223,11 @@ def ensure_source(
     context = {"repository": repository, "commit": commit, "cache_key": key}
     # An empty HOME for git (no .netrc, no config), inside the cache the agent cannot reach.
     with tempfile.TemporaryDirectory(prefix=".home-", dir=cache_dir) as home:
-        git = _Git(
+        git = Git(
             home=Path(home), credentials=credentials, repository=repository, deadline=deadline, timeout_s=timeout_s
         )
         try:
-            with _locked(cache_dir / f"{key}.lock", deadline=deadline):
+            with locked(cache_dir / f"{key}.lock", deadline=deadline):
                 if not (cache / "HEAD").exists():
                     created = git.local(
                         "init", "--quiet", "--bare", "--template=", f"--object-format={object_format}", str(cache)
@@ -401,14 +239,14 @@ def ensure_source(
                     log.info("source: served from the runner's cache", extra=fields(**context))
                 else:
                     log.info("source: fetching", extra=fields(**context))
-                    before = _tree_size(cache / "objects")
+                    before = tree_size(cache / "objects")
                     _fetch(git, cache=cache, commit=commit)
-                    fetched = max(0, _tree_size(cache / "objects") - before)
-                (cache / _USED_MARKER).touch()  # its mtime is the last use, for eviction
+                    fetched = max(0, tree_size(cache / "objects") - before)
+                (cache / USED_MARKER).touch()  # its mtime is the last use, for eviction
                 _materialise(
                     git, cache=cache, commit=commit, object_format=object_format, git_dir=git_dir, work_tree=work_tree
                 )
-        except _Timeout:
+        except GitTimeout:
             raise SourceError(
                 Reason.SOURCE_UNAVAILABLE,
                 f"the runner's source cache for {repository} stayed busy for {timeout_s:g} s",
@@ -417,7 +255,7 @@ def ensure_source(
             log.warning("source: failed", extra=fields(**context, reason=err.reason.value, error=err.message))
             raise
     if fetched is not None:
-        _evict(cache_dir, max_bytes=max_cache_bytes, keep=key)
+        evict(cache_dir, max_bytes=max_cache_bytes, keep=key)
     seconds = round(time.monotonic() - started, 3)
     log.info(
         "source: checked out",
