@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -18,7 +19,12 @@ from helmhive.deploy.manifests import (
     build_operator_rbac,
     build_runner_identity_policy,
 )
-from helmhive.policy.credentials import build_credential_hash, decide_credential
+from helmhive.policy.credentials import (
+    build_credential_hash,
+    build_credential_verdict,
+    build_rotation_record,
+    decide_credential,
+)
 from helmhive.policy.runner_pod import GENERATION_ANNOTATION, SOURCE_CREDENTIALS_DIR
 from helmhive.policy.runnerpool import (
     EXECUTION_ROLE_RULES,
@@ -372,6 +378,45 @@ def test_credential_generation_bumps_only_when_the_hash_changes() -> None:
     assert (missing.generation, missing.available, missing.hash, missing.changed) == (2, False, "sha256:b", False)
     volume = decide_credential(uses_secret=False, observed_hash=None, observed_generation=0, digest=None)
     assert (volume.generation, volume.available, volume.hash) == (0, True, None)
+
+
+def test_the_credential_verdict_names_the_secret_its_generation_or_what_is_missing() -> None:
+    found = decide_credential(uses_secret=True, observed_hash=None, observed_generation=0, digest="sha256:a")
+    verdict = build_credential_verdict(spec().credential, found)
+    assert (verdict.status, verdict.reason, verdict.message) == (
+        True,
+        "CredentialFound",
+        "Secret anthropic-key, generation 1",
+    )
+    missing = decide_credential(uses_secret=True, observed_hash="sha256:a", observed_generation=1, digest=None)
+    verdict = build_credential_verdict(spec().credential, missing)
+    assert (verdict.status, verdict.reason) == (False, "CredentialMissing")
+    assert verdict.message == "Secret anthropic-key (key api-key) is missing"
+    volume = decide_credential(uses_secret=False, observed_hash=None, observed_generation=0, digest=None)
+    verdict = build_credential_verdict(spec(VOLUME_SPEC).credential, volume)
+    assert (verdict.status, verdict.reason, verdict.message) == (
+        True,
+        "CredentialNotRequired",
+        "a login on volume claim claude-login",
+    )
+
+
+def test_a_rotation_record_names_the_generations_and_hashes_never_the_secret() -> None:
+    now = dt.datetime(2026, 12, 4, 12, 0, tzinfo=dt.UTC)
+    digest = build_credential_hash(data={"api-key": CANARY}, key="api-key")
+    first = decide_credential(uses_secret=True, observed_hash=None, observed_generation=0, digest=digest)
+    record = build_rotation_record(POOL, secret="anthropic-key", decision=first, now=now)
+    spec_ = record["spec"]
+    assert spec_["action"] == "RunnerCredentialRotated" and "before" not in spec_
+    assert spec_["after"] == {"revision": "1", "hash": digest}
+    assert spec_["message"] == "credential Secret anthropic-key recorded as generation 1"
+    assert spec_["object"]["uid"] == POOL.uid and spec_["object"]["kind"] == "RunnerPool"
+    rotated = decide_credential(uses_secret=True, observed_hash=digest, observed_generation=1, digest="sha256:b")
+    spec_ = build_rotation_record(POOL, secret="anthropic-key", decision=rotated, now=now)["spec"]
+    assert spec_["before"] == {"revision": "1", "hash": digest} and spec_["after"]["revision"] == "2"
+    assert "generation 1 -> 2" in spec_["message"]
+    assert spec_["details"] == {"secretRef": "anthropic-key", "credentialGeneration": "2"}
+    assert CANARY not in json.dumps(record) and CANARY not in json.dumps(spec_)
 
 
 # --- The runner identity admission policy --------------------------------------------------------

@@ -34,17 +34,23 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from helmhive.api.audit import AuditAction, AuditState
+from helmhive.api.audit import AuditAction
 from helmhive.api.kinds import GROUP, VERSION, kind_by_name
 from helmhive.api.reasons import ConditionType, Reason
-from helmhive.api.runnerpool import CredentialSpec, RunnerPoolSpec
+from helmhive.api.runnerpool import RunnerPoolSpec
 from helmhive.controller.audit import ensure_audit_unless_terminating
 from helmhive.controller.kube import KubeError, NotFound
 from helmhive.controller.runners import ParsedRunner, RunnerWakes, WriteMemo, patch_runners
 from helmhive.controller.runtime import Runtime
-from helmhive.policy.audit import build_audit_record
 from helmhive.policy.conditions import find_condition, set_condition
-from helmhive.policy.credentials import CredentialDecision, build_credential_hash, decide_credential
+from helmhive.policy.credentials import (
+    CredentialDecision,
+    build_credential_hash,
+    build_credential_verdict,
+    build_pool_object,
+    build_rotation_record,
+    decide_credential,
+)
 from helmhive.policy.runnerpool import PoolRef, build_pool_objects, decide_pool_name_problem, decide_pruned_objects
 from helmhive.policy.runners import (
     ConditionVerdict,
@@ -61,23 +67,6 @@ __all__ = ["POOL", "PoolLoop", "register"]
 POOL = kind_by_name("RunnerPool")
 RETRY_SECONDS = 5.0
 """A runner whose status write failed (or is still in flight) is looked at again after this."""
-
-
-def _credential_verdict(credential: CredentialSpec, decision: CredentialDecision) -> ConditionVerdict:
-    if credential.secret_ref is None:
-        claim = credential.volume.claim_name if credential.volume else "none"
-        return ConditionVerdict(
-            status=True, reason=Reason.CREDENTIAL_NOT_REQUIRED, message=f"a login on volume claim {claim}"
-        )
-    name = credential.secret_ref.name
-    if not decision.available:
-        key = f" (key {credential.secret_ref.key})" if credential.secret_ref.key else ""
-        return ConditionVerdict(
-            status=False, reason=Reason.CREDENTIAL_MISSING, message=f"Secret {name}{key} is missing"
-        )
-    return ConditionVerdict(
-        status=True, reason=Reason.CREDENTIAL_FOUND, message=f"Secret {name}, generation {decision.generation}"
-    )
 
 
 @dataclass
@@ -256,31 +245,11 @@ class PoolLoop:
 
     async def _audit_rotation(self, secret: str, decision: CredentialDecision) -> None:
         now = self.runtime.clock()
-        before = decision.generation - 1
-        message = (
-            f"credential Secret {secret} recorded as generation {decision.generation}"
-            if decision.previous_hash is None
-            else f"credential Secret {secret} changed: generation {before} -> {decision.generation}; "
-            "runners re-authenticate before they are schedulable again"
-        )
-        pool_obj = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "RunnerPool",
-            "metadata": {"name": self.ref.name, "namespace": self.ref.namespace, "uid": self.ref.uid},
-        }
-        record = build_audit_record(
-            action=AuditAction.RUNNER_CREDENTIAL_ROTATED,
-            obj=pool_obj,
-            before=AuditState(revision=str(before), hash=decision.previous_hash) if decision.previous_hash else None,
-            after=AuditState(revision=str(decision.generation), hash=decision.hash),
-            message=message,
-            details={"secretRef": secret, "credentialGeneration": str(decision.generation)},
-            now=now,
-        )
+        record = build_rotation_record(self.ref, secret=secret, decision=decision, now=now)
         await ensure_audit_unless_terminating(
             self.runtime.kube,
             record,
-            involved=pool_obj,
+            involved=build_pool_object(self.ref),
             event_reason=AuditAction.RUNNER_CREDENTIAL_ROTATED.value,
             now=now,
         )
@@ -336,7 +305,7 @@ class PoolLoop:
         conditions, changed = ready.conditions, ready.changed
         desired: dict[str, Any] = {"observedGeneration": generation}
         if spec is not None:
-            verdict = _credential_verdict(spec.credential, self.credential)
+            verdict = build_credential_verdict(spec.credential, self.credential)
             available = set_condition(
                 conditions,
                 type=ConditionType.CREDENTIAL_AVAILABLE,

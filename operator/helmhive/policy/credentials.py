@@ -3,17 +3,37 @@
 The Secret's ``data`` goes in; only ``sha256:<hex>`` (over a fixed prefix and the canonical
 JSON of the referenced key) comes out, and that hash is all the operator ever stores. A new
 hash bumps the pool's credential generation; runners that reported an older generation are
-not schedulable until they report again. Nothing here does I/O.
+not schedulable until they report again. Also here: the pool's ``CredentialAvailable`` verdict
+(:func:`build_credential_verdict`) and the audit record of a rotation
+(:func:`build_rotation_record`), which names the Secret and the generations, never its content.
+Nothing here does I/O.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["CredentialDecision", "build_credential_hash", "decide_credential"]
+from helmhive.api.audit import AuditAction, AuditState
+from helmhive.api.kinds import API_VERSION
+from helmhive.api.reasons import Reason
+from helmhive.api.runnerpool import CredentialSpec
+from helmhive.policy.audit import build_audit_record
+from helmhive.policy.runnerpool import PoolRef
+from helmhive.policy.runners import ConditionVerdict
+
+__all__ = [
+    "CredentialDecision",
+    "build_credential_hash",
+    "build_credential_verdict",
+    "build_pool_object",
+    "build_rotation_record",
+    "decide_credential",
+]
 
 
 def build_credential_hash(*, data: Mapping[str, str], key: str | None) -> str | None:
@@ -69,4 +89,55 @@ def decide_credential(
         available=True,
         changed=changed,
         previous_hash=observed_hash,
+    )
+
+
+def build_credential_verdict(credential: CredentialSpec, decision: CredentialDecision) -> ConditionVerdict:
+    """The pool's ``CredentialAvailable`` condition: a volume login needs no Secret; else the
+    Secret (and key) is there, at its generation, or missing."""
+    if credential.secret_ref is None:
+        claim = credential.volume.claim_name if credential.volume else "none"
+        return ConditionVerdict(
+            status=True, reason=Reason.CREDENTIAL_NOT_REQUIRED, message=f"a login on volume claim {claim}"
+        )
+    name = credential.secret_ref.name
+    if not decision.available:
+        key = f" (key {credential.secret_ref.key})" if credential.secret_ref.key else ""
+        return ConditionVerdict(
+            status=False, reason=Reason.CREDENTIAL_MISSING, message=f"Secret {name}{key} is missing"
+        )
+    return ConditionVerdict(
+        status=True, reason=Reason.CREDENTIAL_FOUND, message=f"Secret {name}, generation {decision.generation}"
+    )
+
+
+def build_pool_object(pool: PoolRef) -> dict[str, Any]:
+    """The pool as an audit record's (and an Event's) object: its kind, name, namespace and uid."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "RunnerPool",
+        "metadata": {"name": pool.name, "namespace": pool.namespace, "uid": pool.uid},
+    }
+
+
+def build_rotation_record(
+    pool: PoolRef, *, secret: str, decision: CredentialDecision, now: dt.datetime
+) -> dict[str, Any]:
+    """The ``RunnerCredentialRotated`` AuditRecord of a new hash: the Secret's name, the generations
+    and the hashes before and after (never the Secret's content)."""
+    before = decision.generation - 1
+    message = (
+        f"credential Secret {secret} recorded as generation {decision.generation}"
+        if decision.previous_hash is None
+        else f"credential Secret {secret} changed: generation {before} -> {decision.generation}; "
+        "runners re-authenticate before they are schedulable again"
+    )
+    return build_audit_record(
+        action=AuditAction.RUNNER_CREDENTIAL_ROTATED,
+        obj=build_pool_object(pool),
+        before=AuditState(revision=str(before), hash=decision.previous_hash) if decision.previous_hash else None,
+        after=AuditState(revision=str(decision.generation), hash=decision.hash),
+        message=message,
+        details={"secretRef": secret, "credentialGeneration": str(decision.generation)},
+        now=now,
     )
