@@ -14,6 +14,7 @@ from held_jobs import assign_job, job_manifest
 from kubernetes import client
 from simulated_runner import GROUP, VERSION
 
+from harness.aio import run_closing
 from harness.kube import Kube
 from helmhive.controller.job_store_sync import JobStoreSync
 from helmhive.controller.kube import Kube as OperatorKube
@@ -33,7 +34,7 @@ def test_the_store_lists_every_job_in_pages_then_follows_events(
         # An event older than the LIST's copy (the job before its assignment) arrives first.
         version = int(held[0]["metadata"]["resourceVersion"])
         stale = {**held[0], "status": {}, "metadata": {**held[0]["metadata"], "resourceVersion": str(version - 1)}}
-        sync.start(OperatorKube(api_client))
+        sync.start(door)
         sync.observe(None, stale)
         await asyncio.wait_for(sync.list(), timeout=60)
         assert sync.synced.is_set()
@@ -47,7 +48,8 @@ def test_the_store_lists_every_job_in_pages_then_follows_events(
         after = set(sync.store.held_on((namespace, "r1")))
         return mine, listed, after
 
-    mine, listed, after = asyncio.run(scenario())
+    door = OperatorKube(api_client)
+    mine, listed, after = run_closing(scenario(), door)
     assert mine == 5, "every job of the namespace is in the store after the LIST"
     assert listed == {(namespace, f"job-{i}") for i in range(3)}, "the stale event did not hide job-0's slot"
     assert after == {(namespace, "job-0")}

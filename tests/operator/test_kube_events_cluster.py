@@ -3,11 +3,11 @@ the real API server: the created Event, then its series raised as client-go's co
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 
 from kubernetes import client
 
+from harness.aio import run_closing
 from helmhive.controller.kube import Kube
 
 
@@ -31,7 +31,7 @@ def test_an_event_is_created_about_its_object_and_its_series_is_raised(
         await kube.patch_event_series(name, namespace=namespace, count=7, message="seven so far", now=later)
         return name
 
-    name = asyncio.run(scenario())
+    name = run_closing(scenario(), kube)
     assert name is not None and name.startswith("pool-a-0.")
     event = core_v1.read_namespaced_event(name, namespace)
     assert (event.involved_object.kind, event.involved_object.name) == ("Runner", "pool-a-0")
@@ -43,7 +43,8 @@ def test_an_event_is_created_about_its_object_and_its_series_is_raised(
 
 def test_an_event_the_api_server_refuses_is_dropped_not_raised(api_client: client.ApiClient) -> None:
     involved = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "no-such-namespace"}}
-    name = asyncio.run(
-        Kube(api_client).post_event(involved=involved, reason="Test", message="m", now=dt.datetime.now(dt.UTC))
+    kube = Kube(api_client)
+    name = run_closing(
+        kube.post_event(involved=involved, reason="Test", message="m", now=dt.datetime.now(dt.UTC)), kube
     )
     assert name is None  # best-effort: the namespace does not exist, the caller carries on

@@ -12,6 +12,7 @@ from typing import Any
 
 from kubernetes import client
 
+from harness.aio import run_closing
 from harness.kube import Kube
 from harness.metrics import scrape_apiserver
 from helmhive.api.kinds import kind_by_name
@@ -44,7 +45,7 @@ def test_concurrent_reads_of_one_object_cost_one_get_and_never_miss_a_change(
     before = _workspace_gets(api_client)
 
     async def scenario() -> tuple[list[dict[str, Any]], dict[str, Any], SharedReads]:
-        reads = SharedReads(lambda kind, name, ns: OperatorKube(api_client).get(kind, name, namespace=ns))
+        reads = SharedReads(lambda kind, name, ns: door.get(kind, name, namespace=ns))
         answers = await asyncio.gather(*(reads.get(WORKSPACE, "shop", namespace) for _ in range(20)))
         await asyncio.to_thread(
             kube.custom.patch_namespaced_custom_object,
@@ -53,7 +54,8 @@ def test_concurrent_reads_of_one_object_cost_one_get_and_never_miss_a_change(
         after_change = await reads.get(WORKSPACE, "shop", namespace)
         return list(answers), after_change, reads
 
-    answers, after_change, reads = asyncio.run(scenario())
+    door = OperatorKube(api_client)
+    answers, after_change, reads = run_closing(scenario(), door)
     counted = _workspace_gets(api_client) - before
     assert {a["metadata"]["resourceVersion"] for a in answers} == {created["metadata"]["resourceVersion"]}
     assert reads.asked == 21

@@ -11,6 +11,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from harness.aio import run_closing
 from helmhive.api.kinds import kind_by_name
 from helmhive.api.kubeerrors import (
     MAX_MESSAGE,
@@ -90,7 +91,8 @@ def _closed_port_client() -> client.ApiClient:
 def test_every_door_raises_unavailable_when_nothing_answers() -> None:
     kind = kind_by_name("AgentJob")
     with pytest.raises(Unavailable) as operator_side:
-        asyncio.run(Kube(_closed_port_client()).get(kind, "job", namespace="team-a"))
+        door = Kube(_closed_port_client())
+        run_closing(door.get(kind, "job", namespace="team-a"), door)
     with pytest.raises(Unavailable) as runner_side:
         asyncio.run(RunnerKube(_closed_port_client(), namespace="team-a").get_object("agentjobs", "job"))
     with pytest.raises(Unavailable) as cli_side:
