@@ -24,7 +24,7 @@ from helmhive.runner.egress import (
     Route,
     build_proxy_env,
     build_upstream_headers,
-    decide_route,
+    decide_egress_route,
 )
 from helmhive.runner.metrics import REGISTRY
 
@@ -36,7 +36,7 @@ UPSTREAM = httpx.URL("https://api.anthropic.com")
 
 
 def route(target: str, *, host: str = "127.0.0.1:4000", method: str = "POST", allowed: tuple[str, ...] = ()) -> object:
-    return decide_route(
+    return decide_egress_route(
         method=method, target=target, host_header=host, own=OWN, upstream=UPSTREAM, allowed_hosts=frozenset(allowed)
     )
 
@@ -89,7 +89,7 @@ def test_everything_else_is_refused(target: str, host: str, method: str, reason:
 
 
 def test_without_an_upstream_nothing_is_forwarded() -> None:
-    decided = decide_route(
+    decided = decide_egress_route(
         method="POST",
         target="/v1/messages",
         host_header="127.0.0.1:4000",

@@ -16,7 +16,7 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from helmhive.api.egress import EgressSpec, decide_allowed_paths
-from helmhive.runner.egress import PLACEHOLDER, EgressProxy, RefusalReason, build_request_limits, decide_route
+from helmhive.runner.egress import PLACEHOLDER, EgressProxy, RefusalReason, build_request_limits, decide_egress_route
 from helmhive.runner.egress_limits import (
     Admission,
     JobLimiter,
@@ -74,7 +74,7 @@ def test_path_defaults_per_provider_and_the_pools_own() -> None:
 
 
 def test_a_refused_path_is_never_routed_to_the_upstream() -> None:
-    decided = decide_route(
+    decided = decide_egress_route(
         method="POST",
         target="/v1/organizations/api_keys",
         host_header="127.0.0.1:4000",

@@ -35,7 +35,7 @@ from helmhive.runner.report import (
     build_catalogue,
     build_fingerprint,
     build_report,
-    decide_authentication,
+    decide_auth_report,
     decide_report_write,
 )
 
@@ -62,7 +62,7 @@ def _report(*, now: dt.datetime = T0, active_jobs: int = 0, adapter: AdapterRepo
         file=FILE,
         runner_name="pool-a-0",
         adapter=adapter,
-        authentication=decide_authentication(adapter=adapter, credential_present=True),
+        authentication=decide_auth_report(adapter=adapter, credential_present=True),
         active_jobs=active_jobs,
         fingerprint="sha256:" + "0" * 64,
         credential_generation=1,
@@ -145,7 +145,7 @@ def test_catalogue_drops_ids_the_api_would_refuse_and_an_unoffered_default() -> 
 def test_authentication_never_claims_more_than_the_credential_allows(
     agent: AdapterAuth, present: bool, state: AuthState, reason: str
 ) -> None:
-    auth = decide_authentication(adapter=ADAPTER.model_copy(update={"auth": agent}), credential_present=present)
+    auth = decide_auth_report(adapter=ADAPTER.model_copy(update={"auth": agent}), credential_present=present)
     assert (auth.state, auth.reason) == (state, reason)
 
 

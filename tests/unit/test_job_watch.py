@@ -15,7 +15,7 @@ from helmhive.policy.job_watch import (
     PendingEvents,
     WatchStepKind,
     build_deleted_body,
-    decide_backoff,
+    decide_rewatch_delay,
     decide_vanished,
     decide_watch_event,
 )
@@ -91,9 +91,11 @@ def test_a_job_is_never_scheduled_twice_while_its_steps_run() -> None:
 
 
 def test_the_backoff_doubles_up_to_a_short_cap_with_jitter() -> None:
-    assert decide_backoff(0, jitter=0.999) < 0.5 and decide_backoff(0, jitter=0.0) == 0.25
-    assert decide_backoff(1, jitter=0.0) == 0.5
-    assert all(1.0 <= decide_backoff(n, jitter=0.0) <= decide_backoff(n, jitter=0.99) <= 2.0 for n in range(2, 100))
+    assert decide_rewatch_delay(0, jitter=0.999) < 0.5 and decide_rewatch_delay(0, jitter=0.0) == 0.25
+    assert decide_rewatch_delay(1, jitter=0.0) == 0.5
+    assert all(
+        1.0 <= decide_rewatch_delay(n, jitter=0.0) <= decide_rewatch_delay(n, jitter=0.99) <= 2.0 for n in range(2, 100)
+    )
 
 
 def test_after_an_outage_the_steps_wait_for_contact_and_kopfs_runner_watch() -> None:

@@ -21,7 +21,7 @@ from kubernetes import client
 
 from helmhive.api.kubeerrors import Unavailable
 from helmhive.controller.kube import Kube
-from helmhive.controller.kube_http import LoopHttp, build_ssl_context, decide_retry
+from helmhive.controller.kube_http import LoopHttp, build_ssl_context, decide_resend
 from helmhive.kubeclient import credential_refresh_due, throttle_credential_refresh
 
 _KEY = aiohttp.client_reqrep.ConnectionKey("127.0.0.1", 1, False, False, None, None, None)
@@ -119,11 +119,11 @@ def test_only_what_cannot_have_been_applied_is_sent_again() -> None:
     refused = aiohttp.ClientConnectorError(_KEY, OSError(111, "refused"))
     dropped = aiohttp.ServerDisconnectedError()
     for method in ("GET", "PUT", "PATCH", "POST", "DELETE"):
-        assert decide_retry(method, refused), f"{method}: nothing was sent"
-    assert decide_retry("GET", dropped)
+        assert decide_resend(method, refused), f"{method}: nothing was sent"
+    assert decide_resend("GET", dropped)
     for method in ("PUT", "PATCH", "POST", "DELETE"):
-        assert not decide_retry(method, dropped), f"{method}: the server may have applied it"
-    assert not decide_retry("GET", TimeoutError())
+        assert not decide_resend(method, dropped), f"{method}: the server may have applied it"
+    assert not decide_resend("GET", TimeoutError())
 
 
 def test_a_redirect_is_an_answer_not_followed() -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from helmhive.controller.kube import Conflict, Unavailable
 from helmhive.controller.router_audits import RouterAudits, ensure_routing_recorded
-from helmhive.controller.router_settings import TokenBucket
+from helmhive.controller.router_settings import RateLimiter
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.routing_audit import build_routing_batch, build_routing_decisions, iter_routing_decisions
 
@@ -110,7 +110,7 @@ def assigned(i: int, *, namespace: str = "team", runner: str = "r0", attempt: in
 
 def audits(kube: FakeKube, clock: Clock, *, now: Any = lambda: NOW) -> RouterAudits:
     runtime = Runtime(kube=kube, clock=now)  # type: ignore[arg-type]  # the fake wrapper
-    bucket = TokenBucket(rate=1e6, burst=10**6, clock=clock)
+    bucket = RateLimiter(rate=1e6, burst=10**6, clock=clock)
     return RouterAudits(
         runtime, bucket=bucket, workers=4, recovery_seconds=600, monotonic=clock, linger_seconds=0, retry_seconds=0
     )

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from helmhive.api.reasons import Reason
-from helmhive.controller.router import Router, RouterSettings, TokenBucket, _Waiting
+from helmhive.controller.router import RateLimiter, Router, RouterSettings, _Waiting
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.routing import RouteOutcome, RoutingDecision
 from helmhive.policy.routing_inputs import parse_queued_job
@@ -158,7 +158,7 @@ async def test_the_token_bucket_allows_a_burst_then_the_rate(monkeypatch: pytest
         await yield_now(0)  # still a suspension point, as a real sleep is
 
     monkeypatch.setattr(asyncio, "sleep", sleep)
-    bucket = TokenBucket(rate=50.0, burst=3, clock=lambda: now[0])
+    bucket = RateLimiter(rate=50.0, burst=3, clock=lambda: now[0])
     for _ in range(3):
         await bucket.take()
     assert waits == []  # the burst is served at once

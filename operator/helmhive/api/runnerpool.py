@@ -37,10 +37,10 @@ from helmhive.api.pod_settings import (
 from helmhive.api.profile import ModelId, ProviderName
 
 __all__ = [
-    "AcpAdapter",
+    "AcpAdapterSpec",
     "AdapterSpec",
     "AdapterType",
-    "ClaudeCliAdapter",
+    "ClaudeCliAdapterSpec",
     "CompactionSettings",
     "CredentialSpec",
     "EnvVar",
@@ -68,13 +68,13 @@ class EnvVar(ApiModel):
     value: Annotated[str, StringConstraints(max_length=4096)] = ""
 
 
-class AcpAdapter(ApiModel):
+class AcpAdapterSpec(ApiModel):
     command: Annotated[str, StringConstraints(min_length=1, max_length=1024)]
     args: Annotated[list[Arg], Field(max_length=32)] = []
     env: Annotated[list[EnvVar], Field(max_length=32)] = []
 
 
-class ClaudeCliAdapter(ApiModel):
+class ClaudeCliAdapterSpec(ApiModel):
     path: Annotated[str, StringConstraints(min_length=1, max_length=1024)] = "claude"
     extra_args: Annotated[list[Arg], Field(max_length=32)] = []
     models: Annotated[
@@ -100,7 +100,7 @@ class ClaudeCliAdapter(ApiModel):
     ] = None
 
     @model_validator(mode="after")
-    def _default_is_pinned(self) -> ClaudeCliAdapter:
+    def _default_is_pinned(self) -> ClaudeCliAdapterSpec:
         if self.models and self.default_model is not None and self.default_model not in self.models:
             raise ValueError(f"defaultModel {self.default_model!r} must be one of models when models are pinned")
         return self
@@ -108,9 +108,9 @@ class ClaudeCliAdapter(ApiModel):
 
 class AdapterSpec(ApiModel):
     type: AdapterType
-    acp: AcpAdapter | None = None
+    acp: AcpAdapterSpec | None = None
     claude_cli: Annotated[
-        ClaudeCliAdapter | None,
+        ClaudeCliAdapterSpec | None,
         Field(
             json_schema_extra={
                 "x-kubernetes-validations": [

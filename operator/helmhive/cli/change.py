@@ -34,8 +34,8 @@ from helmhive.cli.kubeapi import (
     CliKube,
     KubeconfigOption,
     NamespaceOption,
-    OutputFormat,
     OutputOption,
+    PrintFormat,
     api_error,
     context_namespace,
     load_api,
@@ -156,13 +156,13 @@ def status(
     name: NameArgument,
     namespace: NamespaceOption = None,
     kubeconfig: KubeconfigOption = None,
-    output: OutputOption = OutputFormat.TABLE,
+    output: OutputOption = PrintFormat.TABLE,
 ) -> None:
     """Show each stage, its job, provider and model, the plan, the approval, the patch, the checks, the verdict."""
     api = load_api(kubeconfig)
     ns = namespace or context_namespace(kubeconfig)
     obj = _get(api, name, ns)
-    if output is OutputFormat.JSON:
+    if output is PrintFormat.JSON:
         typer.echo(json.dumps(obj.get("status") or {}, indent=2, sort_keys=True))
         return
     render_status(Console(width=160), namespace=ns, name=name, st=_status(obj, f"change {ns}/{name}"))

@@ -53,7 +53,7 @@ from helmhive.cli.explain_output import Explanation, QueueStop, build_console, r
 from helmhive.cli.kubeapi import (
     TIMEOUT_ENV,
     KubeconfigError,
-    OutputFormat,
+    PrintFormat,
     context_namespace,
     decide_timeout,
     load_api_client,
@@ -107,7 +107,7 @@ def run(
         Path | None,
         typer.Option("--filename", "-f", metavar="FILE", help="Dry-run this AgentJob manifest instead."),
     ] = None,
-    output: Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json")] = OutputFormat.TABLE,
+    output: Annotated[PrintFormat, typer.Option("--output", "-o", metavar="table|json")] = PrintFormat.TABLE,
     kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", metavar="PATH", help="Kubeconfig file.")] = None,
 ) -> None:
     """Explain the routing decision for a job (or a manifest, as a dry run): the choice and every candidate."""
@@ -124,12 +124,12 @@ def run(
     except KubeError as err:
         raise fail(f"error: the API server refused: {err.status} {err.message}", 2, colour=None) from None
     if isinstance(result, QueueStop):
-        if output is OutputFormat.JSON:
+        if output is PrintFormat.JSON:
             typer.echo(json.dumps(result.to_json(), indent=2))
         else:
             typer.echo(printable(result.line()), err=True)
         raise typer.Exit(result.exit_code)
-    if output is OutputFormat.JSON:
+    if output is PrintFormat.JSON:
         typer.echo(json.dumps(result.to_json(), indent=2))
     else:
         render_explanation(result, build_console())

@@ -60,8 +60,8 @@ __all__ = [
     "KubeconfigError",
     "KubeconfigOption",
     "NamespaceOption",
-    "OutputFormat",
     "OutputOption",
+    "PrintFormat",
     "api_error",
     "bounded_retries",
     "context_namespace",
@@ -78,7 +78,10 @@ __all__ = [
 ]
 
 
-class OutputFormat(enum.StrEnum):
+class PrintFormat(enum.StrEnum):
+    """How a command prints its answer (``-o``): a table for people, JSON for scripts. Not an
+    envelope's output contract (:class:`helmhive.api.envelope.OutputFormat`)."""
+
     TABLE = "table"
     JSON = "json"
 
@@ -88,7 +91,7 @@ NamespaceOption = Annotated[
     str | None,
     typer.Option("--namespace", "-n", help="Namespace of the object (default: the kubeconfig context's)."),
 ]
-OutputOption = Annotated[OutputFormat, typer.Option("--output", "-o", metavar="table|json", help="table or json")]
+OutputOption = Annotated[PrintFormat, typer.Option("--output", "-o", metavar="table|json", help="table or json")]
 T = TypeVar("T")
 
 

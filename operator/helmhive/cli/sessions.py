@@ -26,8 +26,8 @@ from helmhive.api.kubeerrors import KubeError
 from helmhive.cli.kubeapi import (
     KubeconfigOption,
     NamespaceOption,
-    OutputFormat,
     OutputOption,
+    PrintFormat,
     api_error,
     context_namespace,
     load_api,
@@ -57,7 +57,7 @@ _COLUMNS = (
 def list_bindings(
     namespace: NamespaceOption = None,
     kubeconfig: KubeconfigOption = None,
-    output: OutputOption = OutputFormat.TABLE,
+    output: OutputOption = PrintFormat.TABLE,
 ) -> None:
     """List the session bindings of a namespace."""
     api = load_api(kubeconfig)
@@ -74,7 +74,7 @@ def list_bindings(
         }
         for b in items
     ]
-    if output is OutputFormat.JSON:
+    if output is PrintFormat.JSON:
         typer.echo(json.dumps(rows, indent=2))
         return
     render_bindings(Console(), namespace=namespace, rows=rows)

@@ -21,7 +21,7 @@ arguments, and after a restart held every listed job whole in its backlogs: issu
 3. **410 Gone** (an ``ERROR`` event or the HTTP status): LIST again; the jobs deleted meanwhile
    are delivered as deletions (:func:`helmhive.policy.job_watch.decide_vanished`).
 4. **A dropped or refused connection**: reconnect from the last ``resourceVersion`` after a
-   capped, jittered backoff (:func:`helmhive.policy.job_watch.decide_backoff`), with one warning
+   capped, jittered backoff (:func:`helmhive.policy.job_watch.decide_rewatch_delay`), with one warning
    per outage and one line when the watch is back; no stack trace for a network error.
 
 **Order.** The steps of one job run one at a time and in order; what arrives meanwhile is
@@ -66,7 +66,7 @@ from helmhive.policy.job_watch import (
     PendingEvents,
     WatchStepKind,
     build_deleted_body,
-    decide_backoff,
+    decide_rewatch_delay,
     decide_watch_event,
 )
 
@@ -244,12 +244,12 @@ class JobWatch:
                     continue
                 version = self.resource_version or version  # the last one the failed watch saw
                 self._lost(err)
-                await asyncio.sleep(decide_backoff(attempt, jitter=self.random_draw()))
+                await asyncio.sleep(decide_rewatch_delay(attempt, jitter=self.random_draw()))
                 attempt += 1
             except Exception:  # a bug must not stop the operator's only view of its jobs
                 log.exception("agentjob watch failed; restarting it")
                 version = self.resource_version or version
-                await asyncio.sleep(decide_backoff(attempt, jitter=self.random_draw()))
+                await asyncio.sleep(decide_rewatch_delay(attempt, jitter=self.random_draw()))
                 attempt += 1
 
     async def _watch(self, kube: Kube, version: str | None) -> str | None:

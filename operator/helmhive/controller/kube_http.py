@@ -26,7 +26,7 @@ A client configured with a proxy, or with ``assert_hostname`` naming another hos
 (the caller keeps the threaded path: :func:`decide_loop_capable`). No answer (a refused or reset
 connection, a timeout) raises ``Unavailable``. A connection that could not be made is tried at most
 twice more, for any method (nothing was sent); a reused connection the server dropped, only for a
-GET (:func:`decide_retry`). Redirects are not followed: a 3xx is an answer, as on the threaded path.
+GET (:func:`decide_resend`). Redirects are not followed: a 3xx is an answer, as on the threaded path.
 Responses are asked for uncompressed, as the generated client asks for them (on loopback,
 compressing a LIST page costs both ends CPU and saves nothing).
 
@@ -139,7 +139,7 @@ class LoopHttp:
                     return response.status, await response.read(), str(response.reason or "")
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 attempt += 1
-                if attempt > _RETRIES or not decide_retry(method, exc):
+                if attempt > _RETRIES or not decide_resend(method, exc):
                     # A response error's repr carries the request's headers (the token): never chained.
                     cause = None if isinstance(exc, aiohttp.ClientResponseError) else exc
                     raise build_unavailable(exc) from cause
@@ -151,7 +151,7 @@ class LoopHttp:
             await session.close()
 
 
-def decide_retry(method: str, exc: BaseException) -> bool:
+def decide_resend(method: str, exc: BaseException) -> bool:
     """Whether a request that failed with ``exc`` is sent again: when nothing was sent (the connection
     was not made; a certificate that fails is final), any method; when the server dropped a reused
     connection, only a GET (a write may have been applied)."""

@@ -54,7 +54,7 @@ from helmhive.controller.kube import Conflict, KubeError, NotFound
 from helmhive.controller.router_audits import RouterAudits, plain_job
 from helmhive.controller.router_capacity import JobKey, _Waiting
 from helmhive.controller.router_indexes import RouterIndexes
-from helmhive.controller.router_settings import RouterSettings, RouterStats, TokenBucket
+from helmhive.controller.router_settings import RateLimiter, RouterSettings, RouterStats
 from helmhive.controller.runtime import Runtime
 from helmhive.policy import agentjob
 from helmhive.policy.agentjob import (
@@ -74,7 +74,7 @@ from helmhive.policy.routing_inputs import (
     parse_queued_job,
 )
 
-__all__ = ["AGENT_JOB", "JobKey", "Router", "RouterSettings", "RouterStats", "TokenBucket", "_Waiting"]
+__all__ = ["AGENT_JOB", "JobKey", "RateLimiter", "Router", "RouterSettings", "RouterStats", "_Waiting"]
 
 AGENT_JOB = kind_by_name("AgentJob")
 log = logging.getLogger("helmhive.routing")
@@ -94,7 +94,7 @@ class Router(RouterIndexes):
         self.runtime = runtime
         self.settings = settings or RouterSettings.from_env()
         self.lock = asyncio.Lock()
-        self.bucket = TokenBucket(rate=self.settings.qps, burst=self.settings.burst, clock=monotonic)
+        self.bucket = RateLimiter(rate=self.settings.qps, burst=self.settings.burst, clock=monotonic)
         self.stats = RouterStats()
         self.bodies: dict[JobKey, dict[str, Any]] = {}
         # Bindings made by the queue step that this process writes together with the decision.

@@ -34,7 +34,7 @@ from helmhive.controller.audit import ensure_audit_unless_terminating
 from helmhive.controller.kube import Conflict, Invalid, KubeError
 from helmhive.controller.router_events import RunnerEventSeries
 from helmhive.controller.router_recovery import AuditRecovery, ensure_routing_recorded
-from helmhive.controller.router_settings import TokenBucket
+from helmhive.controller.router_settings import RateLimiter
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.routing_audit import (
     DecisionKey,
@@ -59,7 +59,7 @@ class RouterAudits:
         self,
         runtime: Runtime,
         *,
-        bucket: TokenBucket,
+        bucket: RateLimiter,
         workers: int,
         recovery_seconds: float,
         monotonic: Callable[[], float],

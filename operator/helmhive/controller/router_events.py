@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from helmhive.api.kinds import GROUP, VERSION, kind_by_name
 from helmhive.controller.kube import KubeError, NotFound
-from helmhive.controller.router_settings import TokenBucket
+from helmhive.controller.router_settings import RateLimiter
 from helmhive.controller.runtime import Runtime
 
 __all__ = ["REASON", "RunnerEventSeries"]
@@ -43,7 +43,7 @@ class RunnerEventSeries:
     """Counts assignments per Runner and writes them as one Event per Runner (see the module docstring)."""
 
     def __init__(
-        self, runtime: Runtime, *, bucket: TokenBucket, interval: float, monotonic: Callable[[], float]
+        self, runtime: Runtime, *, bucket: RateLimiter, interval: float, monotonic: Callable[[], float]
     ) -> None:
         self.runtime = runtime
         self.bucket = bucket

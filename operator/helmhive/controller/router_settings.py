@@ -1,7 +1,7 @@
 """The router's tunables, its client-side rate limit and its counters.
 
 :class:`RouterSettings` (each from ``HELMHIVE_ROUTING_*`` in the environment), the
-:class:`TokenBucket` that paces the router's mutating API calls (it reads an injected monotonic
+:class:`RateLimiter` that paces the router's mutating API calls (it reads an injected monotonic
 clock), and :class:`RouterStats` (for logs, the liveness probe and the benchmark). Used by
 :mod:`helmhive.controller.router`.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from helmhive.policy.routing import RoutingPolicy
 
-__all__ = ["RouterSettings", "RouterStats", "TokenBucket"]
+__all__ = ["RateLimiter", "RouterSettings", "RouterStats"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,8 +65,10 @@ class RouterSettings:
         )
 
 
-class TokenBucket:
-    """A client-side rate limit: ``rate`` tokens a second, at most ``burst`` saved up.
+class RateLimiter:
+    """A client-side rate limit, a token bucket as client-go's: ``rate`` tokens a second, at most
+    ``burst`` saved up. (The runner's egress proxy has a bucket of its own that refuses instead of
+    waiting: :class:`helmhive.runner.egress_limits.TokenBucket`.)
 
     ``take()`` waits for a token; waiters are served in arrival order.
     """

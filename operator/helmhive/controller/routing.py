@@ -17,7 +17,7 @@ The routing engine (work queue, reservations, waiting and backoff, audit recover
 - **Runner events** re-decide waiting jobs when a runner becomes schedulable; a change to pools
   or namespaces drops the cached runner views.
 
-``Router``, ``RouterSettings``, ``RouterStats`` and ``TokenBucket`` are re-exported from here
+``Router``, ``RouterSettings``, ``RouterStats`` and ``RateLimiter`` are re-exported from here
 for the callers that name them by this module.
 """
 
@@ -29,7 +29,7 @@ from typing import Any
 import kopf
 
 from helmhive.api.kinds import GROUP, VERSION
-from helmhive.controller.router import AGENT_JOB, Router, RouterSettings, RouterStats, TokenBucket
+from helmhive.controller.router import AGENT_JOB, RateLimiter, Router, RouterSettings, RouterStats
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.memory import NamedMemoryRecord
 from helmhive.policy.routing import SessionBindingView
@@ -41,7 +41,7 @@ from helmhive.policy.routing_inputs import (
     parse_session_binding,
 )
 
-__all__ = ["AGENT_JOB", "Router", "RouterSettings", "RouterStats", "TokenBucket", "register"]
+__all__ = ["AGENT_JOB", "RateLimiter", "Router", "RouterSettings", "RouterStats", "register"]
 
 
 def register(runtime: Runtime, router: Router | None = None) -> Router:

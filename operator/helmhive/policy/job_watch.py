@@ -13,7 +13,7 @@ longer watches them). This module holds its decisions, without I/O:
   one at a time, so what arrives meanwhile is coalesced: the steps are level-triggered and only
   need the newest copy, but a deletion is never dropped (a job deleted and created again under
   its name delivers both);
-- :func:`decide_backoff`: the capped, jittered delay before reconnecting.
+- :func:`decide_rewatch_delay`: the capped, jittered delay before reconnecting.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ __all__ = [
     "WatchStep",
     "WatchStepKind",
     "build_deleted_body",
-    "decide_backoff",
+    "decide_rewatch_delay",
     "decide_vanished",
     "decide_watch_event",
 ]
@@ -109,7 +109,7 @@ def build_deleted_body(key: JobKey, resource_version: str | None) -> dict[str, A
     return {"apiVersion": "helmhive.dev/v1alpha1", "kind": "AgentJob", "metadata": meta}
 
 
-def decide_backoff(attempt: int, *, jitter: float, base: float = 0.5, cap: float = 2.0) -> float:
+def decide_rewatch_delay(attempt: int, *, jitter: float, base: float = 0.5, cap: float = 2.0) -> float:
     """Seconds before reconnect ``attempt`` (0-based): doubling from ``base`` up to ``cap``, times 0.5 to 1.
 
     ``jitter`` is a number in [0, 1) (the caller's random draw), so many operators do not reconnect

@@ -29,7 +29,7 @@ chunk, byte for byte. A request body is read whole, up to :data:`MAX_BODY_BYTES`
 The credential is read from :class:`~helmhive.runner.credentials.CredentialHolder` per request and
 never logged; a refusal's log line names the reason and the host asked for, nothing else.
 
-:func:`decide_route` and the other rules are pure (:mod:`helmhive.runner.egress_rules`, re-exported
+:func:`decide_egress_route` and the other rules are pure (:mod:`helmhive.runner.egress_rules`, re-exported
 here); :class:`EgressProxy` does the I/O (h11 for the agent's side, httpx for the upstream's).
 """
 
@@ -67,7 +67,7 @@ from helmhive.runner.egress_rules import (
     build_proxy_env,
     build_request_limits,
     build_upstream_headers,
-    decide_route,
+    decide_egress_route,
 )
 from helmhive.runner.logs import fields
 from helmhive.runner.metrics import record_egress
@@ -88,7 +88,7 @@ __all__ = [
     "build_proxy_env",
     "build_request_limits",
     "build_upstream_headers",
-    "decide_route",
+    "decide_egress_route",
 ]
 
 log = logging.getLogger("helmhive.runner.egress")
@@ -266,7 +266,7 @@ class EgressProxy:
         """Answer one request; False: close the connection."""
         method = request.method.decode("ascii")
         host = next((v.decode("latin-1") for k, v in request.headers if k == b"host"), "")
-        route = decide_route(
+        route = decide_egress_route(
             method=method,
             target=request.target.decode("ascii"),
             host_header=host,

@@ -32,7 +32,7 @@ __all__ = [
     "build_proxy_env",
     "build_request_limits",
     "build_upstream_headers",
-    "decide_route",
+    "decide_egress_route",
 ]
 
 PLACEHOLDER = "helmhive-egress-placeholder"
@@ -148,7 +148,7 @@ def _authority(host: str, port: int | None) -> str:
     return host if port is None else f"{host}:{port}"
 
 
-def decide_route(
+def decide_egress_route(
     *,
     method: str,
     target: str,
@@ -186,7 +186,7 @@ def decide_route(
         return Refusal(RefusalReason.TARGET)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     if _authority(host, port) in own or (upstream is not None and host == upstream.host and port in (None, 80, 443)):
-        return decide_route(
+        return decide_egress_route(
             method=method,
             target=path,
             host_header=host_header if _authority(host, port) in own else host,

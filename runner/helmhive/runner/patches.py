@@ -42,9 +42,9 @@ __all__ = [
     "GitFailed",
     "GitTree",
     "PatchError",
-    "build_git_env",
     "build_patch_ref",
     "build_patch_section",
+    "build_tree_git_env",
     "count_patch_files",
     "run_git",
     "run_patch_apply",
@@ -102,7 +102,7 @@ class ComputedPatch:
     files: int
 
 
-def build_git_env(*, tree: GitTree, index: Path | None = None, path: str | None = None) -> dict[str, str]:
+def build_tree_git_env(*, tree: GitTree, index: Path | None = None, path: str | None = None) -> dict[str, str]:
     """The whole environment of a git command on ``tree`` (nothing inherited but ``PATH``)."""
     env = {
         "PATH": path if path is not None else os.environ.get("PATH", "/usr/bin:/bin"),
@@ -132,7 +132,7 @@ def run_git(
         return subprocess.run(
             ["git", *args],
             cwd=tree.work_tree,
-            env=build_git_env(tree=tree, index=index),
+            env=build_tree_git_env(tree=tree, index=index),
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=timeout_s,
@@ -167,7 +167,7 @@ def _read_bounded(tree: GitTree, args: list[str], *, index: Path, max_bytes: int
         subprocess.Popen(
             ["git", *args],
             cwd=tree.work_tree,
-            env=build_git_env(tree=tree, index=index),
+            env=build_tree_git_env(tree=tree, index=index),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=err,

@@ -51,8 +51,8 @@ from helmhive.runner.reference_session import (
     CRASH_EXIT_CODE,
     ENV_TOKEN,
     LIMIT_EXIT_CODE,
+    AgentSessions,
     Session,
-    SessionStore,
     Settings,
     config_options,
     first_crash,
@@ -67,7 +67,7 @@ class ReferenceAgent:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._sessions = SessionStore(settings.state_dir)
+        self._sessions = AgentSessions(settings.state_dir)
         self._conn: Any = None
 
     def on_connect(self, conn: Any) -> None:

@@ -37,9 +37,9 @@ __all__ = [
     "ENV_TOKEN",
     "LIMIT_EXIT_CODE",
     "SESSION_ID",
+    "AgentSessions",
     "AnyConfigOption",
     "Session",
-    "SessionStore",
     "Settings",
     "config_options",
     "first_crash",
@@ -131,7 +131,7 @@ class Session:
         )
 
 
-class SessionStore:
+class AgentSessions:
     """The agent's sessions: in memory, and in ``<state dir>/sessions/<id>.json`` when it has one."""
 
     def __init__(self, state_dir: Path | None) -> None:

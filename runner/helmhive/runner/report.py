@@ -47,7 +47,7 @@ __all__ = [
     "build_catalogue",
     "build_fingerprint",
     "build_report",
-    "decide_authentication",
+    "decide_auth_report",
     "decide_report_write",
     "decide_verified_at",
     "report_content",
@@ -134,7 +134,7 @@ def decide_verified_at(
     return previous.verified_at
 
 
-def decide_authentication(*, adapter: AdapterReport, credential_present: bool) -> AuthReport:
+def decide_auth_report(*, adapter: AdapterReport, credential_present: bool) -> AuthReport:
     """The report's authentication: the adapter's verdict, unless the runner holds no credential.
 
     Some agents open sessions without any login (their first prompt fails instead), so a

@@ -35,7 +35,7 @@ from helmhive.runner.registration import ReportPublisher
 from helmhive.runner.report import (
     build_fingerprint,
     build_report,
-    decide_authentication,
+    decide_auth_report,
     decide_report_write,
     decide_verified_at,
     reverify_interval,
@@ -114,7 +114,7 @@ class Reporting:
         self.probes += 1
         record_probe(config=self.config, auth=report.auth.value)
         self._adapter_report = report
-        verdict = decide_authentication(adapter=report, credential_present=self.credential.present())
+        verdict = decide_auth_report(adapter=report, credential_present=self.credential.present())
         verified_at = decide_verified_at(
             previous=self._authentication,
             current=verdict,

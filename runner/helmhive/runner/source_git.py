@@ -2,7 +2,7 @@
 
 Owns :class:`Git` (the git runs of one :func:`helmhive.runner.source.ensure_source` call: the
 environment for the server and the one for local copies, one deadline, the secrets to redact)
-and :func:`run_git`, which runs one git command with exactly the environment given and kills its
+and :func:`run_git_until`, which runs one git command with exactly the environment given and kills its
 whole process group at the deadline. :func:`build_fetch_failure` turns a failed fetch into a
 :class:`~helmhive.runner.source_rules.SourceError` with its named reason. The rules themselves
 (the environment, which reason a git error means, redaction) are pure, in
@@ -32,7 +32,7 @@ from helmhive.runner.source_rules import (
     describe_git_error,
 )
 
-__all__ = ["Git", "GitResult", "GitTimeout", "build_fetch_failure", "run_git"]
+__all__ = ["Git", "GitResult", "GitTimeout", "build_fetch_failure", "run_git_until"]
 
 
 class GitTimeout(Exception):
@@ -46,7 +46,9 @@ class GitResult:
     stderr: str
 
 
-def run_git(args: Sequence[str], *, env: Mapping[str, str], deadline: float, cwd: Path | None = None) -> GitResult:
+def run_git_until(
+    args: Sequence[str], *, env: Mapping[str, str], deadline: float, cwd: Path | None = None
+) -> GitResult:
     """Run git with exactly ``env``; kill its whole process group at ``deadline``.
 
     Not gitpython's ``Git.execute``: it merges the runner's entire environment into git's, and
@@ -99,7 +101,7 @@ class Git:
 
     def _run(self, args: Sequence[str], env: Mapping[str, str]) -> GitResult:
         try:
-            return run_git(args, env=env, deadline=self.deadline)
+            return run_git_until(args, env=env, deadline=self.deadline)
         except GitTimeout:
             raise SourceError(
                 Reason.SOURCE_UNAVAILABLE,
