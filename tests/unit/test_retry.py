@@ -102,3 +102,13 @@ def test_decide_job_retry_reads_the_job_object() -> None:
     assert writes is not None and writes.reason is Reason.MAY_HAVE_SIDE_EFFECTS
     unknown = decide_job_retry(job=parse_agent_job(_job("no-such-kind", "RunnerLost", started=True)))
     assert unknown is not None and not unknown.retry
+
+
+def test_an_unreadable_attempt_count_spends_no_re_run() -> None:
+    raw = _job("review-probe", "RunnerLost", started=True)
+    raw["status"]["attempts"] = "many"
+    job = parse_agent_job(raw)
+    assert (job.recorded_attempts, job.attempts) == (None, 0)
+    decision = decide_job_retry(job=job)
+    assert decision is not None and not decision.retry and decision.reason is Reason.RETRY_LIMIT_REACHED
+    assert parse_agent_job(_job("review-probe", "RunnerLost", started=True, attempts=1)).recorded_attempts == 1

@@ -222,12 +222,19 @@ class AgentJob:
             return 0
 
     @property
-    def attempts(self) -> int:
-        """``status.attempts``: the automatic re-runs made so far."""
+    def recorded_attempts(self) -> int | None:
+        """``status.attempts``: the automatic re-runs made so far; None when the field cannot be read
+        (the re-run decision then spends no re-run on the job: :mod:`helmhive.policy.retry`)."""
         try:
             return int(self.raw_status.get("attempts") or 0)
         except (TypeError, ValueError):
-            return 0
+            return None
+
+    @property
+    def attempts(self) -> int:
+        """``status.attempts`` as a count: :attr:`recorded_attempts`, 0 when it cannot be read."""
+        recorded = self.recorded_attempts
+        return 0 if recorded is None else recorded
 
     @property
     def needs_binding(self) -> bool:

@@ -153,11 +153,8 @@ def decide_job_retry(*, job: AgentJob) -> RetryDecision | None:
         filesystem = FilesystemAccess(declared or ENVELOPES[kind].filesystem)
     except ValueError:
         filesystem = FilesystemAccess.WRITE  # unknown: assume the worst
-    raw_attempts = job.raw_status.get("attempts")
-    try:
-        attempts = int(raw_attempts or 0)
-    except (TypeError, ValueError):
-        attempts = MAX_AUTOMATIC_RETRIES  # unreadable: spend no re-run on it
+    recorded = job.recorded_attempts
+    attempts = MAX_AUTOMATIC_RETRIES if recorded is None else recorded  # unreadable: spend no re-run on it
     succeeded = job.condition(ConditionType.SUCCEEDED) or {}
     return decide_retry(
         job_kind=kind,
