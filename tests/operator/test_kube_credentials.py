@@ -11,13 +11,13 @@ whichever token the test made current.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from kubernetes import client, config
 
+from harness.aio import run_closing
 from harness.identity import Identity
 from harness.kube import IdentityFactory
 from helmhive.controller.kube import Kube
@@ -114,9 +114,8 @@ def test_requests_on_the_event_loop_read_the_credentials_the_same_way(
         rotating.now += CREDENTIAL_REFRESH_SECONDS
         assert await who() == second.username, "past the second the rotated token is used"
         assert len(rotating.reads) == 2
-        await kube.close()
 
-    asyncio.run(scenario())
+    run_closing(scenario(), kube)
 
 
 def test_a_refresh_that_fails_is_tried_again_on_the_next_request(

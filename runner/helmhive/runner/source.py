@@ -53,12 +53,13 @@ from pathlib import Path
 from helmhive.api.reasons import Reason
 from helmhive.runner.logs import fields
 from helmhive.runner.source_cache import USED_MARKER, evict, locked, tree_size
-from helmhive.runner.source_git import Git, GitTimeout, build_fetch_failure
+from helmhive.runner.source_git import Git, build_fetch_failure
 from helmhive.runner.source_rules import (
     DEFAULT_MAX_CACHE_BYTES,
     REFUSES_SHALLOW_BY_ID,
     SOURCE_REF,
     CacheEntry,
+    DeadlinePassed,
     GitCredentials,
     SourceCheckout,
     SourceError,
@@ -246,7 +247,7 @@ def ensure_source(
                 _materialise(
                     git, cache=cache, commit=commit, object_format=object_format, git_dir=git_dir, work_tree=work_tree
                 )
-        except GitTimeout:
+        except DeadlinePassed:
             raise SourceError(
                 Reason.SOURCE_UNAVAILABLE,
                 f"the runner's source cache for {repository} stayed busy for {timeout_s:g} s",

@@ -19,8 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from helmhive.runner.logs import fields
-from helmhive.runner.source_git import GitTimeout
-from helmhive.runner.source_rules import CacheEntry, decide_evictions
+from helmhive.runner.source_rules import CacheEntry, DeadlinePassed, decide_evictions
 
 __all__ = ["USED_MARKER", "evict", "locked", "tree_size"]
 
@@ -34,7 +33,7 @@ _LOCK_POLL_S = 0.1
 def locked(path: Path, *, deadline: float | None) -> Iterator[bool]:
     """Hold an exclusive lock on ``path``; yield False at once if busy and ``deadline`` is None.
 
-    Raises :class:`~helmhive.runner.source_git.GitTimeout` when ``deadline`` passes first."""
+    Raises :class:`~helmhive.runner.source_rules.DeadlinePassed` when ``deadline`` passes first."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         while True:
@@ -46,7 +45,7 @@ def locked(path: Path, *, deadline: float | None) -> Iterator[bool]:
                     yield False
                     return
                 if time.monotonic() >= deadline:
-                    raise GitTimeout() from None
+                    raise DeadlinePassed() from None
                 time.sleep(_LOCK_POLL_S)
         yield True
     finally:

@@ -24,6 +24,7 @@ from helmhive.api.reasons import Reason
 from helmhive.runner.source_rules import (
     LOCAL_PROTOCOLS,
     REMOTE_PROTOCOLS,
+    DeadlinePassed,
     GitCredentials,
     SourceError,
     build_git_env,
@@ -32,11 +33,7 @@ from helmhive.runner.source_rules import (
     describe_git_error,
 )
 
-__all__ = ["Git", "GitResult", "GitTimeout", "build_fetch_failure", "run_git_until"]
-
-
-class GitTimeout(Exception):
-    """The deadline passed before git finished (or before the cache's lock was free)."""
+__all__ = ["Git", "GitResult", "build_fetch_failure", "run_git_until"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +55,7 @@ def run_git_until(
     """
     remaining = deadline - time.monotonic()
     if remaining <= 0:
-        raise GitTimeout()
+        raise DeadlinePassed()
     with subprocess.Popen(
         ["git", *args],
         env=dict(env),
@@ -74,7 +71,7 @@ def run_git_until(
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.communicate()
-            raise GitTimeout() from None
+            raise DeadlinePassed() from None
     return GitResult(process.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
 
@@ -102,7 +99,7 @@ class Git:
     def _run(self, args: Sequence[str], env: Mapping[str, str]) -> GitResult:
         try:
             return run_git_until(args, env=env, deadline=self.deadline)
-        except GitTimeout:
+        except DeadlinePassed:
             raise SourceError(
                 Reason.SOURCE_UNAVAILABLE,
                 f"fetching {self.repository} did not finish within {self.timeout_s:g} s",

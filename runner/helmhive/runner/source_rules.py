@@ -35,6 +35,7 @@ __all__ = [
     "SCHEMES",
     "SOURCE_REF",
     "CacheEntry",
+    "DeadlinePassed",
     "GitCredentials",
     "SourceCheckout",
     "SourceError",
@@ -118,6 +119,11 @@ REFUSES_SHALLOW_BY_ID = (
     "does not support shallow",
     "dumb http transport does not support shallow",
 )
+
+
+class DeadlinePassed(Exception):
+    """A fetch's deadline passed: git still running, or the cache's lock still held by another job.
+    :func:`~helmhive.runner.source.ensure_source` turns it into a ``SourceUnavailable`` error."""
 
 
 class SourceError(Exception):
