@@ -1,10 +1,10 @@
 """The operator door's CPU per request: its JSON calls on the event loop against the threaded path.
 
 Starts a local dev cluster (the same binaries as the tests), installs the CRDs, creates one
-AgentJob, and then, in rounds that alternate, GETs it through ``helmhive.controller.kube.Kube``:
+AgentJob, and then, in rounds that alternate, GETs it through ``helmhive.controller.kube.door.Kube``:
 
 - **on the loop**: ``Kube(api_client)``, the door as the operator builds it (aiohttp,
-  :mod:`helmhive.controller.kube_http`);
+  :mod:`helmhive.controller.kube.http`);
 - **threaded** (the baseline): ``Kube(api_client, executor=pool)``, each call in one of a pool's
   threads on the kubernetes client's urllib3 pool, as every JSON call ran before 10a9e48.
 
@@ -27,7 +27,7 @@ from bench_runners import install
 from kubernetes import client, config
 
 from helmhive.api.kinds import kind_by_name
-from helmhive.controller.kube import Kube
+from helmhive.controller.kube.door import Kube
 from helmhive.devcluster import cluster as devcluster
 from helmhive.devcluster.build import ensure_binaries
 from helmhive.devcluster.flags import StateLayout

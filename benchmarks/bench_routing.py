@@ -78,16 +78,16 @@ from helmhive.devcluster import cluster as devcluster
 from helmhive.devcluster.build import ensure_binaries
 from helmhive.devcluster.flags import StateLayout
 from helmhive.devcluster.procs import client_tls, free_ports, is_alive, read_record
-from helmhive.policy import agentjob
+from helmhive.policy.agentjob import life as agentjob
 from helmhive.policy.envelopes import ENVELOPES
-from helmhive.policy.profiles import decide_profile, decide_profile_body
-from helmhive.policy.revisions import profile_hash, revision_name
-from helmhive.policy.routing import MAX_CANDIDATES, RoutingJob, RunnerView, decide_route
-from helmhive.policy.routing_audit import iter_routing_decisions
+from helmhive.policy.profiles.narrowing import decide_profile, decide_profile_body
+from helmhive.policy.profiles.revisions import profile_hash, revision_name
+from helmhive.policy.routing.audit import iter_routing_decisions
+from helmhive.policy.routing.route import MAX_CANDIDATES, RoutingJob, RunnerView, decide_route
 from helmhive.policy.timestamps import format_timestamp
 
 try:
-    from helmhive.policy.routing_prepared import RunnerSet
+    from helmhive.policy.routing.prepared import RunnerSet
 except ImportError:  # older code (the benchmark also measures a base commit through PYTHONPATH)
     RunnerSet = None  # type: ignore[assignment,misc]
 
@@ -165,7 +165,7 @@ def build_like_router_status(*, runners: int, concurrency: int, now: dt.datetime
     """The status the router writes for one bench job it assigns, built by the same pure core. Pure.
 
     The binding is the bench Profile's (``BENCH_PROFILE_SPEC``, decided as the queue step does,
-    ``helmhive.controller.binding``), the decision ``decide_route`` over ``runners`` runners
+    ``helmhive.controller.jobs.binding``), the decision ``decide_route`` over ``runners`` runners
     like the bench's (so ``MAX_CANDIDATES`` candidate rows once there are that many), the wire
     form ``agentjob.route`` with the binding: routing, the assignment, Routed/Ready, the profile.
     """

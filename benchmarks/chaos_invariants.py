@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from helmhive.policy.retry import MAX_AUTOMATIC_RETRIES, RETRYABLE_REASONS
-from helmhive.policy.routing_audit import iter_routing_decisions
+from helmhive.policy.agentjob.retry import MAX_AUTOMATIC_RETRIES, RETRYABLE_REASONS
+from helmhive.policy.routing.audit import iter_routing_decisions
 
 __all__ = [
     "JobEvent",

@@ -7,4 +7,4 @@ are one directory; in a source checkout the line below joins them.
 
 from pkgutil import extend_path
 
-__path__ = extend_path(__path__, __name__)
+__path__[:] = extend_path(__path__, __name__)

@@ -6,7 +6,7 @@ the ``kubernetes`` client raises into the one error tree of :mod:`helmhive.api.k
 refused or reset connection) as ``Unavailable``. A client it loads reads its credentials again
 at most once a second (:func:`throttle_credential_refresh`), for every door built on it.
 
-The other doors -- ``helmhive.controller.kube`` (the operator), ``helmhive.cli.kubeapi`` (the
+The other doors -- ``helmhive.controller.kube.door`` (the operator), ``helmhive.cli.kubeapi`` (the
 CLI), ``helmhive.runner.kube`` (the runner) and ``helmhive.devcluster.localpod`` (the dev
 cluster's stand-in kubelet) -- build on it; nothing else in ``helmhive`` imports ``kubernetes``
 (an import-linter contract and ``tests/unit/test_layering.py`` enforce it).

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from helmhive.api.crdgen import build_crds
 from helmhive.cli.crds import app, decide_drift
 from helmhive.cli.main import app as main_app
-from helmhive.controller.routing import RouterSettings
+from helmhive.controller.router.handlers import RouterSettings
 from helmhive.deploy.manifests import OperatorIdentity, build_install_manifests
 
 Doc = dict[str, Any]

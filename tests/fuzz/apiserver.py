@@ -17,7 +17,7 @@ from kubernetes import client
 
 from helmhive.api.kinds import API_VERSION, GROUP, KINDS, VERSION
 from helmhive.api.reasons import Reason
-from helmhive.policy.validation import SourceDocument, ValidationIssue, validate_documents
+from helmhive.policy.validation.manifests import SourceDocument, ValidationIssue, validate_documents
 
 from .mutants import CROSS_OBJECT, SCHEMAS, schema_at, walk
 

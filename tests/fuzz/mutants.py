@@ -7,7 +7,7 @@ be refused with (a string one past its ``maxLength``, a value outside its enum, 
 stack of *random* ones (wrong types, dropped and unknown fields, arbitrary values), which
 carry no expectation beyond "never crash".
 
-Every mutation reads the generated offline schema (:func:`helmhive.policy.validation`'s
+Every mutation reads the generated offline schema (:func:`helmhive.policy.validation.manifests`'s
 source, :func:`helmhive.api.crdgen.build_offline_schema`) to find the bounds, enums and
 patterns it breaks, so a new field is fuzzed without a change here.
 """

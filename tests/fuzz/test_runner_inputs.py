@@ -1,7 +1,7 @@
 """The runner's own inputs, fuzzed: a malformed ``runner.json``, and an agent that breaks ACP.
 
 * ``runner.json`` (what the operator writes from a RunnerPool, see
-  :func:`helmhive.policy.runnerpool.build_runner_config`) is mutated and garbled;
+  :func:`helmhive.policy.runners.pool.build_runner_config`) is mutated and garbled;
   :func:`helmhive.runner.config.load_config` returns a configuration or raises ``ConfigError``
   whose every problem names a field or variable, nothing else. The real program
   (``helmhive runner run``) exits with its configuration code and no traceback.
@@ -33,13 +33,13 @@ from helmhive.api.profile import ProfileSpec
 from helmhive.api.reasons import Reason
 from helmhive.api.runnerpool import RunnerPoolSpec
 from helmhive.policy.envelopes import ENVELOPES
-from helmhive.policy.profiles import decide_profile
-from helmhive.policy.runnerpool import build_runner_config
+from helmhive.policy.profiles.narrowing import decide_profile
+from helmhive.policy.runners.pool import build_runner_config
 from helmhive.runner.adapters import AcpAdapter, AcpAdapterConfig, TurnOutcome, TurnRequest
 from helmhive.runner.config import ENV, ConfigError, load_config
-from helmhive.runner.jobcontext import parse_assigned_job
-from helmhive.runner.jobstatus import JobEnding
-from helmhive.runner.main import ExitCode
+from helmhive.runner.jobs.context import parse_assigned_job
+from helmhive.runner.jobs.status import JobEnding
+from helmhive.runner.program.main import ExitCode
 
 from .budget import Tally, fuzz_settings
 from .mutants import EXAMPLES, json_values, walk

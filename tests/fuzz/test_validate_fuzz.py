@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from helmhive.api.manifest_yaml import ManifestDumper
 from helmhive.api.reasons import Reason
 from helmhive.cli.main import app
-from helmhive.policy.validation import SourceDocument, ValidationIssue, validate_documents
+from helmhive.policy.validation.manifests import SourceDocument, ValidationIssue, validate_documents
 from helmhive.policy.violations import split_field_path
 
 from .budget import Tally, fuzz_settings

@@ -23,8 +23,8 @@ from typer.testing import CliRunner
 from helmhive.api.crdgen import build_crd
 from helmhive.api.kinds import kind_by_name
 from helmhive.cli.main import app
-from helmhive.policy.validate_apiserver import is_api_date_time
-from helmhive.policy.validation import SourceDocument, validate_documents
+from helmhive.policy.validation.apiserver import is_api_date_time
+from helmhive.policy.validation.manifests import SourceDocument, validate_documents
 
 from .mutants import example_set, go_pattern
 

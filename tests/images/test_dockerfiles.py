@@ -1,7 +1,7 @@
 """The Dockerfiles agree with the code that runs their images, and the rootfs builder reads them whole.
 
 No cluster and no build: these read ``images/`` and compare it with the pod specs the operator
-writes (:mod:`helmhive.policy.runner_pod`), the chart's values, the npm agents the runner tests
+writes (:mod:`helmhive.policy.runners.pod`), the chart's values, the npm agents the runner tests
 pin, the release workflow, and the ``.dockerignore`` the build context uses.
 """
 
@@ -21,7 +21,7 @@ from packaging.requirements import Requirement
 
 from helmhive.devcluster import dockerfile as df
 from helmhive.devcluster.rootfs import ImageConfig
-from helmhive.policy import runner_pod
+from helmhive.policy.runners import pod as runner_pod
 from runner.npm_agents import PINNED
 
 REPO = Path(__file__).resolve().parents[2]
@@ -150,7 +150,7 @@ def test_the_build_context_holds_what_the_dockerfiles_copy_and_nothing_else() ->
                     if source is None:
                         for item in sources:
                             assert not df.decide_ignored(rules, item.strip("/")), f"{path}:{ins.line} {item}"
-    for kept in ("operator/helmhive/cli/main.py", "runner/helmhive/runner/main.py", "images/prune.py"):
+    for kept in ("operator/helmhive/cli/main.py", "runner/helmhive/runner/program/main.py", "images/prune.py"):
         assert not df.decide_ignored(rules, kept), kept
     for left_out in (".venv/bin/python", "tests/conftest.py", ".git/HEAD", "operator/helmhive/__pycache__/x.pyc"):
         assert df.decide_ignored(rules, left_out), left_out

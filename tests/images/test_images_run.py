@@ -326,7 +326,7 @@ def test_the_operator_from_its_image_publishes_the_envelopes(
 
 
 def _runner_volumes(rig: RunnerRig, runner_json: dict[str, Any], kube_dir: Path) -> tuple[list[Bind], dict[str, str]]:
-    """The runner pod's volumes and environment (helmhive.policy.runnerpool), as host directories."""
+    """The runner pod's volumes and environment (helmhive.policy.runners.pool), as host directories."""
     config = _volume(rig.root / "config", mode=0o755)
     (config / "runner.json").write_text(json.dumps(runner_json), encoding="utf-8")
     (config / "runner.json").chmod(0o444)

@@ -2,7 +2,7 @@
 
 Each runner writes as its own pod (a token of its pool's ServiceAccount bound to the pod), so
 RBAC and the runner admission policies see what a real runner sends; a job is marked Running
-by the runner it was assigned to, as ``runner/helmhive/runner/jobstatus.py`` does.
+by the runner it was assigned to, as ``runner/helmhive/runner/jobs/status.py`` does.
 """
 
 from __future__ import annotations

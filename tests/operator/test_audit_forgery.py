@@ -24,9 +24,9 @@ from harness.operator import OperatorProcess
 from harness.wait import wait_for
 from helmhive.api.audit import AuditAction, AuditActor
 from helmhive.controller.audit import patch_audit_retention
-from helmhive.controller.kube import Kube as OperatorKube
+from helmhive.controller.kube.door import Kube as OperatorKube
 from helmhive.kubeclient import load_api_client
-from helmhive.policy.audit import build_audit_record
+from helmhive.policy.audit.records import build_audit_record
 
 GROUP, VERSION = "helmhive.dev", "v1alpha1"
 WRITTEN_ONLY_BY_OPERATOR = (

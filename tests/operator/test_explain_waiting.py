@@ -2,7 +2,7 @@
 
 GitOps tools create objects in any order, so a job whose Workspace or Profile does not exist
 yet waits (``WaitingForWorkspace``/``WaitingForProfile``) instead of failing. explain-routing
-binds the profile with the queue step's own code (:mod:`helmhive.controller.binding`, no Kopf)
+binds the profile with the queue step's own code (:mod:`helmhive.controller.jobs.binding`, no Kopf)
 and says the same: it exits 3 ("waits") and names the waiting reason and the final one,
 whereas an invalid profile still fails closed (exit 2, a usage error: it cannot be routed).
 Only reads: nothing here needs the operator.

@@ -20,8 +20,8 @@ from helmhive.api.kinds import KINDS
 from helmhive.api.runnerpool import RunnerPoolSpec
 from helmhive.deploy.manifests import ENVELOPE_POLICY_NAME, OperatorIdentity, build_envelope_policy
 from helmhive.policy.envelopes import ENVELOPES
-from helmhive.policy.runnerpool import PoolRef, build_stateful_set
-from helmhive.policy.validation import SourceDocument, validate_documents
+from helmhive.policy.runners.pool import PoolRef, build_stateful_set
+from helmhive.policy.validation.manifests import SourceDocument, validate_documents
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP, VERSION = "helmhive.dev", "v1alpha1"

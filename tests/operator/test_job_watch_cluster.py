@@ -1,6 +1,6 @@
 """The operator's own AgentJob watch against the real API server: resume, 410 and re-list, outages.
 
-The first two tests drive :class:`helmhive.controller.job_watch.JobWatch` in this process with the
+The first two tests drive :class:`helmhive.controller.jobs.watch.JobWatch` in this process with the
 operator's own ``Kube`` door (no operator runs; the jobs' assignments are written by the test);
 a recording step stands in for the operator's steps. The last runs the real operator and
 simulated runners and stops the real kube-apiserver (:class:`harness.outage.ApiServerOutage`).
@@ -21,9 +21,9 @@ from harness.kube import IdentityFactory, Kube
 from harness.operator import OperatorProcess
 from harness.outage import ApiServerOutage
 from harness.wait import wait_for
-from helmhive.controller.job_store_sync import JobStoreSync
-from helmhive.controller.job_watch import JobWatch
-from helmhive.controller.kube import Kube as OperatorKube
+from helmhive.controller.jobs.store_sync import JobStoreSync
+from helmhive.controller.jobs.watch import JobWatch
+from helmhive.controller.kube.door import Kube as OperatorKube
 from helmhive.controller.runtime import JobEvents
 
 Seen = list[tuple[str | None, str]]

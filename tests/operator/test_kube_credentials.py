@@ -2,7 +2,7 @@
 API server within that second (:func:`helmhive.kubeclient.throttle_credential_refresh`).
 
 Every kind of request shares it: the operator's plain JSON requests on a thread (:meth:`Kube.request`,
-which its watch uses) and on the event loop (every other JSON call, :mod:`helmhive.controller.kube_http`),
+which its watch uses) and on the event loop (every other JSON call, :mod:`helmhive.controller.kube.http`),
 and the generated client's calls, which the runner's door makes. Two real ServiceAccount tokens; the API
 server itself says who each request authenticated as (a SelfSubjectReview). The refresh hook is
 the kubernetes client's own mechanism, as its kubeconfig loader installs one; here it hands out
@@ -20,7 +20,7 @@ from kubernetes import client, config
 from harness.aio import run_closing
 from harness.identity import Identity
 from harness.kube import IdentityFactory
-from helmhive.controller.kube import Kube
+from helmhive.controller.kube.door import Kube
 from helmhive.kubeclient import CREDENTIAL_REFRESH_SECONDS, throttle_credential_refresh
 
 REVIEW = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
@@ -94,7 +94,7 @@ def test_the_token_is_read_once_a_second_and_a_refreshed_one_is_used_after_it(
 def test_requests_on_the_event_loop_read_the_credentials_the_same_way(
     namespace: str, service_account_identity: IdentityFactory
 ) -> None:
-    """The door's JSON calls (sent on the event loop, :mod:`helmhive.controller.kube_http`) share the throttle."""
+    """The door's JSON calls (sent on the event loop, :mod:`helmhive.controller.kube.http`) share the throttle."""
     first: Identity = service_account_identity(namespace, "loop-first")
     second: Identity = service_account_identity(namespace, "loop-second")
     rotating = _rotating(first)

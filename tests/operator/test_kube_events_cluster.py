@@ -1,4 +1,4 @@
-"""The operator's Events, written as plain JSON by :class:`helmhive.controller.kube.Kube`, read back from
+"""The operator's Events, written as plain JSON by :class:`helmhive.controller.kube.door.Kube`, read back from
 the real API server: the created Event, then its series raised as client-go's correlator does."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import datetime as dt
 from kubernetes import client
 
 from harness.aio import run_closing
-from helmhive.controller.kube import Kube
+from helmhive.controller.kube.door import Kube
 
 
 def test_an_event_is_created_about_its_object_and_its_series_is_raised(

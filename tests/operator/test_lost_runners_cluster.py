@@ -2,7 +2,7 @@
 
 A runner is lost when the operator derives ``Offline`` for it (its Lease is gone or expired) or
 when its Runner is deleted. Its assigned, unfinished jobs end ``RunnerLost`` and are re-queued
-only when :func:`helmhive.policy.retry.decide_job_retry` allows it; jobs on other runners are
+only when :func:`helmhive.policy.agentjob.retry.decide_job_retry` allows it; jobs on other runners are
 untouched. Runners are simulated (each writes as its own pod) and hold one slot each, so the
 tests know where every job goes. ``tests/operator/test_end_to_end.py`` covers the same with a
 real runner process killed mid-job.
@@ -22,7 +22,7 @@ from simulated_runner import GROUP, VERSION
 from harness.kube import IdentityFactory, Kube
 from harness.operator import OperatorProcess
 from harness.wait import wait_for
-from helmhive.policy.routing_audit import iter_routing_decisions, job_audit_label
+from helmhive.policy.routing.audit import iter_routing_decisions, job_audit_label
 
 
 @pytest.fixture

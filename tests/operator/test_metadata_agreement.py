@@ -15,7 +15,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from harness.kube import Kube
-from helmhive.policy.validation import SourceDocument, validate_documents
+from helmhive.policy.validation.manifests import SourceDocument, validate_documents
 
 GROUP, VERSION = "helmhive.dev", "v1alpha1"
 WORKSPACE: dict[str, Any] = {

@@ -26,8 +26,8 @@ from harness.cluster import ClusterHandle
 from harness.kube import IdentityFactory, Kube
 from harness.operator import OperatorProcess
 from harness.wait import wait_for
-from helmhive.policy.routing_audit import iter_routing_decisions
-from helmhive.policy.routing_status import build_candidate_rows
+from helmhive.policy.routing.audit import iter_routing_decisions
+from helmhive.policy.routing.status import build_candidate_rows
 
 SONNET = "claude-sonnet-4-5"
 CAPABILITIES = ["structured-output", "diff-review", "workspace-write"]

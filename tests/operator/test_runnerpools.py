@@ -14,7 +14,7 @@ from harness.kube import IdentityFactory, Kube
 from harness.kubectl import Kubectl
 from harness.operator import OperatorProcess
 from harness.wait import wait_for
-from helmhive.policy.runnerpool import PoolRef, build_role
+from helmhive.policy.runners.pool import PoolRef, build_role
 
 OWNED = [
     ("ServiceAccount", "helmhive-runner-claude"),

@@ -19,7 +19,7 @@ from runner_pod import runner_pod_api
 from harness.kube import IdentityFactory, Kube
 from harness.operator import OperatorProcess
 from harness.wait import wait_for
-from helmhive.policy.compaction import compacted_audit_name
+from helmhive.policy.sessions.compaction import compacted_audit_name
 
 GROUP, VERSION = "helmhive.dev", "v1alpha1"
 BINDINGS = "sessionbindings"

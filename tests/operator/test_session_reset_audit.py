@@ -22,7 +22,7 @@ from harness.kube import IdentityFactory, Kube
 from harness.kubectl import Kubectl
 from harness.operator import OperatorProcess
 from harness.wait import wait_for
-from helmhive.policy.session_audit import deleted_audit_name, reset_audit_name
+from helmhive.policy.sessions.audit import deleted_audit_name, reset_audit_name
 
 GROUP, VERSION = "helmhive.dev", "v1alpha1"
 BINDINGS = "sessionbindings"

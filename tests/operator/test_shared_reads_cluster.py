@@ -1,4 +1,4 @@
-"""Shared single-object reads against the real API server (:mod:`helmhive.controller.shared_reads`).
+"""Shared single-object reads against the real API server (:mod:`helmhive.controller.kube.shared_reads`).
 
 Twenty queue steps asking for one Workspace at once cost the API server one GET, counted by
 the server itself (``apiserver_request_total``); and a read asked after a change always sees
@@ -16,8 +16,8 @@ from harness.aio import run_closing
 from harness.kube import Kube
 from harness.metrics import scrape_apiserver
 from helmhive.api.kinds import kind_by_name
-from helmhive.controller.kube import Kube as OperatorKube
-from helmhive.controller.shared_reads import SharedReads
+from helmhive.controller.kube.door import Kube as OperatorKube
+from helmhive.controller.kube.shared_reads import SharedReads
 
 GROUP, VERSION = "helmhive.dev", "v1alpha1"
 WORKSPACE = kind_by_name("Workspace")

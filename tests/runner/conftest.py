@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from helmhive.reference_agent.session import ENV_MODE, ENV_STATE_DIR
 from helmhive.runner.adapters import AcpAdapter, AcpAdapterConfig
-from helmhive.runner.reference_session import ENV_MODE, ENV_STATE_DIR
 
 from .agent_harness import REFERENCE_AGENT, AdapterFactory, MethodLog
 

@@ -27,8 +27,8 @@ from helmhive.api.common import JobKind
 from helmhive.api.job import ProfileBinding
 from helmhive.api.profile import ProfileSpec
 from helmhive.policy.envelopes import ENVELOPES
-from helmhive.policy.profiles import decide_profile
-from helmhive.policy.sessions import sessions_secret_name
+from helmhive.policy.profiles.narrowing import decide_profile
+from helmhive.policy.sessions.continuity import sessions_secret_name
 
 from .agent_harness import MethodLog
 from .execution_rbac import execution_admission_policy

@@ -1,6 +1,6 @@
 """The runner's execution RBAC and admission policy, from the same builders the operator installs.
 
-The tests create exactly what :func:`helmhive.policy.runnerpool.build_role` and
+The tests create exactly what :func:`helmhive.policy.runners.pool.build_role` and
 :func:`helmhive.deploy.runner_execution.build_runner_execution_policy` build, and
 ``tests/unit/test_execution_docs.py`` checks that ``docs/execution.md`` shows the same.
 """
@@ -13,7 +13,7 @@ from typing import Any
 from kubernetes import client
 
 from helmhive.deploy.runner_execution import build_runner_execution_policy
-from helmhive.policy.runnerpool import EXECUTION_ROLE_RULES, sessions_secret_names
+from helmhive.policy.runners.pool import EXECUTION_ROLE_RULES, sessions_secret_names
 
 
 def execution_role_rules(pool: str) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from helmhive.devcluster.pki import build_ca, build_serving_cert
-from helmhive.runner.egress import PLACEHOLDER
+from helmhive.runner.egress.proxy import PLACEHOLDER
 
 AUTH = ("authorization", "x-api-key", "x-goog-api-key", "api-key")
 ANSWER = "hello from the fake provider"

@@ -24,7 +24,7 @@ from kubernetes.client.rest import ApiException
 
 from harness import wait_for
 from harness.kube import IdentityFactory, Kube
-from helmhive.runner.reference_session import ENV_STATE_DIR
+from helmhive.reference_agent.session import ENV_STATE_DIR
 
 from .agent_harness import REFERENCE_AGENT
 from .execution_rbac import as_policy_rules, execution_role_rules
@@ -277,13 +277,13 @@ class RunnerRig:
     def derived(self, *, auth_max_age_seconds: int = 3600, generation: int = 1) -> Any:
         """What the operator derives from this Runner and its Lease as the API server stores them now.
 
-        The operator's own pure derivation (:func:`helmhive.policy.runners.decide_runner_status`),
+        The operator's own pure derivation (:func:`helmhive.policy.runners.state.decide_runner_status`),
         fed exactly as its watches feed it: the parsed Runner and the Lease's spec and annotations.
         """
         import datetime as dt
 
-        from helmhive.controller.runners import build_lease_view, parse_runner_body
-        from helmhive.policy.runners import PoolFacts, decide_runner_status
+        from helmhive.controller.runners.derived import build_lease_view, parse_runner_body
+        from helmhive.policy.runners.state import PoolFacts, decide_runner_status
 
         view = parse_runner_body(self.runner())
         assert view is not None

@@ -4,7 +4,7 @@ The CLI runs real ``--print --output-format stream-json`` turns against a determ
 API on loopback (:mod:`.fake_messages_api`: its usage follows what the CLI sends, a ``PAD <n>``
 line counting ``n`` tokens). A first turn tells the test the model's context window; a resumed
 second turn pads the session to 20% of it, past a 10% watermark. Then
-:func:`helmhive.runner.compaction.run_compaction` runs with the Claude CLI adapter:
+:func:`helmhive.runner.sessions.compaction.run_compaction` runs with the Claude CLI adapter:
 
 - the CLI compacts with its own ``/compact`` on the same session: the ``compact_boundary``'s
   ``post_tokens`` is the smaller context, and the next resumed turn sends the summary, not the pad;
@@ -30,7 +30,7 @@ from helmhive.api.runnerpool import CompactionSettings
 from helmhive.api.session import CompactionMethod
 from helmhive.runner.adapters import TurnOutcome, TurnRequest, TurnResult
 from helmhive.runner.adapters.claude_cli import ClaudeCliAdapter, ClaudeCliConfig
-from helmhive.runner.compaction import Compaction, run_compaction
+from helmhive.runner.sessions.compaction import Compaction, run_compaction
 
 from .fake_messages_api import ANSWER, FakeMessagesApi, fake_messages_api
 from .npm_agents import CLAUDE_CODE, npm_bin

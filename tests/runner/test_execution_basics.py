@@ -12,8 +12,8 @@ import json
 
 from harness import wait_for
 from helmhive.api.common import JobKind
-from helmhive.policy.results import SUMMARY_MAX_CHARS
-from helmhive.runner.reference_session import ENV_SLOW_INTERVAL, ENV_SLOW_STEPS
+from helmhive.policy.agentjob.results import SUMMARY_MAX_CHARS
+from helmhive.reference_agent.session import ENV_SLOW_INTERVAL, ENV_SLOW_STEPS
 
 from .execution_harness import ExecutionRig, condition
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from helmhive.api.common import JobKind
-from helmhive.runner.reference_session import ENV_CONTEXT_SIZE, ENV_SESSION_PREFIX
+from helmhive.reference_agent.session import ENV_CONTEXT_SIZE, ENV_SESSION_PREFIX
 
 from .execution_harness import ExecutionRig, Runner, condition
 

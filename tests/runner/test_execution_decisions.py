@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from helmhive.runner.adapters.base import CancelOrigin, TurnOutcome, TurnResult
-from helmhive.runner.jobstatus import (
+from helmhive.runner.jobs.status import (
     CancelCause,
     JobAction,
     JobEnding,

@@ -262,7 +262,7 @@ def test_checks_run_with_the_network_disabled(governed: GovernedRig, listener: i
 
 def test_a_repository_cannot_plant_code_in_the_sandbox_launcher(governed: GovernedRig, tmp_path: Path) -> None:
     """The agent and each check start in the checkout; a ``helmhive`` package there must not be
-    imported by ``python -m helmhive.runner.landlock`` before the sandbox is in force."""
+    imported by ``python -m helmhive.runner.sandbox.landlock`` before the sandbox is in force."""
     marker = tmp_path / "escaped"
     planted = f"open({str(marker)!r}, 'w').write('ran outside the sandbox')\n"
     files = {**FILES, "helmhive/__init__.py": planted, "helmhive/runner/__init__.py": planted}

@@ -21,9 +21,18 @@ from helmhive.api.governed import CHECK_OUTPUT_TAIL_MAX, CheckEvidence, CheckOut
 from helmhive.api.job import AgentJobSpec, JobRequest
 from helmhive.api.reasons import Reason
 from helmhive.api.runnerpool import AdapterType
-from helmhive.policy.prompts import build_agent_prompt
-from helmhive.policy.results import ARTIFACT_MAX_BYTES, PATCH_MAX_BYTES, build_bounded_result
-from helmhive.runner.checks import (
+from helmhive.policy.agentjob.prompts import build_agent_prompt
+from helmhive.policy.agentjob.results import ARTIFACT_MAX_BYTES, PATCH_MAX_BYTES, build_bounded_result
+from helmhive.runner.config import SandboxSettings
+from helmhive.runner.jobs.governed import decide_governed_problem, decide_patch_digest, display_repository
+from helmhive.runner.sandbox.workdir import (
+    SandboxPlan,
+    build_check_policy,
+    build_sandbox_plan,
+    sandbox_refusal,
+    source_cache_dir,
+)
+from helmhive.runner.source.checks import (
     CHECK_PATH,
     OutputCapture,
     build_check_env,
@@ -31,22 +40,13 @@ from helmhive.runner.checks import (
     decide_checks_reason,
     resolve_command,
 )
-from helmhive.runner.config import SandboxSettings
-from helmhive.runner.governed import decide_governed_problem, decide_patch_digest, display_repository
-from helmhive.runner.patches import (
+from helmhive.runner.source.patches import (
     GitTree,
     PatchError,
     build_patch_section,
     count_patch_files,
     run_patch_apply,
     run_patch_diff,
-)
-from helmhive.runner.sandbox import (
-    SandboxPlan,
-    build_check_policy,
-    build_sandbox_plan,
-    sandbox_refusal,
-    source_cache_dir,
 )
 
 COMMIT = "a" * 40

@@ -18,7 +18,7 @@ from kubernetes import client
 
 from harness import wait_for
 from helmhive.api.common import JobKind
-from helmhive.runner.sandbox import job_dir_name
+from helmhive.runner.sandbox.workdir import job_dir_name
 
 from .execution_governed import MANIFEST_CHECK, GovernedRig, governed, tree_manifest
 from .execution_harness import GROUP, JOBS, VERSION, Runner, condition

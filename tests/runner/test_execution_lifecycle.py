@@ -10,8 +10,8 @@ import signal
 import pytest
 
 from harness import wait_for
-from helmhive.policy.agentjob import parse_agent_job
-from helmhive.policy.retry import decide_job_retry
+from helmhive.policy.agentjob.life import parse_agent_job
+from helmhive.policy.agentjob.retry import decide_job_retry
 
 from .execution_harness import ExecutionRig, condition
 
@@ -137,7 +137,7 @@ def test_a_later_attempt_placed_here_while_the_earlier_one_still_ran_is_run_afte
     def stamp() -> str:
         return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
-    # What the operator's re-queue writes (helmhive.policy.agentjob.requeue), then its next placement.
+    # What the operator's re-queue writes (helmhive.policy.agentjob.life.requeue), then its next placement.
     status = execution.job("again")["status"]
     requeued = {k: None for k in status if k not in ("profile", "observedGeneration")}
     requeued |= {

@@ -34,11 +34,11 @@ from helmhive.api.common import JobKind
 from helmhive.api.reasons import Reason
 from helmhive.api.runner import RunnerReport, RunnerSpec
 from helmhive.api.runnerpool import JobLimits
-from helmhive.policy.runners import LeaseView, PoolFacts, decide_runner_status
-from helmhive.runner import reference_rules as rules
+from helmhive.policy.runners.state import LeaseView, PoolFacts, decide_runner_status
+from helmhive.reference_agent import rules
 from helmhive.runner.adapters.base import CancelOrigin, TurnOutcome, TurnResult
-from helmhive.runner.jobstatus import decide_turn_failure
-from helmhive.runner.limits import (
+from helmhive.runner.jobs.status import decide_turn_failure
+from helmhive.runner.sandbox.limits import (
     EnforcedLimits,
     LimitSupport,
     build_enforced_limits,
@@ -158,7 +158,16 @@ print(json.dumps(out))
 
 def _launch(policy: dict[str, Any], *command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-P", "-m", "helmhive.runner.landlock", "--policy", json.dumps(policy), "--", *command],
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "helmhive.runner.sandbox.landlock",
+            "--policy",
+            json.dumps(policy),
+            "--",
+            *command,
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -167,7 +176,7 @@ def _launch(policy: dict[str, Any], *command: str) -> subprocess.CompletedProces
 
 
 def _policy(**extra: Any) -> dict[str, Any]:
-    from helmhive.runner.sandbox import SYSTEM_READ_PATHS, runtime_read_paths
+    from helmhive.runner.sandbox.workdir import SYSTEM_READ_PATHS, runtime_read_paths
 
     return {"read": [*SYSTEM_READ_PATHS, *runtime_read_paths()], "write": [], "devices": ["/dev"], **extra}
 
@@ -191,7 +200,7 @@ def test_the_launcher_applies_the_limits_and_the_agent_cannot_raise_them() -> No
 
 def test_the_launcher_says_what_this_environment_allows() -> None:
     done = subprocess.run(
-        [sys.executable, "-P", "-m", "helmhive.runner.landlock", "--probe"],
+        [sys.executable, "-P", "-m", "helmhive.runner.sandbox.landlock", "--probe"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -229,7 +238,7 @@ def pod_python() -> Iterator[Path]:
             path.chmod(path.stat().st_mode | 0o755 if path.is_dir() else path.stat().st_mode | 0o444)
         python = base / "venv" / "bin" / "python"
         check = subprocess.run(
-            [str(python), "-c", "import helmhive.runner.main, helmhive.runner.reference_agent"],
+            [str(python), "-c", "import helmhive.runner.program.main, helmhive.reference_agent.agent"],
             user=POD_UID,
             group=POD_UID,
             extra_groups=[],
@@ -290,7 +299,15 @@ def test_in_its_own_user_namespace_a_job_counts_only_its_own_processes(pod_pytho
         forked = {}
         for userns in (False, True):
             policy = {"read": ["/"], "write": [], "rlimits": {"NPROC": [16, 16]}, "userNamespace": userns}
-            launcher = [str(pod_python), "-P", "-m", "helmhive.runner.landlock", "--policy", json.dumps(policy), "--"]
+            launcher = [
+                str(pod_python),
+                "-P",
+                "-m",
+                "helmhive.runner.sandbox.landlock",
+                "--policy",
+                json.dumps(policy),
+                "--",
+            ]
             done = subprocess.run(
                 [*launcher, str(pod_python), "-c", FORK_EIGHT],
                 capture_output=True,
@@ -334,7 +351,7 @@ def start_limited_runner(
     rig = RunnerRig(kube=execution.kube, namespace=execution.namespace, identities=execution.identities, root=root)
     execution.sessions_secret(rig.name)
     runner_json = reference_runner_json(agent_state=rig.agent_state)
-    runner_json["adapter"]["acp"].update({"command": str(python), "args": ["-m", "helmhive.runner.reference_agent"]})
+    runner_json["adapter"]["acp"].update({"command": str(python), "args": ["-m", "helmhive.reference_agent.agent"]})
     runner_json["sandbox"] = {"writePaths": [str(rig.agent_state)]}
     runner_json["jobLimits"] = job_limits
     env = rig.environ(runner_json)

@@ -14,7 +14,7 @@ from typing import Any
 
 from helmhive.api.common import JobKind
 from helmhive.api.job import MemoryReport
-from helmhive.runner.jobstatus import build_running_status
+from helmhive.runner.jobs.status import build_running_status
 
 from .execution_harness import ExecutionRig, condition
 

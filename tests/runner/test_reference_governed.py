@@ -14,7 +14,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from helmhive.runner import reference_rules as rules
+from helmhive.reference_agent import rules
 from helmhive.runner.adapters import TurnOutcome, TurnRequest
 
 from .agent_harness import AdapterFactory

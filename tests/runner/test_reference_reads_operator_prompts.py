@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from helmhive.api.change import ChangeSpec, CriterionVerdict, Finding, PlanStatus, PlanStep, ReviewStatus, ReviewVerdict
 from helmhive.api.governed import ChangeStage, CheckEvidence, CheckOutcome
-from helmhive.policy.change_prompts import build_stage_prompt
-from helmhive.runner.reference_rules import parse_governed
+from helmhive.policy.change.prompts import build_stage_prompt
+from helmhive.reference_agent.rules import parse_governed
 
 SPEC = ChangeSpec.model_validate(
     {

@@ -7,7 +7,7 @@ import json
 import pytest
 from pydantic import SecretStr
 
-from helmhive.runner import reference_rules as rules
+from helmhive.reference_agent import rules
 from helmhive.runner.adapters import (
     AcpAdapter,
     AgentAdapter,
@@ -18,7 +18,7 @@ from helmhive.runner.adapters import (
     TurnOutcome,
     TurnRequest,
 )
-from helmhive.runner.version import helmhive_version
+from helmhive.version import helmhive_version
 
 from .agent_harness import AdapterFactory, MethodLog
 

@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 from acp import schema
 
+from helmhive.reference_agent.session import AUTH_METHOD_ID, ENV_TOKEN
 from helmhive.runner.adapters import AcpAdapter, AuthReason, AuthState, TurnOutcome, TurnRequest
 from helmhive.runner.adapters.acp_auth import decide_auth_method
-from helmhive.runner.agents import build_adapter
-from helmhive.runner.codex_config import build_codex_config, ensure_codex_config
 from helmhive.runner.config import RunnerConfig, load_config
 from helmhive.runner.credentials import CredentialHolder
-from helmhive.runner.egress import PLACEHOLDER
-from helmhive.runner.reference_session import AUTH_METHOD_ID, ENV_TOKEN
+from helmhive.runner.egress.codex_config import build_codex_config, ensure_codex_config
+from helmhive.runner.egress.proxy import PLACEHOLDER
+from helmhive.runner.program.agents import build_adapter
 
 from .agent_harness import AdapterFactory, MethodLog
 

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from helmhive.runner.adapters import AuthReason, AuthState, CancelOrigin, TurnOutcome, TurnRequest
-from helmhive.runner.adapters.decisions import REDACTED
-from helmhive.runner.reference_session import (
+from helmhive.reference_agent.session import (
     CRASH_EXIT_CODE,
     ENV_LEAK_ON_CRASH,
     ENV_SLOW_INTERVAL,
     ENV_SLOW_STEPS,
     ENV_TOKEN,
 )
+from helmhive.runner.adapters import AuthReason, AuthState, CancelOrigin, TurnOutcome, TurnRequest
+from helmhive.runner.adapters.decisions import REDACTED
 
 from .agent_harness import AdapterFactory, MethodLog
 

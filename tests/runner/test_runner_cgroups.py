@@ -20,7 +20,7 @@ import pytest
 from harness import wait_for
 from helmhive.api.runner import CgroupMode
 from helmhive.api.runnerpool import JobLimits
-from helmhive.runner.cgroups import (
+from helmhive.runner.sandbox.cgroups import (
     CgroupEvents,
     CgroupSupport,
     JobCgroup,
@@ -32,7 +32,7 @@ from helmhive.runner.cgroups import (
     remove_job_cgroup,
     remove_stale_job_cgroups,
 )
-from helmhive.runner.sandbox import SYSTEM_READ_PATHS, runtime_read_paths
+from helmhive.runner.sandbox.workdir import SYSTEM_READ_PATHS, runtime_read_paths
 
 MIB = 1024 * 1024
 PREFIX = build_cgroup_prefix(namespace="cgroup-tests", runner=f"pid-{os.getpid()}")
@@ -139,7 +139,7 @@ def _launcher(cgroup_procs: tuple[str, ...], rlimit_data: int = 1024 * MIB) -> l
         "rlimits": {"DATA": [rlimit_data, rlimit_data]},
         "cgroup": list(cgroup_procs),
     }
-    return [sys.executable, "-P", "-m", "helmhive.runner.landlock", "--policy", json.dumps(policy), "--"]
+    return [sys.executable, "-P", "-m", "helmhive.runner.sandbox.landlock", "--policy", json.dumps(policy), "--"]
 
 
 def _launch(

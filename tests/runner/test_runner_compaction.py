@@ -2,7 +2,7 @@
 
 The reference agent reports ``1000 + 1000 * turns`` tokens of a 10000-token window after each
 turn and advertises ``compact`` unless told not to, so each path of
-:func:`helmhive.runner.compaction.run_compaction` is reached with figures the test can predict:
+:func:`helmhive.runner.sessions.compaction.run_compaction` is reached with figures the test can predict:
 the compact command when it shrinks the session, and archive + a fresh session carrying the
 instructions when there is no command, or it fails, stays silent or does not shrink.
 """
@@ -18,10 +18,10 @@ import pytest
 
 from helmhive.api.runnerpool import CompactionSettings
 from helmhive.api.session import CompactionMethod
+from helmhive.reference_agent.session import ENV_CONTEXT_SIZE
 from helmhive.runner.adapters import AcpAdapter, TurnOutcome, TurnRequest, TurnResult
-from helmhive.runner.compaction import run_compaction
 from helmhive.runner.config import ConfigError, load_config
-from helmhive.runner.reference_session import ENV_CONTEXT_SIZE
+from helmhive.runner.sessions.compaction import run_compaction
 
 from .agent_harness import AdapterFactory, MethodLog
 

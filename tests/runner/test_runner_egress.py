@@ -1,6 +1,6 @@
 """The egress proxy on its own: what it forwards where, with which credential, and what it refuses.
 
-A real :class:`~helmhive.runner.egress.EgressProxy` on loopback in front of a fake provider with a
+A real :class:`~helmhive.runner.egress.proxy.EgressProxy` on loopback in front of a fake provider with a
 TLS certificate authority of its own (:mod:`.fake_provider`); requests are real HTTP over sockets.
 The fake provider only ever records whether an auth header held the canary key or the placeholder.
 """
@@ -16,7 +16,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from helmhive.runner.egress import (
+from helmhive.runner.egress.proxy import (
     PLACEHOLDER,
     EgressProxy,
     Refusal,
@@ -119,7 +119,7 @@ def test_only_auth_headers_carrying_the_placeholder_get_the_credential() -> None
 
 
 def test_the_agent_environment_names_the_proxy_for_each_provider() -> None:
-    from helmhive.runner.egress import EgressEndpoint
+    from helmhive.runner.egress.proxy import EgressEndpoint
 
     endpoint = EgressEndpoint(port=4000)
     anthropic = build_proxy_env(provider="anthropic", credential_env_name="ANTHROPIC_API_KEY", endpoint=endpoint)

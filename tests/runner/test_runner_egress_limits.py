@@ -16,8 +16,7 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from helmhive.api.egress import EgressSpec, decide_allowed_paths
-from helmhive.runner.egress import PLACEHOLDER, EgressProxy, RefusalReason, build_request_limits, decide_egress_route
-from helmhive.runner.egress_limits import (
+from helmhive.runner.egress.limits import (
     Admission,
     JobLimiter,
     LimitRefusal,
@@ -26,8 +25,15 @@ from helmhive.runner.egress_limits import (
     TokenBucket,
     decide_path,
 )
+from helmhive.runner.egress.proxy import (
+    PLACEHOLDER,
+    EgressProxy,
+    RefusalReason,
+    build_request_limits,
+    decide_egress_route,
+)
 from helmhive.runner.metrics import REGISTRY
-from helmhive.runner.netns import short_unix_path
+from helmhive.runner.sandbox.netns import short_unix_path
 
 from .fake_provider import FakeProvider, fake_provider
 

@@ -50,12 +50,18 @@ from helmhive.api.runnerpool import AdapterType
 from helmhive.runner.adapters import AdapterReport, AuthReason, AuthState, TurnOutcome, TurnRequest, TurnResult
 from helmhive.runner.adapters.acp import AcpAdapter
 from helmhive.runner.adapters.acp_process import AcpAdapterConfig
-from helmhive.runner.agents import build_job_adapter
 from helmhive.runner.config import RunnerConfig, SandboxSettings, load_config
 from helmhive.runner.credentials import CredentialHolder
-from helmhive.runner.egress import PLACEHOLDER, EgressEndpoint, EgressProxy, build_proxy_env
-from helmhive.runner.landlock import landlock_abi
-from helmhive.runner.sandbox import SandboxPlan, build_sandbox_plan, build_wrapper, prepare_sandbox, runtime_read_paths
+from helmhive.runner.egress.proxy import PLACEHOLDER, EgressEndpoint, EgressProxy, build_proxy_env
+from helmhive.runner.program.agents import build_job_adapter
+from helmhive.runner.sandbox.landlock import landlock_abi
+from helmhive.runner.sandbox.workdir import (
+    SandboxPlan,
+    build_sandbox_plan,
+    build_wrapper,
+    prepare_sandbox,
+    runtime_read_paths,
+)
 
 from .fake_provider import ANSWER, FakeProvider, fake_provider
 from .npm_agents import CLAUDE_CODE, CODEX, CODEX_ACP, GEMINI_CLI, npm_bin, npm_root

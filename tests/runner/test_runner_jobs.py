@@ -24,7 +24,7 @@ from harness import wait_for
 from helmhive.runner.adapters import TurnOutcome, TurnRequest
 from helmhive.runner.config import load_config
 from helmhive.runner.kube import RunnerKube, load_api_client
-from helmhive.runner.main import Job, RunnerProcess, SystemClock
+from helmhive.runner.program.main import Job, RunnerProcess, SystemClock
 
 from .agent_harness import MethodLog
 from .program_harness import RunnerRig, reference_runner_json

@@ -1,4 +1,4 @@
-"""The sandbox launcher (``python -m helmhive.runner.landlock``) on this machine's real kernel.
+"""The sandbox launcher (``python -m helmhive.runner.sandbox.landlock``) on this machine's real kernel.
 
 Landlock holds for root too, so these checks mean the same in CI (as root) and in a pod (as
 uid 65532). The sandbox plan's pure rules are tested here as well.
@@ -17,8 +17,8 @@ import pytest
 from helmhive.api.common import FilesystemAccess, NetworkAccess, ToolKind
 from helmhive.api.runnerpool import AdapterType
 from helmhive.runner.config import LandlockMode, SandboxSettings
-from helmhive.runner.landlock import landlock_abi
-from helmhive.runner.sandbox import (
+from helmhive.runner.sandbox.landlock import landlock_abi
+from helmhive.runner.sandbox.workdir import (
     build_allowed_tools,
     build_landlock_policy,
     build_sandbox_plan,
@@ -88,7 +88,7 @@ def test_landlock_confines_files_ports_and_signals(tmp_path: Path, ports: list[s
     targets = [str(readonly / "f"), str(writable / "f"), str(tmp_path / "f")]
     argv = [sys.executable, "-c", PROBE, *targets, str(hidden / "secret"), str(allowed), str(blocked)]
     done = subprocess.run(
-        [sys.executable, "-m", "helmhive.runner.landlock", "--policy", json.dumps(policy), "--", *argv],
+        [sys.executable, "-m", "helmhive.runner.sandbox.landlock", "--policy", json.dumps(policy), "--", *argv],
         capture_output=True,
         text=True,
         timeout=60,
@@ -110,7 +110,7 @@ def test_landlock_confines_files_ports_and_signals(tmp_path: Path, ports: list[s
 
 def test_the_launcher_refuses_to_run_unrestricted() -> None:
     bad = subprocess.run(
-        [sys.executable, "-m", "helmhive.runner.landlock", "--policy", "{not json", "--", "true"],
+        [sys.executable, "-m", "helmhive.runner.sandbox.landlock", "--policy", "{not json", "--", "true"],
         capture_output=True,
         text=True,
         timeout=30,
@@ -118,7 +118,7 @@ def test_the_launcher_refuses_to_run_unrestricted() -> None:
     )
     assert bad.returncode == 126 and "refusing to start the agent unrestricted" in bad.stderr
     usage = subprocess.run(
-        [sys.executable, "-m", "helmhive.runner.landlock", "true"],
+        [sys.executable, "-m", "helmhive.runner.sandbox.landlock", "true"],
         capture_output=True,
         text=True,
         timeout=30,
@@ -165,7 +165,7 @@ def test_the_sandbox_plan_follows_the_effective_profile(tmp_path: Path) -> None:
     policy = build_landlock_policy(plan)
     assert policy["tcpConnect"] == [443] and "/dev" in policy["devices"]
     # -P: the launcher starts in the checkout, which must not be on its import path
-    assert build_wrapper(plan, python="/py")[:5] == ("/py", "-P", "-m", "helmhive.runner.landlock", "--policy")
+    assert build_wrapper(plan, python="/py")[:5] == ("/py", "-P", "-m", "helmhive.runner.sandbox.landlock", "--policy")
     assert build_wrapper(_plan(tmp_path, landlock_abi=0)) == ()
 
 

@@ -27,11 +27,11 @@ from helmhive.api.common import FilesystemAccess, NetworkAccess, ToolKind
 from helmhive.api.egress import CredentialIsolation
 from helmhive.api.runner import CgroupMode, NetworkIsolation
 from helmhive.api.runnerpool import AdapterType
-from helmhive.runner.cgroups import CgroupSupport
 from helmhive.runner.config import SandboxSettings
-from helmhive.runner.limits import LimitSupport, build_sandbox_report
-from helmhive.runner.netns import short_unix_path
-from helmhive.runner.sandbox import (
+from helmhive.runner.sandbox.cgroups import CgroupSupport
+from helmhive.runner.sandbox.limits import LimitSupport, build_sandbox_report
+from helmhive.runner.sandbox.netns import short_unix_path
+from helmhive.runner.sandbox.workdir import (
     SYSTEM_READ_PATHS,
     SandboxPlan,
     build_check_policy,
@@ -118,7 +118,7 @@ async def proxy_socket(tmp_path: Path) -> AsyncIterator[Path]:
 async def _launch(policy: dict[str, Any], port: int, host: str, *extra: str) -> tuple[dict[str, Any], int, int]:
     """Run the agent under the launcher: (what it found, the launcher's pid, its exit code)."""
     proc = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-P", "-m", "helmhive.runner.landlock", "--policy", json.dumps(policy), "--"),
+        *(sys.executable, "-P", "-m", "helmhive.runner.sandbox.landlock", "--policy", json.dumps(policy), "--"),
         *(sys.executable, "-c", AGENT, str(port), host, *extra),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -168,7 +168,7 @@ async def test_in_its_namespace_the_agent_reaches_the_proxy_socket_and_nothing_e
 async def test_the_relay_ends_as_the_agent_ends_and_passes_on_the_runners_signals(proxy_socket: Path) -> None:
     policy = {"read": [*SYSTEM_READ_PATHS, *runtime_read_paths()], "write": [], "tcpConnect": [1]}
     policy["relay"] = {"port": 1, "socket": str(proxy_socket)}
-    launcher = (sys.executable, "-P", "-m", "helmhive.runner.landlock", "--policy", json.dumps(policy), "--")
+    launcher = (sys.executable, "-P", "-m", "helmhive.runner.sandbox.landlock", "--policy", json.dumps(policy), "--")
     killed = await asyncio.create_subprocess_exec(*launcher, sys.executable, "-c", "import os; os.abort()")
     assert await asyncio.wait_for(killed.wait(), 60) == -signal.SIGABRT  # a signal, as the runner would see it
     sleeper = await asyncio.create_subprocess_exec(
@@ -189,7 +189,7 @@ def test_the_launcher_probe_says_whether_namespaces_are_possible() -> None:
     import subprocess
 
     done = subprocess.run(
-        [sys.executable, "-P", "-m", "helmhive.runner.landlock", "--probe"],
+        [sys.executable, "-P", "-m", "helmhive.runner.sandbox.landlock", "--probe"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -18,7 +18,9 @@ from helmhive.runner.adapters.base import AdapterReport, AuthReason
 from helmhive.runner.adapters.base import AuthState as AdapterAuth
 from helmhive.runner.adapters.claude_cli import decide_auth_status, parse_model_aliases, parse_version
 from helmhive.runner.config import ConfigError, RunnerFileConfig, load_config
-from helmhive.runner.control import (
+from helmhive.runner.credentials import CredentialHolder, read_revoked_generation, write_revoked_generation
+from helmhive.runner.logs import JsonFormatter
+from helmhive.runner.program.control import (
     ControlAction,
     ControlFields,
     accepts_jobs,
@@ -27,10 +29,8 @@ from helmhive.runner.control import (
     decide_startup,
     read_control_fields,
 )
-from helmhive.runner.credentials import CredentialHolder, read_revoked_generation, write_revoked_generation
-from helmhive.runner.heartbeat import build_lease, micro_time
-from helmhive.runner.logs import JsonFormatter
-from helmhive.runner.report import (
+from helmhive.runner.program.heartbeat import build_lease, micro_time
+from helmhive.runner.program.report import (
     WriteReason,
     build_catalogue,
     build_fingerprint,
@@ -410,7 +410,7 @@ def test_pure_runner_modules_import_no_io() -> None:
         imported = _imports(RUNNER_SRC / name)
         offenders = {
             n for n in imported if n.split(".")[0] in {"kubernetes", "httpx", "asyncio", "subprocess", "time"}
-        } | {n for n in imported if n in {"helmhive.runner.kube", "helmhive.runner.main"}}
+        } | {n for n in imported if n in {"helmhive.runner.kube", "helmhive.runner.program.main"}}
         assert offenders == set(), name
 
 

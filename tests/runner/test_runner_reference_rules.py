@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from helmhive.runner import reference_rules as rules
+from helmhive.reference_agent import rules
 
 
 def test_directives_are_read_from_magic_lines() -> None:
@@ -102,8 +102,8 @@ def test_a_json_answer_satisfies_the_schema_in_the_prompt() -> None:
     from helmhive.api.common import JobKind
     from helmhive.api.envelope import OutputContract
     from helmhive.api.job import JobRequest
+    from helmhive.policy.agentjob.prompts import build_agent_prompt, check_output
     from helmhive.policy.envelopes import ENVELOPES
-    from helmhive.policy.prompts import build_agent_prompt, check_output
 
     for kind in JobKind:
         contract = ENVELOPES[kind].output_contract
@@ -167,8 +167,8 @@ def governed_prompt(
     """A governed-change prompt in the operator's format, wrapped as the operator wraps every job."""
     from helmhive.api.common import JobKind
     from helmhive.api.job import JobRequest
+    from helmhive.policy.agentjob.prompts import build_agent_prompt
     from helmhive.policy.envelopes import ENVELOPES
-    from helmhive.policy.prompts import build_agent_prompt
 
     lines = [
         f"Governed change stage: {stage}",
@@ -555,8 +555,8 @@ def test_review_criteria_are_left_out_only_by_a_closed_schema() -> None:
 
 def test_every_governed_answer_satisfies_its_envelope_schema_and_check() -> None:
     from helmhive.api.common import JobKind
+    from helmhive.policy.agentjob.prompts import check_output
     from helmhive.policy.envelopes import ENVELOPES
-    from helmhive.policy.prompts import check_output
 
     for stage in rules.STAGES:
         contract = ENVELOPES[JobKind(f"change-{stage}")].output_contract

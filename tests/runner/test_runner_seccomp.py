@@ -1,6 +1,6 @@
 """The launcher's seccomp filter on this machine's real kernel: no TCP Fast Open, no UDP, raw or packet sockets.
 
-The filter (:mod:`helmhive.runner.seccomp`) is installed by ``python -m helmhive.runner.landlock``
+The filter (:mod:`helmhive.runner.sandbox.seccomp`) is installed by ``python -m helmhive.runner.sandbox.landlock``
 whenever TCP is restricted; with ``"datagrams": false`` (a job whose network is disabled on a runner
 with ``credentialIsolation: Proxy``) it also refuses datagram sockets. The probes run under the
 real launcher; the same launcher without the filter shows what it closes.
@@ -20,7 +20,8 @@ import pytest
 from helmhive.api.common import FilesystemAccess, NetworkAccess, ToolKind
 from helmhive.api.runnerpool import AdapterType
 from helmhive.runner.config import SandboxSettings
-from helmhive.runner.sandbox import (
+from helmhive.runner.sandbox.seccomp import SUPPORTED_MACHINES, build_filter, install_filter
+from helmhive.runner.sandbox.workdir import (
     build_check_policy,
     build_landlock_policy,
     build_launcher,
@@ -28,7 +29,6 @@ from helmhive.runner.sandbox import (
     runtime_read_paths,
     sandbox_refusal,
 )
-from helmhive.runner.seccomp import SUPPORTED_MACHINES, build_filter, install_filter
 
 PROBE = r"""
 import ctypes, errno, json, socket, sys
@@ -62,7 +62,7 @@ print(json.dumps(out))
 
 LANDLOCK_ONLY = r"""
 import json, sys
-from helmhive.runner.landlock import restrict_self
+from helmhive.runner.sandbox.landlock import restrict_self
 restrict_self(read=json.loads(sys.argv[2]), write=[], tcp_connect=[1])
 """
 FAST_OPEN = r"""

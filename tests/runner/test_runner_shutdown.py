@@ -179,7 +179,7 @@ def test_a_thread_left_at_exit_is_named_and_the_interpreter_is_not_finalized_aro
         """
         import atexit, sys, threading, time
         from helmhive.runner.logs import configure_logging
-        from helmhive.runner.program import exit_process
+        from helmhive.runner.program.process import exit_process
         configure_logging()
         atexit.register(lambda: sys.stderr.write("finalized\\n"))
         threading.Thread(target=time.sleep, args=(600,), name="straggler", daemon=True).start()

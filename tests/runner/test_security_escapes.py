@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from helmhive.api.common import JobKind
-from helmhive.runner.egress import PLACEHOLDER
+from helmhive.runner.egress.proxy import PLACEHOLDER
 
 from .execution_harness import ExecutionRig, Runner, condition
 from .fake_provider import FakeProvider, fake_provider

@@ -1,4 +1,4 @@
-"""The runner fetches exactly one commit (``helmhive.runner.source``), against real git servers.
+"""The runner fetches exactly one commit (``helmhive.runner.source.fetch``), against real git servers.
 
 Every fetch here goes over loopback to ``git daemon`` or to ``git http-backend`` behind a small
 HTTP server with Basic auth (``harness.gitserver``), started by the test. The pure helpers are
@@ -23,7 +23,7 @@ from pydantic import SecretStr
 
 from harness.gitserver import GitDaemon, GitHttpServer, GitRepo, SilentServer
 from helmhive.api.reasons import Reason
-from helmhive.runner.source import (
+from helmhive.runner.source.fetch import (
     CacheEntry,
     GitCredentials,
     SourceCheckout,
@@ -438,7 +438,7 @@ def test_credentials_are_not_sent_over_plain_http_to_another_host(tmp_path: Path
     assert env_https["GIT_TERMINAL_PROMPT"] == "0"
     assert env_https["GIT_CONFIG_NOSYSTEM"] == "1"
     assert ("http.followRedirects", "false") in _config(env_https)
-    from helmhive.runner.source_rules import decide_sends_credentials as _sends_credentials
+    from helmhive.runner.source.rules import decide_sends_credentials as _sends_credentials
 
     assert _sends_credentials("https://git.example.com/r.git")
     assert _sends_credentials("http://127.0.0.1:8080/r.git")

@@ -10,7 +10,7 @@ from helmhive.api.common import FilesystemAccess, JobKind, NetworkAccess, Sessio
 from helmhive.api.envelope import OutputContract, OutputFormat
 from helmhive.api.job import AgentJobSpec, ProfileBinding
 from helmhive.api.profile import EffectiveProfile, MemoryPolicy, ProviderMapping, SessionSettings
-from helmhive.policy.routing import RoutingJob, RunnerView
+from helmhive.policy.routing.route import RoutingJob, RunnerView
 
 NOW = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
 BOUND_AT = NOW - dt.timedelta(seconds=30)

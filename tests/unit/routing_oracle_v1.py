@@ -1,6 +1,6 @@
 """The routing decision as implemented at commit ce56994, kept as a test oracle. Do not optimise.
 
-``decide_route`` in :mod:`helmhive.policy.routing` was rewritten for speed (issue 9: at most
+``decide_route`` in :mod:`helmhive.policy.routing.route` was rewritten for speed (issue 9: at most
 1 ms over 1,000 runners). This is the earlier, straightforward implementation, copied
 unchanged but for its imports; ``test_routing_fast_path.py`` checks that both return the same
 decision, candidate table included, on generated inputs. Tests only.
@@ -18,7 +18,7 @@ from helmhive.api.common import SessionPolicy
 from helmhive.api.job import AgentJobSpec, Candidate, ModelOverride, ModelSource, ProfileBinding
 from helmhive.api.reasons import Reason
 from helmhive.policy.envelopes import is_governed
-from helmhive.policy.routing import (
+from helmhive.policy.routing.route import (
     RouteChoice,
     RouteOption,
     RouteOutcome,

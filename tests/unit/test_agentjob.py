@@ -11,8 +11,8 @@ import pytest
 
 from helmhive.api.job import Assignment, ModelSource
 from helmhive.api.reasons import Reason
-from helmhive.policy import agentjob
-from helmhive.policy.agentjob import (
+from helmhive.policy.agentjob import life as agentjob
+from helmhive.policy.agentjob.life import (
     STATUS_WRITERS,
     STEP_WRITERS,
     AgentJob,
@@ -23,8 +23,8 @@ from helmhive.policy.agentjob import (
     parse_agent_job,
     written_fields,
 )
-from helmhive.policy.retry import MAX_AUTOMATIC_RETRIES
-from helmhive.policy.routing import RouteChoice, RouteOutcome, RoutingDecision
+from helmhive.policy.agentjob.retry import MAX_AUTOMATIC_RETRIES
+from helmhive.policy.routing.route import RouteChoice, RouteOutcome, RoutingDecision
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
 EARLIER = "2026-03-01T11:00:00Z"

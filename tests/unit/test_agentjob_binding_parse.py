@@ -15,7 +15,7 @@ from typing import Any
 from routing_builders import binding, mapping
 
 from helmhive.api.job import ProfileBinding
-from helmhive.policy.agentjob import parse_agent_job
+from helmhive.policy.agentjob.life import parse_agent_job
 
 
 def job_with(profile: dict[str, Any], name: str = "j") -> dict[str, Any]:

@@ -10,7 +10,7 @@ import pytest
 from helmhive.api.audit import AuditAction, AuditActor, AuditState
 from helmhive.api.crdgen import build_offline_schema
 from helmhive.api.kinds import kind_by_name
-from helmhive.policy.audit import build_audit_record, decide_audit_retention
+from helmhive.policy.audit.records import build_audit_record, decide_audit_retention
 
 NOW = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
 PROFILE = {

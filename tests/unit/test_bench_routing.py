@@ -31,9 +31,9 @@ from bench_routing import (
 from bench_runners import CpuProbe, CpuSample, cpu_window, machine_busy_seconds
 
 from helmhive.api.job import AgentJobStatus
-from helmhive.controller.binding import _profile_verdict
-from helmhive.policy.routing import MAX_CANDIDATES
-from helmhive.policy.routing_status import build_candidate_rows
+from helmhive.controller.jobs.binding import _profile_verdict
+from helmhive.policy.routing.route import MAX_CANDIDATES
+from helmhive.policy.routing.status import build_candidate_rows
 
 NOW = dt.datetime(2026, 12, 2, 11, 0, tzinfo=dt.UTC)
 

@@ -15,8 +15,8 @@ from routing_builders import NOW, binding, job, runner
 from helmhive.api.crdgen import build_crd
 from helmhive.api.job import AgentJobStatus, Candidate, RoutingStatus
 from helmhive.api.kinds import kind_by_name
-from helmhive.policy.routing import MAX_CANDIDATES, build_routing_status, decide_route
-from helmhive.policy.routing_status import build_candidate_groups, build_candidate_rows
+from helmhive.policy.routing.route import MAX_CANDIDATES, build_routing_status, decide_route
+from helmhive.policy.routing.status import build_candidate_groups, build_candidate_rows
 
 _NAMES = st.from_regex(r"[a-z][a-z0-9-]{0,6}[a-z0-9]", fullmatch=True)
 # Few distinct values, so runs of like rows (and like rows that are not adjacent) are common.

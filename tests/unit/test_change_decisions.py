@@ -10,9 +10,9 @@ import pytest
 
 from helmhive.api.change import ChangeStatus
 from helmhive.api.governed import ChangeStage
-from helmhive.policy.change import AUTOMATIC_APPROVER, ChangeDecision, decide_change
-from helmhive.policy.change_jobs import build_job_name, build_plan_digest, view_stage_job
-from helmhive.policy.change_prompts import PROMPT_MAX_CHARS, STAGE_MARKER
+from helmhive.policy.change.decision import AUTOMATIC_APPROVER, ChangeDecision, decide_change
+from helmhive.policy.change.jobs import build_job_name, build_plan_digest, view_stage_job
+from helmhive.policy.change.prompts import PROMPT_MAX_CHARS, STAGE_MARKER
 from helmhive.policy.conditions import find_condition
 
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)

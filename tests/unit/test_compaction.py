@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from helmhive.api.runnerpool import CompactionSettings, RunnerPoolSpec
-from helmhive.policy.compaction import (
+from helmhive.policy.sessions.compaction import (
     build_fresh_session_prompt,
     build_session_compacted_audit,
     compacted_audit_name,

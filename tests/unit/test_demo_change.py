@@ -7,7 +7,7 @@ from pathlib import Path
 
 from helmhive.devcluster.demo_git import DEMO_FILES, ensure_demo_repository
 from helmhive.devcluster.demo_manifests import DEMO_CHANGE, build_change_documents, build_demo_documents
-from helmhive.policy.validation import SourceDocument, validate_documents
+from helmhive.policy.validation.manifests import SourceDocument, validate_documents
 
 
 def test_the_demo_documents_are_valid_together(tmp_path: Path) -> None:

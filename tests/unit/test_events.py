@@ -1,4 +1,4 @@
-"""The Events both doors post (:mod:`helmhive.policy.events`): one wire form for the operator and the runner.
+"""The Events both doors post (:mod:`helmhive.policy.audit.events`): one wire form for the operator and the runner.
 
 The API server's view of these bodies (created, read back, series raised) is in
 ``tests/operator/test_kube_events_cluster.py`` and the runner's cluster tests.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from helmhive.policy.events import (
+from helmhive.policy.audit.events import (
     MAX_EVENT_MESSAGE,
     build_event,
     build_event_series_patch,

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from helmhive.deploy.runner_execution import build_runner_execution_policy
-from helmhive.policy.runnerpool import EXECUTION_ROLE_RULES, PoolRef, build_role
+from helmhive.policy.runners.pool import EXECUTION_ROLE_RULES, PoolRef, build_role
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "execution.md"
 

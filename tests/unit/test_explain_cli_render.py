@@ -17,7 +17,7 @@ import pytest
 from helmhive.api.job import Candidate, ProfileBinding
 from helmhive.api.reasons import Reason
 from helmhive.cli.explain_output import Explanation, build_console, render_explanation
-from helmhive.policy.routing import RouteOutcome, RoutingDecision
+from helmhive.policy.routing.route import RouteOutcome, RoutingDecision
 
 MARKUP = "[bold red]boom[/] [/stray] [link=https://example.invalid]x[/link] :thumbs_up:"
 ESCAPES = "\x1b[2J\x1b]0;title\x07\x9b31m\r\x00\x7f"

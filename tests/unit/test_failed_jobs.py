@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from helmhive.api.reasons import Reason
-from helmhive.policy.agentjob import NOT_RERUN, Step, apply_merge_patch, parse_agent_job
-from helmhive.policy.change_jobs import JobState, view_stage_job
-from helmhive.policy.failed_jobs import decide_failed_requeue, decide_pending_requeue
+from helmhive.policy.agentjob.failed import decide_failed_requeue, decide_pending_requeue
+from helmhive.policy.agentjob.life import NOT_RERUN, Step, apply_merge_patch, parse_agent_job
+from helmhive.policy.change.jobs import JobState, view_stage_job
 
 # Five minutes after the failures `_ended` writes (11:00): inside the default 15-minute re-run window.
 NOW = dt.datetime(2026, 3, 1, 11, 5, tzinfo=dt.UTC)

@@ -14,8 +14,8 @@ import pytest
 
 from helmhive.api.reasons import Reason
 from helmhive.controller.runtime import OperatorConfig
-from helmhive.policy.agentjob import NOT_RERUN, Step, apply_merge_patch, parse_agent_job
-from helmhive.policy.failed_jobs import DEFAULT_RETRY_WINDOW, decide_failed_requeue, failed_at
+from helmhive.policy.agentjob.failed import DEFAULT_RETRY_WINDOW, decide_failed_requeue, failed_at
+from helmhive.policy.agentjob.life import NOT_RERUN, Step, apply_merge_patch, parse_agent_job
 
 ENDED = dt.datetime(2026, 3, 1, 11, 0, tzinfo=dt.UTC)
 RETRYABLE = ["AgentCrashed", "AgentUnresponsive", "Interrupted", "RunnerLost"]

@@ -1,9 +1,9 @@
 """The heartbeat hold, pure: after the operator lost the API server, a stale Lease is not Offline yet.
 
-:func:`helmhive.policy.runners.decide_heartbeat_hold` (how long the hold lasts, on a monotonic
+:func:`helmhive.policy.runners.state.decide_heartbeat_hold` (how long the hold lasts, on a monotonic
 clock), :func:`decide_runner_status` with a :class:`HeartbeatHold` (what a held runner looks
 like), routing's answer when every runner that could take a job is held (wait, never fail closed
-for it), and :class:`helmhive.controller.contact.ApiContact` on an injected clock.
+for it), and :class:`helmhive.controller.kube.contact.ApiContact` on an injected clock.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from test_runner_status import GRACE, NAME, NOW, derive, lease, report
 
 from helmhive.api.reasons import Reason
 from helmhive.api.runner import ReportedStatus, RunnerSpec, build_report_digest
-from helmhive.controller.contact import ApiContact
-from helmhive.policy.routing import RouteOutcome
-from helmhive.policy.runners import (
+from helmhive.controller.kube.contact import ApiContact
+from helmhive.policy.routing.route import RouteOutcome
+from helmhive.policy.runners.state import (
     HeartbeatHold,
     LeaseView,
     PoolFacts,
@@ -171,8 +171,8 @@ def test_a_probe_that_hangs_loses_contact_after_the_threshold_not_after_the_clie
 
     from kubernetes import client
 
-    from helmhive.controller.contact import run_contact_probe
-    from helmhive.controller.kube import Kube
+    from helmhive.controller.kube.contact import run_contact_probe
+    from helmhive.controller.kube.door import Kube
 
     held: list[socket.socket] = []
 

@@ -7,11 +7,11 @@ from typing import Any
 
 from helmhive.api.kubeerrors import KubeError
 from helmhive.controller.heap import rss_mib, trim_heap
-from helmhive.controller.job_store_sync import JobStoreSync
-from helmhive.controller.job_watch import JobWatch
+from helmhive.controller.jobs.store_sync import JobStoreSync
+from helmhive.controller.jobs.watch import JobWatch
 from helmhive.controller.runtime import JobEvents
-from helmhive.policy.job_store import JobStore
-from helmhive.policy.job_watch import (
+from helmhive.policy.agentjob.store import JobStore
+from helmhive.policy.agentjob.watch import (
     PendingEvents,
     WatchStepKind,
     build_deleted_body,

@@ -24,7 +24,7 @@ from helmhive.api.kubeerrors import (
     build_kube_error,
 )
 from helmhive.cli.kubeapi import CliKube
-from helmhive.controller.kube import Kube
+from helmhive.controller.kube.door import Kube
 from helmhive.kubeclient import translate_api_error
 from helmhive.runner.kube import RunnerKube
 

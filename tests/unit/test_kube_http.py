@@ -1,4 +1,4 @@
-"""The operator's JSON requests on the event loop (:mod:`helmhive.controller.kube_http`): TLS from the
+"""The operator's JSON requests on the event loop (:mod:`helmhive.controller.kube.http`): TLS from the
 client's configuration, one session per loop, and the network's silences as ``Unavailable``.
 
 The requests themselves reach a real API server in ``tests/operator/test_kube_credentials.py`` and in
@@ -20,8 +20,8 @@ from aiohttp import web
 from kubernetes import client
 
 from helmhive.api.kubeerrors import Unavailable
-from helmhive.controller.kube import Kube
-from helmhive.controller.kube_http import LoopHttp, build_ssl_context, decide_resend
+from helmhive.controller.kube.door import Kube
+from helmhive.controller.kube.http import LoopHttp, build_ssl_context, decide_resend
 from helmhive.kubeclient import credential_refresh_due, throttle_credential_refresh
 
 _KEY = aiohttp.client_reqrep.ConnectionKey("127.0.0.1", 1, False, False, None, None, None)

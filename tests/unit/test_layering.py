@@ -52,7 +52,7 @@ def test_the_runner_never_imports_the_operator_side() -> None:
 
 KUBE_DOORS = {
     "operator/helmhive/kubeclient.py",
-    "operator/helmhive/controller/kube.py",
+    "operator/helmhive/controller/kube/door.py",
     "operator/helmhive/cli/kubeapi.py",
     "operator/helmhive/devcluster/localpod.py",
     "runner/helmhive/runner/kube.py",
@@ -90,7 +90,7 @@ def test_a_module_outside_the_doors_importing_kubernetes_is_caught(tmp_path: Pat
 
 def test_the_error_tree_is_pure_and_shared() -> None:
     from helmhive.api import kubeerrors
-    from helmhive.controller import kube as operator_door
+    from helmhive.controller.kube import door as operator_door
     from helmhive.runner import kube as runner_door
 
     for name in ("KubeError", "NotFound", "Conflict", "Forbidden", "Invalid", "Unavailable"):

@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from helmhive.policy.agentjob import decide_held_runner
-from helmhive.policy.lost_runners import (
+from helmhive.policy.agentjob.life import decide_held_runner
+from helmhive.policy.agentjob.lost import (
     LostVerdict,
     RunnerLiveness,
     build_lost_job_status,
     build_runner_liveness,
     decide_runner_lost,
 )
-from helmhive.policy.retry import MAX_AUTOMATIC_RETRIES
+from helmhive.policy.agentjob.retry import MAX_AUTOMATIC_RETRIES
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
 EARLIER = "2026-03-01T11:00:00Z"

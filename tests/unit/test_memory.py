@@ -14,7 +14,7 @@ from helmhive.api.common import JobKind, Sensitivity
 from helmhive.api.memory import MemoryRecordSpec, WorkspaceSpec
 from helmhive.api.profile import MemoryPolicy
 from helmhive.api.reasons import Reason
-from helmhive.policy.memory import (
+from helmhive.policy.memory.selection import (
     MAX_INJECTED_RECORDS,
     MemorySelection,
     NamedMemoryRecord,

@@ -9,8 +9,8 @@ import pytest
 
 from helmhive.api.memory import MemoryRecordSpec, WorkspaceSpec
 from helmhive.api.reasons import Reason
-from helmhive.policy.memory import MemoryActivity
-from helmhive.policy.memory_status import decide_memory_status
+from helmhive.policy.memory.selection import MemoryActivity
+from helmhive.policy.memory.status import decide_memory_status
 
 CREATED = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
 WAIT = dt.timedelta(minutes=10)

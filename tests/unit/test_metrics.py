@@ -21,13 +21,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from helmhive.api.common import ControlState
 from helmhive.api.reasons import Reason
 from helmhive.controller import metrics as operator_metrics
-from helmhive.controller.kube import Kube
-from helmhive.controller.routing import Router, RouterSettings
+from helmhive.controller.kube.door import Kube
+from helmhive.controller.router.handlers import Router, RouterSettings
 from helmhive.controller.runtime import Runtime
 from helmhive.kubeclient import Conflict
 from helmhive.metricdefs import Catalogue, MetricSpec
-from helmhive.policy.agentjob import parse_agent_job
-from helmhive.policy.routing_inputs import parse_pool, parse_runner
+from helmhive.policy.agentjob.life import parse_agent_job
+from helmhive.policy.routing.inputs import parse_pool, parse_runner
 from helmhive.runner import metrics as runner_metrics
 from helmhive.runner.adapters.base import CancelOrigin, TurnOutcome, TurnResult
 from helmhive.runner.config import RunnerConfig, RunnerEnvironment, RunnerFileConfig

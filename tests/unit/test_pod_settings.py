@@ -28,8 +28,8 @@ from helmhive.api.pod_settings import (
     parse_quantity,
 )
 from helmhive.api.runnerpool import JobLimits, RunnerPoolSpec
-from helmhive.policy.runnerpool import PoolRef, build_stateful_set
-from helmhive.policy.validation import SourceDocument, validate_documents
+from helmhive.policy.runners.pool import PoolRef, build_stateful_set
+from helmhive.policy.validation.manifests import SourceDocument, validate_documents
 
 POOL = PoolRef(name="claude", namespace="team-a", uid="0b9e6a4e-0000-4000-8000-000000000002")
 BASE: dict[str, Any] = {

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from helmhive.controller import binding
-from helmhive.policy.revisions import profile_hash
+from helmhive.controller.jobs import binding
+from helmhive.policy.profiles.revisions import profile_hash
 
 
 def profile_object(version: str, **spec: Any) -> dict[str, Any]:

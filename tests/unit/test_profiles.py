@@ -11,7 +11,7 @@ from helmhive.api.envelope import OutputFormat
 from helmhive.api.profile import ProfileSpec
 from helmhive.api.reasons import Reason
 from helmhive.policy.envelopes import ENVELOPES, get_envelope
-from helmhive.policy.profiles import (
+from helmhive.policy.profiles.narrowing import (
     ProfileVerdict,
     as_profile_spec,
     compose_output_schema,

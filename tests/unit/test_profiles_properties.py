@@ -13,7 +13,7 @@ from helmhive.api.envelope import EnvelopeClass, EnvelopeSpec, MemoryAccess, Out
 from helmhive.api.profile import ProfileSpec
 from helmhive.api.reasons import Reason
 from helmhive.policy.envelopes import ENVELOPES, is_review
-from helmhive.policy.profiles import WRITE_TOOLS, as_profile_spec, decide_profile
+from helmhive.policy.profiles.narrowing import WRITE_TOOLS, as_profile_spec, decide_profile
 
 FS_RANK = {FilesystemAccess.NONE: 0, FilesystemAccess.READ: 1, FilesystemAccess.WRITE: 2}
 NET_RANK = {NetworkAccess.DISABLED: 0, NetworkAccess.ENABLED: 1}

@@ -8,14 +8,14 @@ import json
 from helmhive.api.common import JobKind
 from helmhive.api.envelope import OutputContract, OutputFormat
 from helmhive.api.job import JobRequest
-from helmhive.policy.envelopes import ENVELOPES
-from helmhive.policy.prompts import build_agent_prompt, build_repair_prompt, check_output
-from helmhive.policy.results import (
+from helmhive.policy.agentjob.prompts import build_agent_prompt, build_repair_prompt, check_output
+from helmhive.policy.agentjob.results import (
     ARTIFACT_MAX_BYTES,
     ARTIFACTS_TOTAL_MAX_BYTES,
     SUMMARY_MAX_CHARS,
     build_bounded_result,
 )
+from helmhive.policy.envelopes import ENVELOPES
 
 REVIEW = ENVELOPES[JobKind.CHANGE_REVIEW].output_contract
 REQUEST = JobRequest(title="Refunds", prompt="Review the refund patch.")

@@ -8,8 +8,8 @@ import pytest
 
 from helmhive.api.common import FilesystemAccess, JobKind
 from helmhive.api.reasons import Reason
-from helmhive.policy.agentjob import parse_agent_job
-from helmhive.policy.retry import MAX_AUTOMATIC_RETRIES, decide_job_retry, decide_retry
+from helmhive.policy.agentjob.life import parse_agent_job
+from helmhive.policy.agentjob.retry import MAX_AUTOMATIC_RETRIES, decide_job_retry, decide_retry
 
 INFRASTRUCTURE = ["RunnerLost", "Interrupted", "AgentCrashed", "AgentUnresponsive"]
 FINAL = [

@@ -6,8 +6,13 @@ from typing import Any
 
 from helmhive.api.profile import ProfileSpec
 from helmhive.policy.envelopes import get_envelope
-from helmhive.policy.profiles import decide_profile
-from helmhive.policy.revisions import build_profile_revision, decide_revision_pruning, profile_hash, revision_name
+from helmhive.policy.profiles.narrowing import decide_profile
+from helmhive.policy.profiles.revisions import (
+    build_profile_revision,
+    decide_revision_pruning,
+    profile_hash,
+    revision_name,
+)
 
 SPEC = ProfileSpec.model_validate(
     {

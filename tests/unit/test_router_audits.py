@@ -1,6 +1,6 @@
 """The router's audit batching and its Runner Events, on a fake of the project's own API wrapper.
 
-The fake stands in for :class:`helmhive.controller.kube.Kube` only (records kept in a dict,
+The fake stands in for :class:`helmhive.controller.kube.door.Kube` only (records kept in a dict,
 errors raised on demand); the cluster tests (``tests/operator/test_routing_audit_batches.py``)
 cover the real API server. Time is injected: no test sleeps.
 """
@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from helmhive.controller.kube import Conflict, Unavailable
-from helmhive.controller.router_audits import RouterAudits, ensure_routing_recorded
-from helmhive.controller.router_settings import RateLimiter
+from helmhive.controller.kube.door import Conflict, Unavailable
+from helmhive.controller.router.audits import RouterAudits, ensure_routing_recorded
+from helmhive.controller.router.settings import RateLimiter
 from helmhive.controller.runtime import Runtime
-from helmhive.policy.routing_audit import build_routing_batch, build_routing_decisions, iter_routing_decisions
+from helmhive.policy.routing.audit import build_routing_batch, build_routing_decisions, iter_routing_decisions
 
 NOW = dt.datetime(2026, 12, 2, 1, 0, tzinfo=dt.UTC)
 

@@ -1,10 +1,10 @@
 """The router's one-pass count of active jobs agrees with the per-runner count it replaced.
 
-:meth:`~helmhive.controller.router_capacity.Capacity.active_counts` feeds every decision; it
-must give each runner exactly what :meth:`~helmhive.controller.router_capacity.Capacity.active_jobs`
+:meth:`~helmhive.controller.router.capacity.Capacity.active_counts` feeds every decision; it
+must give each runner exactly what :meth:`~helmhive.controller.router.capacity.Capacity.active_jobs`
 gives (the job store plus this process's reservations, a reservation the store already shows
 counted once), over generated stores and reservations. The store is a real
-:class:`~helmhive.policy.job_store.JobStore` fed watch events, so the counts it keeps beside its
+:class:`~helmhive.policy.agentjob.store.JobStore` fed watch events, so the counts it keeps beside its
 sets are checked too.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helmhive.controller.router import Router, RouterSettings
+from helmhive.controller.router.engine import Router, RouterSettings
 from helmhive.controller.runtime import Runtime
 
 

@@ -10,7 +10,7 @@ from routing_builders import BOUND_AT, NOW, binding, job, mapping, runner
 from helmhive.api.common import JobKind, SessionPolicy
 from helmhive.api.job import ModelSource, ProfileBinding
 from helmhive.api.reasons import Reason
-from helmhive.policy.routing import (
+from helmhive.policy.routing.route import (
     MAX_CANDIDATES,
     RouteOutcome,
     RoutingDecision,
@@ -408,7 +408,9 @@ def test_a_decision_is_the_same_for_the_same_input(policy: SessionPolicy) -> Non
 
 
 def test_the_public_surfaces_are_pinned() -> None:
-    from helmhive.policy import routing, routing_audit, routing_inputs
+    from helmhive.policy.routing import audit as routing_audit
+    from helmhive.policy.routing import inputs as routing_inputs
+    from helmhive.policy.routing import route as routing
 
     assert routing.__all__ == [
         "MAX_CANDIDATES",

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from routing_builders import NOW, binding, job, mapping, runner
 
 from helmhive.api.common import JobKind, SessionPolicy
-from helmhive.policy.routing import RoutingPolicy, RunnerView, SessionBindingView, decide_route
+from helmhive.policy.routing.route import RoutingPolicy, RunnerView, SessionBindingView, decide_route
 
 PROVIDERS = ["anthropic", "openai", "google"]
 MODELS = ["m1", "m2", "m3", "m4"]

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from helmhive.api.common import LabelSelector
-from helmhive.policy.agentjob import decide_finished, decide_held_runner, decide_needs_routing
-from helmhive.policy.routing_inputs import (
+from helmhive.policy.agentjob.life import decide_finished, decide_held_runner, decide_needs_routing
+from helmhive.policy.routing.inputs import (
     PoolServing,
     build_runner_view,
     build_runner_views,

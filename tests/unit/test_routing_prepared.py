@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from routing_builders import NOW, binding, job, mapping, runner
 from test_routing_fast_path import cases
 
-from helmhive.policy.routing import decide_route
-from helmhive.policy.routing_prepared import RunnerSet
+from helmhive.policy.routing.prepared import RunnerSet
+from helmhive.policy.routing.route import decide_route
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)
@@ -59,7 +59,7 @@ def test_the_set_remembers_checks_per_requirement_and_a_new_fleet_starts_afresh(
 def test_table_rows_are_built_once_and_equal_rows_built_afresh(monkeypatch: Any) -> None:
     """A burst builds the same rows decision after decision: each is built once, and reads as built afresh."""
     from helmhive.api.job import Candidate
-    from helmhive.policy import routing_candidates
+    from helmhive.policy.routing import candidates as routing_candidates
 
     monkeypatch.setattr(routing_candidates, "_ROWS", {})
     runners = [runner(f"r{i}", "anthropic", models=["m1"], concurrency=2) for i in range(5)]
@@ -79,7 +79,7 @@ def test_table_rows_are_built_once_and_equal_rows_built_afresh(monkeypatch: Any)
 
 
 def test_the_row_memo_is_bounded(monkeypatch: Any) -> None:
-    from helmhive.policy import routing_candidates
+    from helmhive.policy.routing import candidates as routing_candidates
 
     memo: dict[Any, Any] = {}
     monkeypatch.setattr(routing_candidates, "_ROWS", memo)

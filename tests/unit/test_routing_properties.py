@@ -26,7 +26,7 @@ from routing_builders import NOW, binding, job, mapping, runner
 from helmhive.api.common import JobKind
 from helmhive.api.job import ModelSource, ProfileBinding
 from helmhive.api.reasons import Reason
-from helmhive.policy.routing import (
+from helmhive.policy.routing.route import (
     MAX_CANDIDATES,
     RouteOption,
     RouteOutcome,

@@ -1,6 +1,6 @@
 """The router's bookkeeping without an API server: counts, the work queue, wake-ups, the rate limit.
 
-These exercise :class:`helmhive.controller.router.Router` on plain dicts standing in for Kopf's
+These exercise :class:`helmhive.controller.router.engine.Router` on plain dicts standing in for Kopf's
 indexes; nothing here talks to a cluster (the cluster tests cover the writes).
 """
 
@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from helmhive.api.reasons import Reason
-from helmhive.controller.router import RateLimiter, Router, RouterSettings, _Waiting
+from helmhive.controller.router.engine import RateLimiter, Router, RouterSettings, _Waiting
 from helmhive.controller.runtime import Runtime
-from helmhive.policy.routing import RouteOutcome, RoutingDecision
-from helmhive.policy.routing_inputs import parse_queued_job
+from helmhive.policy.routing.inputs import parse_queued_job
+from helmhive.policy.routing.route import RouteOutcome, RoutingDecision
 
 
 def router() -> Router:

@@ -21,8 +21,8 @@ from helmhive.api.runner import (
     build_report_digest,
 )
 from helmhive.api.runnerpool import HeartbeatSettings, RunnerPoolSpec
-from helmhive.policy.runners import LeaseView, PoolFacts, RunnerDerived, decide_runner_status
-from helmhive.runner.report import decide_verified_at, reverify_interval
+from helmhive.policy.runners.state import LeaseView, PoolFacts, RunnerDerived, decide_runner_status
+from helmhive.runner.program.report import decide_verified_at, reverify_interval
 
 NOW = dt.datetime(2026, 6, 1, 12, 0, 0, tzinfo=dt.UTC)
 GRACE = dt.timedelta(seconds=2)

@@ -1,6 +1,6 @@
 """The runner's job journal and its patience with the API server, without a cluster.
 
-The journal (:mod:`helmhive.runner.journal`): entries survive a round trip, a damaged or
+The journal (:mod:`helmhive.runner.jobs.journal`): entries survive a round trip, a damaged or
 half-written file is dropped rather than trusted, and what an entry means for a job this
 process did not finish (:func:`decide_recovery`). The patience (:mod:`helmhive.runner.patience`):
 the delays grow, are capped and jittered, only ``Unavailable`` is retried, and the budget ends it.
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from helmhive.runner.jobstatus import JobEnding
-from helmhive.runner.journal import JobJournal, JournalEntry, JournalPhase, decide_recovery
+from helmhive.runner.jobs.journal import JobJournal, JournalEntry, JournalPhase, decide_recovery
+from helmhive.runner.jobs.status import JobEnding
 from helmhive.runner.kube import Conflict, Unavailable
 from helmhive.runner.patience import MAX_DELAY_S, decide_retry_delay, with_patience
 

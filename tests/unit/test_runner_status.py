@@ -14,8 +14,7 @@ from helmhive.api.common import ControlState
 from helmhive.api.reasons import Reason
 from helmhive.api.runner import AuthState, ReportedStatus, RunnerReport, RunnerSpec, RunnerStatus, build_report_digest
 from helmhive.policy.conditions import find_condition
-from helmhive.policy.runner_status import build_runner_status, decide_runner_transitions
-from helmhive.policy.runners import (
+from helmhive.policy.runners.state import (
     LeaseView,
     PoolFacts,
     RunnerDerived,
@@ -24,6 +23,7 @@ from helmhive.policy.runners import (
     decide_runner_status,
     format_time,
 )
+from helmhive.policy.runners.status import build_runner_status, decide_runner_transitions
 
 NOW = dt.datetime(2026, 6, 1, 12, 0, 0, tzinfo=dt.UTC)
 GRACE = dt.timedelta(seconds=2)
@@ -359,7 +359,7 @@ def test_pool_counts() -> None:
 
 def test_models_summary_puts_the_default_first_and_stays_bounded() -> None:
     from helmhive.api.runner import ModelCatalogue, ModelEntry, RunnerReport
-    from helmhive.policy.runner_status import summarise_models
+    from helmhive.policy.runners.status import summarise_models
 
     base = RunnerReport.model_validate(
         {

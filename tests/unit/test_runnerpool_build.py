@@ -19,14 +19,14 @@ from helmhive.deploy.manifests import (
     build_operator_rbac,
     build_runner_identity_policy,
 )
-from helmhive.policy.credentials import (
+from helmhive.policy.runners.credentials import (
     build_credential_hash,
     build_credential_verdict,
     build_rotation_record,
     decide_credential,
 )
-from helmhive.policy.runner_pod import GENERATION_ANNOTATION, SOURCE_CREDENTIALS_DIR
-from helmhive.policy.runnerpool import (
+from helmhive.policy.runners.pod import GENERATION_ANNOTATION, SOURCE_CREDENTIALS_DIR
+from helmhive.policy.runners.pool import (
     EXECUTION_ROLE_RULES,
     MAX_POOL_NAME,
     RUNNER_ROLE_RULES,

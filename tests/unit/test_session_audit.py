@@ -12,7 +12,7 @@ from helmhive.api.audit import AuditActor
 from helmhive.api.crdgen import build_offline_schema
 from helmhive.api.kinds import kind_by_name
 from helmhive.controller.sessionaudit import ResetWitness
-from helmhive.policy.session_audit import (
+from helmhive.policy.sessions.audit import (
     ResetToAudit,
     actor_from_userinfo,
     build_session_deleted_audit,

@@ -9,7 +9,7 @@ import pytest
 from helmhive.api.common import SessionPolicy
 from helmhive.api.job import SessionMode
 from helmhive.api.profile import SessionScope
-from helmhive.policy.sessions import SessionIntent, decide_session, sessions_secret_name
+from helmhive.policy.sessions.continuity import SessionIntent, decide_session, sessions_secret_name
 
 BASE: dict[str, Any] = {
     "policy": SessionPolicy.RESUME,

@@ -1,4 +1,4 @@
-"""Shared single-object reads (:class:`helmhive.controller.shared_reads.SharedReads`).
+"""Shared single-object reads (:class:`helmhive.controller.kube.shared_reads.SharedReads`).
 
 The fetch here is an in-process object store whose GETs the test finishes one at a time, so
 the order of "asked", "GET started" and "GET answered" is exact. The same class against the
@@ -14,7 +14,7 @@ import pytest
 
 from helmhive.api.kinds import KindDef, kind_by_name
 from helmhive.api.kubeerrors import NotFound
-from helmhive.controller.shared_reads import SharedReads
+from helmhive.controller.kube.shared_reads import SharedReads
 
 PROFILE = kind_by_name("Profile")
 WORKSPACE = kind_by_name("Workspace")

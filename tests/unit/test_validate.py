@@ -20,7 +20,7 @@ from helmhive.api.reasons import Reason
 from helmhive.cli.main import app
 from helmhive.cli.validate import load_documents
 from helmhive.policy.envelopes import ENVELOPES
-from helmhive.policy.validation import SourceDocument, cel_rule_supported, validate_documents
+from helmhive.policy.validation.manifests import SourceDocument, cel_rule_supported, validate_documents
 
 REPO = Path(__file__).resolve().parents[2]
 API = "helmhive.dev/v1alpha1"
@@ -668,7 +668,10 @@ def test_usage_errors_exit_2() -> None:
 
 
 def test_public_surfaces_are_pinned() -> None:
-    from helmhive.policy import memory, profiles, validation, violations
+    from helmhive.policy import violations
+    from helmhive.policy.memory import selection as memory
+    from helmhive.policy.profiles import narrowing as profiles
+    from helmhive.policy.validation import manifests as validation
 
     assert profiles.__all__ == [
         "LABEL_LIMIT",

@@ -9,7 +9,7 @@ import pytest
 
 from helmhive.api.common import JobKind
 from helmhive.api.reasons import Reason
-from helmhive.policy.agentjob import decide_needs_binding
+from helmhive.policy.agentjob.life import decide_needs_binding
 from helmhive.policy.waiting import (
     DEFAULT_REFERENCE_WAIT,
     WAITING_REASONS,
@@ -207,7 +207,7 @@ def test_decide_needs_binding(body: dict[str, Any], needs: bool) -> None:
 
 def test_a_waiting_job_is_not_routed() -> None:
     """Routing needs a profile binding; a waiting job has none, whatever its conditions say."""
-    from helmhive.policy.agentjob import decide_needs_routing
+    from helmhive.policy.agentjob.life import decide_needs_routing
 
     for reason in sorted(WAITING_REASONS):
         assert not decide_needs_routing({"metadata": {}, "status": {"conditions": [routed("False", reason)]}})

@@ -5,7 +5,7 @@ Owns the RunnerPool fields ``credentialIsolation`` and ``egress``, and the per-p
 SDKs read for a base URL. The placeholder key goes only into the pool's ``credential.envName``
 (which decides how the agent sends it: ``ANTHROPIC_API_KEY`` as ``x-api-key``,
 ``CLAUDE_CODE_OAUTH_TOKEN`` or ``ANTHROPIC_AUTH_TOKEN`` as a bearer token). The runner
-(``helmhive.runner.egress``) and the operator (``helmhive.policy.runnerpool``) both read the
+(``helmhive.runner.egress.proxy``) and the operator (``helmhive.policy.runners.pool``) both read the
 defaults from here, so they never disagree.
 
 Sources for the variable names (each tool's own documentation, and for Gemini CLI the change that

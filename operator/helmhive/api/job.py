@@ -288,7 +288,7 @@ class JobResult(ApiModel):
 
 
 class AgentJobStatus(StatusBase):
-    # Each is written whole by its steps (helmhive.policy.agentjob): atomic for managedFields.
+    # Each is written whole by its steps (helmhive.policy.agentjob.life): atomic for managedFields.
     profile: Annotated[ProfileBinding | None, Field(json_schema_extra=ATOMIC_OBJECT)] = None
     routing: Annotated[RoutingStatus | None, Field(json_schema_extra=ATOMIC_OBJECT)] = None
     assignment: Annotated[Assignment | None, Field(json_schema_extra=ATOMIC_OBJECT)] = None

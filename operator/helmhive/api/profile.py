@@ -2,7 +2,7 @@
 
 A profile names an envelope and may only narrow it. Its effective form (narrowed to the
 envelope, requirements unioned with the envelope's) is computed by
-:func:`helmhive.policy.profiles.decide_profile` and written to status by the operator.
+:func:`helmhive.policy.profiles.narrowing.decide_profile` and written to status by the operator.
 """
 
 from __future__ import annotations

@@ -165,7 +165,7 @@ class Reason(enum.StrEnum):
     SESSION_COMPACTED = "SessionCompacted"
     COMPACTION_FAILED = "CompactionFailed"
     RUNNER_API_FAILED = "RunnerApiFailed"
-    # Retry verdicts (``helmhive.policy.retry``)
+    # Retry verdicts (``helmhive.policy.agentjob.retry``)
     RETRY_ALLOWED = "RetryAllowed"
     MAY_HAVE_SIDE_EFFECTS = "MayHaveSideEffects"
     NOT_RETRYABLE = "NotRetryable"
@@ -206,7 +206,7 @@ class Reason(enum.StrEnum):
     PATCH_NOT_TEXT = "PatchNotText"
     # Waiting for a reference that does not exist yet (``helmhive.policy.waiting``); with WAITING_FOR_WORKSPACE
     WAITING_FOR_PROFILE = "WaitingForProfile"
-    # Per-job resource limits on the agent (``helmhive.runner.limits``); the detail names the limit:
+    # Per-job resource limits on the agent (``helmhive.runner.sandbox.limits``); the detail names the limit:
     # ``ResourceLimitExceeded:memory|cpu|processes|files``
     RESOURCE_LIMIT_EXCEEDED = "ResourceLimitExceeded"
 

@@ -7,7 +7,7 @@
 Reads only (GET and LIST); it never writes anything. It gathers what the operator's router
 sees — Runners and RunnerPools (all namespaces), the job's namespace labels, every AgentJob
 (active jobs per runner are counted from them), MemoryRecords and SessionBindings — and calls
-the same pure :func:`~helmhive.policy.routing.decide_route`. For an existing job it shows the
+the same pure :func:`~helmhive.policy.routing.route.decide_route`. For an existing job it shows the
 stored decision (``status.routing``, ``status.assignment``, conditions) next to a fresh one
 for the runners as they are now, not counting the job against its own runner. For a manifest
 it binds the profile in memory exactly as the queue step would.
@@ -26,7 +26,7 @@ be loaded, an unreadable or malformed job or manifest, a request the API server 
 job that fails closed at queue time (an invalid spec, a profile that cannot be bound). With
 ``-o json`` every outcome (assigned, waiting, failing closed, at queue time too) is one JSON
 object on stdout. No Kopf: the binding is the queue step's own
-:func:`~helmhive.controller.binding.bind_profile`.
+:func:`~helmhive.controller.jobs.binding.bind_profile`.
 
 Timeout: ``$HELMHIVE_CLI_TIMEOUT_SECONDS`` (default 30), as for every cluster command, bounds
 each API call (to connect, and each read); the command makes several calls, so it also bounds all
@@ -59,8 +59,8 @@ from helmhive.cli.kubeapi import (
     load_api_client,
 )
 from helmhive.cli.render import fail, printable
-from helmhive.controller.kube import KubeError
-from helmhive.policy.routing import RouteOutcome
+from helmhive.controller.kube.door import KubeError
+from helmhive.policy.routing.route import RouteOutcome
 
 __all__ = ["run"]
 

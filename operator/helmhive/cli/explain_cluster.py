@@ -1,11 +1,11 @@
 """``explain-routing``'s questions to the cluster: read what the router sees, bind, decide; all bounded.
 
-Owns the read-only API calls (GET and LIST, through the operator's door ``helmhive.controller.kube``
+Owns the read-only API calls (GET and LIST, through the operator's door ``helmhive.controller.kube.door``
 on a client loaded by :func:`helmhive.cli.kubeapi.load_api_client`): the job (or the manifest's
 body), Runners and RunnerPools (all namespaces, else the job's when that is all the caller may
 list), the job namespace's labels, every AgentJob, SessionBindings and MemoryRecords. It binds the
-profile in memory with the queue step's own :func:`~helmhive.controller.binding.bind_profile` and
-decides with the router's :func:`~helmhive.policy.routing_inputs.decide_job_route`; it never writes.
+profile in memory with the queue step's own :func:`~helmhive.controller.jobs.binding.bind_profile` and
+decides with the router's :func:`~helmhive.policy.routing.inputs.decide_job_route`; it never writes.
 
 Timeouts (:func:`ask`): ``seconds`` (``$HELMHIVE_CLI_TIMEOUT_SECONDS``, as for every command) bounds
 each call's connect and each read, and all of the command's calls together too, since it makes
@@ -32,11 +32,11 @@ from helmhive.api.reasons import Reason
 from helmhive.cli.explain_manifest import UsageError, check_shape, describe_spec_problems
 from helmhive.cli.explain_output import Explanation, QueueStop
 from helmhive.cli.kubeapi import describe_no_answer, describe_unavailable, server_address
-from helmhive.controller.binding import FailClosed, ProfileRevisionPending, bind_profile
-from helmhive.controller.kube import Forbidden, Kube, KubeError, NotFound, Unavailable
+from helmhive.controller.jobs.binding import FailClosed, ProfileRevisionPending, bind_profile
+from helmhive.controller.kube.door import Forbidden, Kube, KubeError, NotFound, Unavailable
 from helmhive.controller.runtime import Runtime, utc_now
-from helmhive.policy.memory import select_memory
-from helmhive.policy.routing_inputs import (
+from helmhive.policy.memory.selection import select_memory
+from helmhive.policy.routing.inputs import (
     QueuedJob,
     RouteInputs,
     build_route_inputs,

@@ -22,8 +22,8 @@ from helmhive.api.job import ProfileBinding
 from helmhive.api.reasons import Reason
 from helmhive.cli.render import safe_text
 from helmhive.policy.conditions import find_condition
-from helmhive.policy.routing import RouteOutcome, RoutingDecision, build_assignment
-from helmhive.policy.routing_status import build_candidate_groups
+from helmhive.policy.routing.route import RouteOutcome, RoutingDecision, build_assignment
+from helmhive.policy.routing.status import build_candidate_groups
 
 __all__ = ["Explanation", "QueueStop", "build_console", "render_explanation"]
 

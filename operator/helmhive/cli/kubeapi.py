@@ -5,7 +5,7 @@ few synchronous calls ``change`` and ``sessions`` make -- custom objects (get, l
 the object or its status), a ConfigMap's data, removing one key of a Secret, and who the caller is
 -- and raises only the error tree of :mod:`helmhive.api.kubeerrors`, as the operator's and the
 runner's doors do. ``explain-routing`` makes its calls through the operator's door
-(``helmhive.controller.kube``) on a client loaded here (:func:`load_api_client`).
+(``helmhive.controller.kube.door``) on a client loaded here (:func:`load_api_client`).
 
 The kubeconfig, the default namespace, the timeout, the bounded retries and the words for a
 call that got no answer are :mod:`helmhive.cli.client_policy`'s (re-exported here for the

@@ -33,7 +33,7 @@ from helmhive.cli.kubeapi import (
     load_api,
 )
 from helmhive.cli.render import printable, safe_text
-from helmhive.policy.sessions import sessions_secret_name
+from helmhive.policy.sessions.continuity import sessions_secret_name
 
 app = typer.Typer(no_args_is_help=True, help="List and reset session bindings.")
 PLURAL = "sessionbindings"

@@ -3,7 +3,7 @@
 This module owns the I/O: finding files (a directory is searched recursively for
 ``*.yaml``, ``*.yml`` and ``*.json``, skipping hidden directories), reading them,
 parsing multi-document YAML and finding the line of each issue. The rules live in
-:mod:`helmhive.policy.validation`.
+:mod:`helmhive.policy.validation.manifests`.
 
 Output: one line per issue on stdout, ``file:kind/name: field.path: Reason: message``,
 and a summary on stderr; or, with ``--output json``, one JSON object with every issue
@@ -25,7 +25,7 @@ import yaml
 
 from helmhive.api.manifest_yaml import JsonStreamError, ManifestLoader, is_json_stream, load_json_stream
 from helmhive.api.reasons import Reason
-from helmhive.policy.validation import (
+from helmhive.policy.validation.manifests import (
     EXTERNAL_PROFILES_ANNOTATION,
     SourceDocument,
     ValidationIssue,

@@ -25,27 +25,19 @@ from typing import Any, TypeVar
 
 import kopf
 
-from helmhive.controller import (
-    changes,
-    envelopes,
-    failed,
-    job_watch,
-    jobs,
-    lost,
-    memory,
-    memoryaudit,
-    metrics,
-    profiles,
-    routing,
-    runnerpools,
-    runners,
-    sessionaudit,
-    workspaces,
-)
+from helmhive.controller import changes, envelopes, metrics, profiles, sessionaudit, workspaces
 from helmhive.controller.audit import patch_audit_retention
 from helmhive.controller.heap import limit_arenas
-from helmhive.controller.kube import API_CONNECTIONS, Kube, load_api_client
+from helmhive.controller.jobs import failed, lost
+from helmhive.controller.jobs import queueing as jobs
+from helmhive.controller.jobs import watch as job_watch
+from helmhive.controller.kube.door import API_CONNECTIONS, Kube, load_api_client
 from helmhive.controller.leader import LeaderConfig, LeaderElector
+from helmhive.controller.memory import injected as memoryaudit
+from helmhive.controller.memory import records as memory
+from helmhive.controller.router import handlers as routing
+from helmhive.controller.runners import derived as runners
+from helmhive.controller.runners import pools as runnerpools
 from helmhive.controller.runtime import OperatorConfig, Runtime
 from helmhive.controller.webhook import WebhookConfig, configure_webhook_server, keep_webhooks_when_stopped
 from helmhive.policy.envelopes import ENVELOPES
@@ -64,7 +56,7 @@ class EventOnlyDiffBase(kopf.AnnotationsDiffBaseStorage):
     a kind with no change handler. Runners and Leases have none (their handlers are
     ``on.event``), so their essence is empty: no copy per event (issue 9: CPU per routed job).
     Kopf no longer watches AgentJobs at all (the operator's own watch,
-    :mod:`helmhive.controller.job_watch`); they stay listed so a Kopf handler added on them later
+    :mod:`helmhive.controller.jobs.watch`); they stay listed so a Kopf handler added on them later
     costs no copy either. A change handler added on one of these kinds must remove it from
     :attr:`EVENT_ONLY_KINDS`.
     """

@@ -14,8 +14,8 @@ import logging
 from typing import Any
 
 from helmhive.api.kinds import kind_by_name
-from helmhive.controller.kube import Forbidden, Kube, KubeError, NotFound
-from helmhive.policy.audit import decide_audit_retention
+from helmhive.controller.kube.door import Forbidden, Kube, KubeError, NotFound
+from helmhive.policy.audit.records import decide_audit_retention
 
 __all__ = ["AUDIT", "ensure_audit", "ensure_audit_unless_terminating", "patch_audit_retention"]
 

@@ -27,10 +27,10 @@ import kopf
 from helmhive.api.kinds import kind_by_name
 from helmhive.api.reasons import ConditionType, Reason
 from helmhive.controller.audit import ensure_audit_unless_terminating
-from helmhive.controller.kube import Conflict, NotFound
+from helmhive.controller.kube.door import Conflict, NotFound
 from helmhive.controller.runtime import Runtime
-from helmhive.policy.change import TERMINAL_REASONS, ChangeDecision, decide_change
-from helmhive.policy.change_jobs import LABEL_CHANGE, build_label_value
+from helmhive.policy.change.decision import TERMINAL_REASONS, ChangeDecision, decide_change
+from helmhive.policy.change.jobs import LABEL_CHANGE, build_label_value
 from helmhive.policy.conditions import find_condition
 
 __all__ = ["ChangeReconciler", "register"]
@@ -205,7 +205,7 @@ def register(runtime: Runtime) -> ChangeReconciler:
         if not _is_final(body):
             await reconciler.reconcile(namespace, name)
 
-    # A step of the operator's AgentJob watch (helmhive.controller.job_watch): only a change's jobs
+    # A step of the operator's AgentJob watch (helmhive.controller.jobs.watch): only a change's jobs
     # (labelled) matter. A job that vanished while nobody watched is delivered by name only (no
     # label): its Change is reconciled at its own next event.
     async def change_job_event(event_type: str | None, body: Mapping[str, Any]) -> None:

@@ -20,9 +20,9 @@ from helmhive.api.envelope import EnvelopeSpec
 from helmhive.api.kinds import API_VERSION, kind_by_name
 from helmhive.api.reasons import ConditionType, Reason
 from helmhive.controller.audit import ensure_audit
-from helmhive.controller.kube import Conflict, Kube, KubeError, NotFound
+from helmhive.controller.kube.door import Conflict, Kube, KubeError, NotFound
 from helmhive.controller.runtime import Runtime
-from helmhive.policy.audit import build_audit_record
+from helmhive.policy.audit.records import build_audit_record
 from helmhive.policy.conditions import set_condition
 from helmhive.policy.envelopes import ENVELOPES, envelope_hash
 

@@ -15,7 +15,7 @@ The rules are client-go's ``leaderelection`` package's:
 * On a graceful stop the leader releases the Lease (empty holder, duration 1 s), so a standby
   takes over at its next retry instead of waiting out the lease.
 
-The elector talks to the API server through the operator's door (:class:`~helmhive.controller.kube.Kube`)
+The elector talks to the API server through the operator's door (:class:`~helmhive.controller.kube.door.Kube`)
 on its own connection and its own thread, so a burst of routing calls queued on the operator's
 shared thread pool can never delay a renewal.
 """
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from helmhive.controller.kube import Conflict, Kube, NotFound
+from helmhive.controller.kube.door import Conflict, Kube, NotFound
 
 __all__ = [
     "DEFAULT_LEASE_NAME",

@@ -35,11 +35,11 @@ from helmhive.api.common import JobKind
 from helmhive.api.kubeerrors import KubeError
 from helmhive.api.reasons import ConditionType, Reason
 from helmhive.metricdefs import Catalogue, serve_registry
-from helmhive.policy.agentjob import AgentJob
+from helmhive.policy.agentjob.life import AgentJob
 
 if TYPE_CHECKING:
-    from helmhive.controller.jobs import JobQueue
-    from helmhive.controller.routing import Router
+    from helmhive.controller.jobs.queueing import JobQueue
+    from helmhive.controller.router.handlers import Router
 
 __all__ = [
     "API_WRITES",
@@ -213,7 +213,7 @@ def record_job_finished(job: AgentJob) -> None:
 
 
 def record_api_write(*, kind: str, verb: str, subresource: str = "", error: BaseException | None = None) -> None:
-    """One write through :class:`~helmhive.controller.kube.Kube`; ``error`` is what it raised, if anything."""
+    """One write through :class:`~helmhive.controller.kube.door.Kube`; ``error`` is what it raised, if anything."""
     if error is None:
         result = "Success"
     elif isinstance(error, KubeError):

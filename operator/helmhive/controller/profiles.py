@@ -1,6 +1,6 @@
 """Profiles: admission (refuse widening), reconcile (``Valid``, effective, revisions) and audit.
 
-One logic, three places: :func:`helmhive.policy.profiles.decide_profile` decides; the
+One logic, three places: :func:`helmhive.policy.profiles.narrowing.decide_profile` decides; the
 validating webhook refuses a bad profile at ``kubectl apply``; the reconciler writes the
 ``Valid`` condition whatever path the object took (created before the operator ran, or
 with the webhook bypassed), so a profile that is not Valid is never used.
@@ -22,14 +22,14 @@ from helmhive.api.audit import AuditAction, AuditActor, AuditState
 from helmhive.api.kinds import kind_by_name
 from helmhive.api.reasons import ConditionType, Reason
 from helmhive.controller.audit import ensure_audit_unless_terminating
-from helmhive.controller.kube import Conflict
+from helmhive.controller.kube.door import Conflict
 from helmhive.controller.runtime import Runtime
-from helmhive.policy.agentjob import parse_agent_job
-from helmhive.policy.audit import build_audit_record
+from helmhive.policy.agentjob.life import parse_agent_job
+from helmhive.policy.agentjob.store import job_binding
+from helmhive.policy.audit.records import build_audit_record
 from helmhive.policy.conditions import set_condition
-from helmhive.policy.job_store import job_binding
-from helmhive.policy.profiles import decide_profile_body, format_violations
-from helmhive.policy.revisions import (
+from helmhive.policy.profiles.narrowing import decide_profile_body, format_violations
+from helmhive.policy.profiles.revisions import (
     LABEL_PROFILE,
     build_profile_revision,
     decide_revision_pruning,

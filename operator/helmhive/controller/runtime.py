@@ -14,17 +14,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from helmhive.api.kinds import KindDef
-from helmhive.controller.contact import ApiContact
 from helmhive.controller.deadlines import DeadlineScheduler
-from helmhive.controller.job_store_sync import JobStoreSync
-from helmhive.controller.kube import Kube, KubeError
-from helmhive.controller.shared_reads import SharedReads
-from helmhive.policy.failed_jobs import DEFAULT_RETRY_WINDOW
+from helmhive.controller.jobs.store_sync import JobStoreSync
+from helmhive.controller.kube.contact import ApiContact
+from helmhive.controller.kube.door import Kube, KubeError
+from helmhive.controller.kube.shared_reads import SharedReads
+from helmhive.policy.agentjob.failed import DEFAULT_RETRY_WINDOW
 from helmhive.policy.waiting import DEFAULT_REFERENCE_WAIT
 
 __all__ = ["Clock", "JobEvents", "JobObserver", "OperatorConfig", "Runtime", "utc_now"]
 
-log = logging.getLogger("helmhive.controller.jobs")
+log = logging.getLogger("helmhive.controller.jobs.queueing")
 
 Clock = Callable[[], dt.datetime]
 
@@ -89,7 +89,7 @@ JobObserver = Callable[[str | None, Mapping[str, Any]], Awaitable[None]]
 class JobEvents:
     """The operator's steps that react to AgentJob events, called in the order they subscribed.
 
-    The operator's own AgentJob watch (:mod:`helmhive.controller.job_watch`; Kopf does not watch
+    The operator's own AgentJob watch (:mod:`helmhive.controller.jobs.watch`; Kopf does not watch
     AgentJobs) calls :meth:`dispatch` for every event, one job's events one at a time and in
     order. A step that raises is logged and does not stop the others.
     """

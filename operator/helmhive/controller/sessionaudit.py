@@ -17,11 +17,11 @@ from the client. Two halves, in the operator's one process:
   in the binding's ``last-handled-configuration`` annotation: a reset made while the operator was
   down is recorded when it starts (actor ``unknown``: nobody witnessed it), and one recorded is
   never recorded again. Record names are deterministic
-  (:mod:`helmhive.policy.session_audit`), so a 409 means "already recorded".
+  (:mod:`helmhive.policy.sessions.audit`), so a 409 means "already recorded".
 
 Compactions are recorded here too: when the runner raises ``status.compactions`` (with
 ``status.lastCompaction`` in the same write), ``SessionCompacted`` is written for the new count,
-actor the binding's runner, figures only (:mod:`helmhive.policy.compaction`).
+actor the binding's runner, figures only (:mod:`helmhive.policy.sessions.compaction`).
 
 A binding deleted with its namespace cannot have its record written (a terminating namespace
 refuses new objects): its trail goes with the namespace, and the finalizer is released.
@@ -40,10 +40,9 @@ import kopf
 from helmhive.api.audit import AuditActor
 from helmhive.api.kinds import GROUP, VERSION
 from helmhive.controller.audit import ensure_audit_unless_terminating
-from helmhive.controller.kube import Conflict
+from helmhive.controller.kube.door import Conflict
 from helmhive.controller.runtime import Runtime
-from helmhive.policy.compaction import build_session_compacted_audit, compaction_count
-from helmhive.policy.session_audit import (
+from helmhive.policy.sessions.audit import (
     actor_from_userinfo,
     build_session_deleted_audit,
     build_session_reset_audit,
@@ -51,6 +50,7 @@ from helmhive.policy.session_audit import (
     reset_count,
     resets_of,
 )
+from helmhive.policy.sessions.compaction import build_session_compacted_audit, compaction_count
 
 __all__ = ["ResetWitness", "ensure_compaction_audit", "ensure_deletion_audit", "ensure_reset_audits", "register"]
 

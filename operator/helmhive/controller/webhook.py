@@ -44,7 +44,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from helmhive.controller.kube import Conflict, Kube, NotFound
+from helmhive.controller.kube.door import Conflict, Kube, NotFound
 
 __all__ = [
     "RENEW_BEFORE",

@@ -13,7 +13,7 @@ from helmhive.deploy.admission import LABELS as _LABELS
 from helmhive.deploy.admission import build_admission_policy, resource_rule
 from helmhive.deploy.runner_execution import build_runner_execution_policy
 from helmhive.deploy.session_compactions import build_session_compactions_policy
-from helmhive.policy.runnerpool import RUNNER_NAME_PREFIX
+from helmhive.policy.runners.pool import RUNNER_NAME_PREFIX
 
 __all__ = [
     "OperatorIdentity",

@@ -2,7 +2,7 @@
 
 Used where many clients retry the same server at once and must not do so in step: the runner's
 patience with an unreachable API server (:mod:`helmhive.runner.patience`) and the operator's
-AgentJob watch reconnecting (:mod:`helmhive.policy.job_watch`). The caller draws the randomness.
+AgentJob watch reconnecting (:mod:`helmhive.policy.agentjob.watch`). The caller draws the randomness.
 """
 
 from __future__ import annotations

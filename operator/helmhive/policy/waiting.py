@@ -18,7 +18,7 @@ The deadline is the object's ``metadata.creationTimestamp`` plus a limit (the op
 resets it. What the specification names as a refusal is never waited for: an invalid
 profile, a profile for another envelope, no eligible mapping, an unadvertised model.
 
-Whether a job still needs binding is :attr:`helmhive.policy.agentjob.AgentJob.needs_binding`.
+Whether a job still needs binding is :attr:`helmhive.policy.agentjob.life.AgentJob.needs_binding`.
 
 Also here, as plain data structures for the operator's single scheduler:
 :class:`DeadlineHeap` (the next time each object must be looked at, earliest first) and

@@ -90,7 +90,7 @@ class RunnerEnvironment(BaseModel):
     credential_dir: Path | None = None
     source_credentials_dir: Path | None = None
     """The mounted git credentials Secret (``username``, ``password``) for private repositories;
-    read only by the runner's source fetch (:mod:`helmhive.runner.source`)."""
+    read only by the runner's source fetch (:mod:`helmhive.runner.source.fetch`)."""
     state_dir: Path = Path("/var/lib/helmhive-runner")
     kubeconfig: Path | None = None
     image: Annotated[str, Field(max_length=512)] = ""
@@ -154,7 +154,7 @@ class RunnerFileConfig(ApiModel):
     """Proxy or InSandbox; absent: as :func:`helmhive.api.egress.decide_isolation` decides (Proxy for a
     credential file whose upstream is known, InSandbox for a login directory)."""
     egress: EgressSpec = EgressSpec()
-    """Where the egress proxy forwards (``helmhive.runner.egress``), with ``Proxy``."""
+    """Where the egress proxy forwards (``helmhive.runner.egress.proxy``), with ``Proxy``."""
 
 
 class RunnerConfig(BaseModel):

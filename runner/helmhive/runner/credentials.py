@@ -4,7 +4,7 @@ A runner gets its provider login one of two ways:
 
 - a **file** (``HELMHIVE_CREDENTIAL_FILE``, a mounted Secret key, read-only): the runner copies
   it into ``<state>/credential/credential`` (mode 0600); with ``credentialIsolation: Proxy`` (the
-  default) only the runner's egress proxy (:mod:`helmhive.runner.egress`) uses the content, with
+  default) only the runner's egress proxy (:mod:`helmhive.runner.egress.proxy`) uses the content, with
   ``InSandbox`` the agent gets it in one environment variable; the mount itself cannot be
   changed by the runner;
 - a **directory** (``HELMHIVE_CREDENTIAL_DIR``, a subscription login volume): the agent keeps its

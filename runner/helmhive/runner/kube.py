@@ -37,7 +37,7 @@ from kubernetes import client, watch
 from helmhive.api.kinds import API_VERSION, GROUP, VERSION
 from helmhive.api.kubeerrors import Conflict, Forbidden, Invalid, KubeError, NotFound, Unavailable
 from helmhive.kubeclient import NETWORK_ERRORS, load_api_client, translate_api_error
-from helmhive.policy.events import build_event
+from helmhive.policy.audit.events import build_event
 from helmhive.runner.logs import fields
 from helmhive.runner.watch_thread import WatchThread
 

@@ -137,7 +137,7 @@ def record_heartbeat(*, ok: bool) -> None:
 
 
 def record_report_write(*, reason: str, ok: bool) -> None:
-    """``reason`` is a :class:`~helmhive.runner.report.WriteReason` value."""
+    """``reason`` is a :class:`~helmhive.runner.program.report.WriteReason` value."""
     REPORT_WRITES.labels(reason, "success" if ok else "failure").inc()
 
 
@@ -152,7 +152,7 @@ def record_probe(*, config: RunnerConfig, auth: str) -> None:
 
 
 def record_egress(*, outcome: str) -> None:
-    """``outcome``: ``forwarded``, ``upstream-failed`` or ``refused-<reason>`` (:mod:`helmhive.runner.egress`)."""
+    """``outcome``: ``forwarded``, ``upstream-failed`` or ``refused-<reason>`` (:mod:`helmhive.runner.egress.proxy`)."""
     EGRESS_REQUESTS.labels(outcome).inc()
 
 

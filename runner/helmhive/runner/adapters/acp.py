@@ -61,7 +61,7 @@ from helmhive.runner.adapters.base import (
     TurnResult,
 )
 from helmhive.runner.adapters.decisions import bounded
-from helmhive.runner.version import helmhive_version
+from helmhive.version import helmhive_version
 
 __all__ = ["AcpAdapter", "AcpAdapterConfig"]
 

@@ -93,7 +93,7 @@ class AcpAdapterConfig(BaseModel):
     stderr_tail_chars: int = Field(default=4000, ge=0, le=8000)
     client_name: str = Field(default="helmhive-runner", max_length=MAX_NAME)
     wrapper: tuple[str, ...] = ()
-    """A launcher the command runs under (the job sandbox: ``python -m helmhive.runner.landlock ... --``)."""
+    """A launcher the command runs under (the job sandbox: ``python -m helmhive.runner.sandbox.landlock ... --``)."""
     fs_root: str | None = None
     """The directory the ACP ``fs/*`` client methods may touch; None offers no file system."""
     fs_access: FsAccess = "none"

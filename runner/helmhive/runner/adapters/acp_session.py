@@ -41,7 +41,7 @@ from helmhive.runner.adapters.base import (
     TurnRequest,
 )
 from helmhive.runner.adapters.decisions import ConfigKind, bounded, decide_config_change, find_option, redact
-from helmhive.runner.version import helmhive_version
+from helmhive.version import helmhive_version
 
 __all__ = ["CRASH_SETTLE_S", "AcpSession"]
 

@@ -66,7 +66,7 @@ from helmhive.runner.adapters.claude_models import (
 from helmhive.runner.adapters.claude_process import ClaudeCliConfig, read_turn, run_short
 from helmhive.runner.adapters.claude_stream import ClaudeStream, decide_context, decide_outcome, is_compact_prompt
 from helmhive.runner.adapters.decisions import bounded, redact, tail
-from helmhive.runner.version import helmhive_version
+from helmhive.version import helmhive_version
 
 __all__ = [
     "ClaudeCliAdapter",

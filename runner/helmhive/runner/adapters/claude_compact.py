@@ -1,6 +1,6 @@
 """The Claude CLI's own compaction, as the runner's compaction policy uses it. Pure.
 
-The runner compacts a resumed chain by its own policy (:mod:`helmhive.policy.compaction`): past
+The runner compacts a resumed chain by its own policy (:mod:`helmhive.policy.sessions.compaction`): past
 the pool's watermark it sends the advertised ``compact`` command as a turn's prompt on the same
 session. For the Claude CLI that is ``claude --print --resume <id>`` with ``/compact`` on stdin;
 the CLI summarises the session with one model call and reports a ``compact_boundary`` with the

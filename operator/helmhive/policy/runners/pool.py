@@ -1,0 +1,306 @@
+"""Builds the Kubernetes objects a RunnerPool becomes, and decides its credential generation. Pure.
+
+A pool ``P`` in namespace ``N`` becomes (names and labels are the contract in ``docs/runners.md``):
+ServiceAccount, Role, RoleBinding, ConfigMap (``runner.json``) and NetworkPolicy
+``helmhive-runner-P``; StatefulSet ``P``; and PodDisruptionBudget ``P`` when replicas > 1.
+Every object carries an ownerReference to the pool, so the garbage collector removes them.
+
+Nothing here does I/O. The runner pod itself (container, environment, volumes, placement) is
+:mod:`helmhive.policy.runners.pod`; the credential's hash and generation are
+:mod:`helmhive.policy.runners.credentials`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from helmhive.api.egress import decide_isolation
+from helmhive.api.kinds import API_VERSION, GROUP
+from helmhive.api.runnerpool import AdapterType, RunnerPoolSpec
+from helmhive.policy.runners.pod import GENERATION_ANNOTATION, build_pod_spec
+
+__all__ = [
+    "EXECUTION_ROLE_RULES",
+    "MAX_POOL_NAME",
+    "RUNNER_NAME_PREFIX",
+    "RUNNER_ROLE_RULES",
+    "SESSIONS_SECRET_PREFIX",
+    "PoolRef",
+    "build_config_map",
+    "build_network_policy",
+    "build_owner_reference",
+    "build_pod_disruption_budget",
+    "build_pool_labels",
+    "build_pool_objects",
+    "build_role",
+    "build_role_binding",
+    "build_runner_config",
+    "build_service_account",
+    "build_sessions_secret",
+    "build_stateful_set",
+    "decide_pool_name_problem",
+    "decide_pruned_objects",
+    "runner_resource_name",
+    "sessions_secret_names",
+]
+
+CONFIG_HASH_ANNOTATION = "helmhive.dev/config-hash"
+CLAUDE_CONFIG_DIR_ENV = "CLAUDE_CONFIG_DIR"
+RUNNER_NAME_PREFIX = "helmhive-runner-"
+# A StatefulSet's pods carry a controller-revision-hash label of ``<name>-<10 chars>`` (63 max).
+MAX_POOL_NAME = 52
+
+RUNNER_ROLE_RULES: tuple[dict[str, Any], ...] = (
+    {"apiGroups": [GROUP], "resources": ["runners"], "verbs": ["get", "list", "watch", "create"]},
+    {"apiGroups": [GROUP], "resources": ["runners/status"], "verbs": ["get", "patch", "update"]},
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["get", "create", "update", "patch", "delete"],
+    },
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+)
+"""What a runner needs to register, heartbeat and report, in its own namespace (no Secrets, no Pods)."""
+
+EXECUTION_ROLE_RULES: tuple[dict[str, Any], ...] = (
+    {"apiGroups": [GROUP], "resources": ["agentjobs"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [GROUP], "resources": ["agentjobs/status"], "verbs": ["get", "patch"]},
+    {"apiGroups": [GROUP], "resources": ["memoryrecords"], "verbs": ["get"]},
+    {"apiGroups": [GROUP], "resources": ["sessionbindings"], "verbs": ["get", "create"]},
+    {"apiGroups": [GROUP], "resources": ["sessionbindings/status"], "verbs": ["get", "patch"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create"]},
+)
+"""What a runner needs to run its jobs. Each pod's writes are narrowed further by the
+``helmhive-runner-execution`` admission policy (its own jobs, bindings, Secret, artifacts)."""
+
+SESSIONS_SECRET_PREFIX = "helmhive-sessions-"
+
+
+def sessions_secret_names(pool: str, replicas: int) -> list[str]:
+    """The per-pod Secrets in which a pool's runners keep native session ids."""
+    return [f"{SESSIONS_SECRET_PREFIX}{pool}-{i}" for i in range(replicas)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolRef:
+    """The identity of a RunnerPool object."""
+
+    name: str
+    namespace: str
+    uid: str
+
+
+def runner_resource_name(pool: str) -> str:
+    """The name of the pool's ServiceAccount, Role, RoleBinding, ConfigMap and NetworkPolicy."""
+    return f"{RUNNER_NAME_PREFIX}{pool}"
+
+
+def decide_pool_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a pool's StatefulSet, or None."""
+    if len(name) > MAX_POOL_NAME:
+        return f"a RunnerPool name may have at most {MAX_POOL_NAME} characters (its pods are {name}-<n>)"
+    return None
+
+
+def build_pool_labels(pool: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "helmhive-runner",
+        "app.kubernetes.io/managed-by": "helmhive-operator",
+        "helmhive.dev/pool": pool,
+    }
+
+
+def _selector(pool: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "helmhive-runner", "helmhive.dev/pool": pool}
+
+
+def build_owner_reference(pool: PoolRef) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "RunnerPool",
+        "name": pool.name,
+        "uid": pool.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _meta(pool: PoolRef, name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": pool.namespace,
+        "labels": build_pool_labels(pool.name),
+        "ownerReferences": [build_owner_reference(pool)],
+    }
+
+
+def build_service_account(pool: PoolRef) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(pool, runner_resource_name(pool.name))}
+
+
+def build_role(pool: PoolRef, *, replicas: int) -> dict[str, Any]:
+    """The runner's Role: register, heartbeat, report, run jobs, and its pods' sessions Secrets by name.
+
+    RBAC cannot limit ``create`` by name, so runners cannot create Secrets at all; the operator
+    creates each empty ``helmhive-sessions-<pod>`` (:func:`build_sessions_secret`).
+    """
+    rules = [dict(rule) for rule in (*RUNNER_ROLE_RULES, *EXECUTION_ROLE_RULES)]
+    names = sessions_secret_names(pool.name, replicas)
+    if names:
+        rules.append({"apiGroups": [""], "resources": ["secrets"], "resourceNames": names, "verbs": ["get", "patch"]})
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _meta(pool, runner_resource_name(pool.name)),
+        "rules": rules,
+    }
+
+
+def build_sessions_secret(pool: PoolRef, index: int) -> dict[str, Any]:
+    """The empty Secret in which runner pod ``<pool>-<index>`` keeps its native session ids."""
+    name = f"{pool.name}-{index}"
+    meta = _meta(pool, f"{SESSIONS_SECRET_PREFIX}{name}")
+    meta["labels"] = {**meta["labels"], "helmhive.dev/runner": name}
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": meta}
+
+
+def build_role_binding(pool: PoolRef) -> dict[str, Any]:
+    name = runner_resource_name(pool.name)
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _meta(pool, name),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": pool.namespace}],
+    }
+
+
+def build_runner_config(spec: RunnerPoolSpec) -> dict[str, Any]:
+    """The content of ``runner.json``: the pool-derived settings the runner reads at start.
+
+    The keys are the runner's ``RunnerFileConfig`` (camelCase, unknown keys refused); where
+    the credential is comes from the environment (``HELMHIVE_CREDENTIAL_FILE`` or ``_DIR``).
+    """
+    config: dict[str, Any] = {
+        "provider": spec.provider,
+        "adapter": spec.adapter.to_wire(),
+        "placementLabels": dict(spec.placement_labels),
+        "capabilities": list(spec.capabilities),
+        "concurrency": spec.concurrency,
+        "heartbeat": spec.heartbeat.model_dump(mode="json", by_alias=True),
+        "credentialEnvName": spec.credential.env_name,
+        "jobLimits": spec.job_limits.to_wire(),
+        "compaction": spec.compaction.to_wire(),
+        "credentialIsolation": decide_isolation(
+            requested=spec.credential_isolation,
+            volume=spec.credential.volume is not None,
+            provider=spec.provider,
+            upstream=spec.egress.upstream,
+        ).value,
+        "egress": spec.egress.to_wire(),
+    }
+    if spec.credential.volume is not None and spec.adapter.type is AdapterType.CLAUDE_CLI:
+        config["credentialDirEnvName"] = CLAUDE_CONFIG_DIR_ENV
+    return config
+
+
+def _config_text(spec: RunnerPoolSpec) -> str:
+    return json.dumps(build_runner_config(spec), sort_keys=True, indent=2) + "\n"
+
+
+def build_config_map(pool: PoolRef, spec: RunnerPoolSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(pool, runner_resource_name(pool.name)),
+        "data": {"runner.json": _config_text(spec)},
+    }
+
+
+def build_stateful_set(pool: PoolRef, spec: RunnerPoolSpec, *, credential_generation: int) -> dict[str, Any]:
+    """The runner pods (:func:`~helmhive.policy.runners.pod.build_pod_spec`): stable names, one pod per runner.
+
+    The template's annotations roll the pods when the credential's generation or ``runner.json`` changes;
+    it also carries the pool's ``podMetadata``.
+    """
+    config_hash = hashlib.sha256(_config_text(spec).encode()).hexdigest()[:16]
+    name = runner_resource_name(pool.name)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _meta(pool, pool.name),
+        "spec": {
+            "replicas": spec.replicas,
+            "serviceName": pool.name,
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "RollingUpdate"},
+            "selector": {"matchLabels": _selector(pool.name)},
+            "template": {
+                "metadata": {
+                    # The pool's own keys cannot clash: the model refuses Helmhive's (PodMetadata).
+                    "labels": {**spec.pod_metadata.labels, **build_pool_labels(pool.name)},
+                    "annotations": {
+                        **spec.pod_metadata.annotations,
+                        GENERATION_ANNOTATION: str(credential_generation),
+                        CONFIG_HASH_ANNOTATION: config_hash,
+                    },
+                },
+                "spec": build_pod_spec(pool=pool.name, spec=spec, service_account=name, config_map=name),
+            },
+        },
+    }
+
+
+def build_network_policy(pool: PoolRef) -> dict[str, Any]:
+    """Deny all ingress; allow egress only to DNS (53) and HTTPS (443, and 6443 for API servers)."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(pool, runner_resource_name(pool.name)),
+        "spec": {
+            "podSelector": {"matchLabels": _selector(pool.name)},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [],
+            "egress": [
+                {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+                {"ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}]},
+            ],
+        },
+    }
+
+
+def build_pod_disruption_budget(pool: PoolRef, spec: RunnerPoolSpec) -> dict[str, Any] | None:
+    """At most one runner voluntarily disrupted at a time; only for pools of more than one."""
+    if spec.replicas <= 1:
+        return None
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(pool, pool.name),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _selector(pool.name)}},
+    }
+
+
+def build_pool_objects(pool: PoolRef, spec: RunnerPoolSpec, *, credential_generation: int) -> list[dict[str, Any]]:
+    """Every object the pool owns, in apply order (identity and RBAC before the pods)."""
+    objects = [
+        build_service_account(pool),
+        build_role(pool, replicas=spec.replicas),
+        build_role_binding(pool),
+        build_config_map(pool, spec),
+        build_network_policy(pool),
+        build_stateful_set(pool, spec, credential_generation=credential_generation),
+    ]
+    objects += [build_sessions_secret(pool, i) for i in range(spec.replicas)]
+    pdb = build_pod_disruption_budget(pool, spec)
+    return [*objects, pdb] if pdb is not None else objects
+
+
+def decide_pruned_objects(pool: PoolRef, spec: RunnerPoolSpec) -> list[tuple[str, str, str]]:
+    """Owned objects the spec no longer wants, as (apiVersion, kind, name)."""
+    if spec.replicas <= 1:
+        return [("policy/v1", "PodDisruptionBudget", pool.name)]
+    return []

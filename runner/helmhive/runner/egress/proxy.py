@@ -1,0 +1,358 @@
+"""The runner's egress proxy: the provider credential stays in the runner process.
+
+With ``credentialIsolation: Proxy`` the runner serves plain HTTP/1.1 on ``127.0.0.1`` at an
+ephemeral port, and each agent gets that address as its provider base URL
+(``ANTHROPIC_BASE_URL``… see :mod:`helmhive.api.egress`) and :data:`PLACEHOLDER` as its key.
+The proxy is a **reverse proxy for the provider's API**, not a forward proxy:
+
+- a request in origin form (``POST /v1/messages``) whose ``Host`` is the proxy itself (or the
+  upstream's host) goes to the pool's upstream (``egress.upstream``); every auth header
+  (``Authorization``, ``x-api-key``, ``x-goog-api-key``, ``api-key``) and a ``key`` query parameter
+  that carry the placeholder get the real credential instead; any other auth header is dropped;
+- a request in absolute form (``GET http://host/...``) goes over https to that host only if it is
+  the upstream's host (with the credential) or in ``egress.allowedHosts`` (auth headers dropped);
+- anything else is refused with 403 and counted (``helmhive_runner_egress_requests_total``):
+  ``CONNECT`` (no tunnels, so no TLS to anywhere), any other host, a malformed target, and every
+  request when there is no upstream (the reference provider) or no credential (wiped);
+- a request for the upstream must name an allowed path, and each job's requests are bounded in
+  rate and concurrency (:mod:`helmhive.runner.egress.limits`; 403 ``path``, 429 ``rate`` and
+  ``concurrency`` otherwise).
+
+Each job reaches the proxy on a listener of its own (:meth:`EgressProxy.open_job`): a UNIX socket
+its network namespace's relay connects to (:mod:`helmhive.runner.sandbox.netns`), or without one a TCP
+port of its own; the rate and concurrency bounds are per listener, so per job. The runner's own
+listener (:meth:`EgressProxy.start`) serves the probe.
+
+Upstream connections verify TLS against the system's authorities or ``egress.caBundle``, follow
+no redirects, ignore the runner's proxy variables, and stream the response (SSE included) chunk by
+chunk, byte for byte. A request body is read whole, up to :data:`MAX_BODY_BYTES` (413 beyond).
+The credential is read from :class:`~helmhive.runner.credentials.CredentialHolder` per request and
+never logged; a refusal's log line names the reason and the host asked for, nothing else.
+
+:func:`decide_egress_route` and the other rules are pure (:mod:`helmhive.runner.egress.rules`, re-exported
+here); :class:`EgressProxy` does the I/O (h11 for the agent's side, httpx for the upstream's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import ssl
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import h11
+import httpx
+from pydantic import SecretStr
+
+from helmhive.runner.egress.limits import Admission, JobLimiter, RequestLimits
+from helmhive.runner.egress.rules import (
+    AUTH_HEADERS,
+    BASE_URL_ENV,
+    DEFAULT_LIMITS,
+    HOP_BY_HOP,
+    MAX_BODY_BYTES,
+    PLACEHOLDER,
+    REFUSAL_STATUS,
+    EgressEndpoint,
+    Refusal,
+    RefusalReason,
+    Route,
+    build_injected_url,
+    build_proxy_env,
+    build_request_limits,
+    build_upstream_headers,
+    decide_egress_route,
+)
+from helmhive.runner.logs import fields
+from helmhive.runner.metrics import record_egress
+from helmhive.runner.sandbox.netns import short_unix_path
+
+__all__ = [
+    "AUTH_HEADERS",
+    "BASE_URL_ENV",
+    "DEFAULT_LIMITS",
+    "MAX_BODY_BYTES",
+    "PLACEHOLDER",
+    "EgressEndpoint",
+    "EgressProxy",
+    "JobEgress",
+    "Refusal",
+    "RefusalReason",
+    "Route",
+    "build_proxy_env",
+    "build_request_limits",
+    "build_upstream_headers",
+    "decide_egress_route",
+]
+
+log = logging.getLogger("helmhive.runner.egress.proxy")
+
+_READ = 64 * 1024
+
+
+def _bind_tcp() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    return sock
+
+
+def _write(writer: asyncio.StreamWriter, data: bytes | None) -> None:
+    if data:
+        writer.write(data)
+
+
+@dataclass(frozen=True, slots=True)
+class _Listener:
+    """One listener's view: the authorities that name the proxy there, and its job's limiter."""
+
+    own: frozenset[str]
+    limiter: JobLimiter
+
+
+def _own(port: int) -> frozenset[str]:
+    return frozenset({f"127.0.0.1:{port}", f"localhost:{port}"})
+
+
+class JobEgress:
+    """One job's listener on the proxy: ``port`` is what the agent's base URL names (inside its
+    network namespace, the relay's port), ``socket`` the UNIX socket its relay connects to (None:
+    the agent connects to ``port`` on the pod's loopback itself)."""
+
+    def __init__(self, *, server: asyncio.Server, port: int, socket: Path | None) -> None:
+        self._server = server
+        self.port = port
+        self.socket = socket
+
+    async def close(self) -> None:
+        """Stop listening (requests in flight finish); remove the socket file."""
+        self._server.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._server.wait_closed(), 5)
+        if self.socket is not None:
+            with contextlib.suppress(OSError):
+                self.socket.unlink()
+
+
+class EgressProxy:
+    """One runner's proxy. :meth:`start` binds the runner's listener, :meth:`open_job` one per job;
+    :meth:`close` stops it and its upstream client."""
+
+    def __init__(
+        self,
+        *,
+        upstream: str | None,
+        allowed_hosts: Iterable[str] = (),
+        credential: Callable[[], SecretStr | None],
+        ca_bundle: Path | None = None,
+        runner: str = "",
+        allowed_paths: Sequence[str] = ("/",),
+        limits: RequestLimits = DEFAULT_LIMITS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._upstream = httpx.URL(upstream) if upstream else None
+        self._allowed = frozenset(h.lower() for h in allowed_hosts)
+        self._paths = tuple(allowed_paths)
+        self._limits = limits
+        self._clock = clock
+        self._credential = credential
+        self._runner = runner
+        verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=str(ca_bundle)) if ca_bundle else True
+        self._client = httpx.AsyncClient(
+            verify=verify,
+            trust_env=False,
+            follow_redirects=False,
+            timeout=httpx.Timeout(30.0, read=None),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
+        )
+        self._server: asyncio.Server | None = None
+        self.endpoint: EgressEndpoint | None = None
+
+    def _listener(self, port: int) -> _Listener:
+        return _Listener(own=_own(port), limiter=JobLimiter(self._limits, clock=self._clock))
+
+    async def start(self) -> EgressEndpoint:
+        """Bind the runner's own listener on ``127.0.0.1`` (the probe's, and the port number jobs'
+        relays listen on inside their namespaces)."""
+        sock = _bind_tcp()
+        port = int(sock.getsockname()[1])
+        listener = self._listener(port)
+        self._server = await asyncio.start_server(lambda r, w: self._serve(r, w, listener), sock=sock)
+        self.endpoint = EgressEndpoint(port=port)
+        return self.endpoint
+
+    async def open_job(self, *, socket_path: Path | None = None) -> JobEgress:
+        """A listener of one job's own: the UNIX socket ``socket_path`` (for its relay; the agent's
+        port is then the runner's), or a fresh TCP port on ``127.0.0.1``."""
+        if self.endpoint is None:
+            raise RuntimeError("the egress proxy is not started")
+        if socket_path is None:
+            sock = _bind_tcp()
+            port = int(sock.getsockname()[1])
+            listener = self._listener(port)
+            server = await asyncio.start_server(lambda r, w: self._serve(r, w, listener), sock=sock)
+            return JobEgress(server=server, port=port, socket=None)
+        listener = self._listener(self.endpoint.port)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(socket_path)  # a stale one from a job of a runner that died
+        with short_unix_path(str(socket_path)) as path:
+            server = await asyncio.start_unix_server(lambda r, w: self._serve(r, w, listener), path=path)
+        return JobEgress(server=server, port=self.endpoint.port, socket=socket_path)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+        await self._client.aclose()
+
+    # -- one connection ---------------------------------------------------------------------
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: _Listener) -> None:
+        conn = h11.Connection(h11.SERVER)
+        try:
+            while True:
+                event = await self._next(conn, reader)
+                if not isinstance(event, h11.Request):
+                    break
+                if not await self._handle(conn, reader, writer, event, listener):
+                    break
+                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                    break
+                conn.start_next_cycle()
+        except (h11.ProtocolError, ConnectionError, asyncio.IncompleteReadError, UnicodeError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    @staticmethod
+    async def _next(conn: h11.Connection, reader: asyncio.StreamReader) -> object:
+        while True:
+            event = conn.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            conn.receive_data(await reader.read(_READ))
+
+    async def _body(self, conn: h11.Connection, reader: asyncio.StreamReader) -> bytes | None:
+        chunks, size = [], 0
+        while True:
+            event = await self._next(conn, reader)
+            if isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > MAX_BODY_BYTES:
+                    return None
+                chunks.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                return b"".join(chunks)
+            else:
+                raise h11.RemoteProtocolError("unexpected event in a request body")
+
+    async def _handle(
+        self,
+        conn: h11.Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        request: h11.Request,
+        listener: _Listener,
+    ) -> bool:
+        """Answer one request; False: close the connection."""
+        method = request.method.decode("ascii")
+        host = next((v.decode("latin-1") for k, v in request.headers if k == b"host"), "")
+        route = decide_egress_route(
+            method=method,
+            target=request.target.decode("ascii"),
+            host_header=host,
+            own=listener.own,
+            upstream=self._upstream,
+            allowed_hosts=self._allowed,
+            allowed_paths=self._paths,
+        )
+        secret = self._credential() if isinstance(route, Route) and route.inject else None
+        if isinstance(route, Route) and route.inject and secret is None:
+            route = Refusal(RefusalReason.NO_CREDENTIAL)
+        if isinstance(route, Refusal):
+            await self._refuse(conn, writer, route, method=method)
+            return False
+        admission = listener.limiter.admit()
+        if not isinstance(admission, Admission):
+            await self._refuse(conn, writer, Refusal(RefusalReason(admission.value)), method=method)
+            return False
+        try:
+            return await self._forward(conn, reader, writer, request=request, route=route, secret=secret)
+        finally:
+            admission.release()
+
+    async def _forward(
+        self,
+        conn: h11.Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        request: h11.Request,
+        route: Route,
+        secret: SecretStr | None,
+    ) -> bool:
+        method = request.method.decode("ascii")
+        body = await self._body(conn, reader)
+        if body is None:
+            await self._refuse(conn, writer, Refusal(RefusalReason.TOO_LARGE), method=method)
+            return False
+        key = secret.get_secret_value() if secret is not None else ""
+        url = build_injected_url(route.url, key) if route.inject else route.url
+        headers = build_upstream_headers(request.headers, inject=route.inject, credential=key)
+        try:
+            upstream = await self._client.send(
+                self._client.build_request(method, url, headers=headers, content=body), stream=True
+            )
+        except httpx.HTTPError as exc:
+            record_egress(outcome="upstream-failed")
+            log.warning(
+                "egress: upstream failed",
+                extra=fields(runner=self._runner, host=url.host, error=type(exc).__name__),
+            )
+            await self._send(conn, writer, 502, f"upstream {url.host} failed: {type(exc).__name__}\n")
+            return False
+        record_egress(outcome="forwarded")
+        try:
+            response_headers = [
+                (k, v) for k, v in upstream.headers.raw if k.lower().decode("latin-1") not in HOP_BY_HOP
+            ]
+            _write(writer, conn.send(h11.Response(status_code=upstream.status_code, headers=response_headers)))
+            async for chunk in upstream.aiter_raw():
+                _write(writer, conn.send(h11.Data(data=chunk)))
+                await writer.drain()
+            _write(writer, conn.send(h11.EndOfMessage()))
+            await writer.drain()
+        except httpx.HTTPError:
+            return False  # the response is cut short; the agent sees a broken stream, as from the provider
+        finally:
+            await upstream.aclose()
+        return True
+
+    async def _refuse(
+        self, conn: h11.Connection, writer: asyncio.StreamWriter, refusal: Refusal, *, method: str
+    ) -> None:
+        record_egress(outcome=f"refused-{refusal.reason.value}")
+        log.warning(
+            "egress: request refused",
+            extra=fields(runner=self._runner, reason=refusal.reason.value, method=method[:16], host=refusal.host),
+        )
+        status = REFUSAL_STATUS.get(refusal.reason, 403)
+        await self._send(conn, writer, status, f"helmhive egress proxy: refused ({refusal.reason.value})\n")
+
+    @staticmethod
+    async def _send(conn: h11.Connection, writer: asyncio.StreamWriter, status: int, text: str) -> None:
+        data = text.encode("utf-8")
+        headers = [("content-type", "text/plain"), ("content-length", str(len(data))), ("connection", "close")]
+        _write(writer, conn.send(h11.Response(status_code=status, headers=headers)))
+        _write(writer, conn.send(h11.Data(data=data)))
+        _write(writer, conn.send(h11.EndOfMessage()))
+        await writer.drain()

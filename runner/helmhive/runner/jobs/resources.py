@@ -1,0 +1,80 @@
+"""What the runner holds for one job while it runs, outside its sandbox: its listener on the egress
+proxy and its cgroup.
+
+:func:`ensure_job_resources` opens them before the job's sandbox is planned (the plan names the
+listener's port or socket, and the cgroup the launcher joins); :meth:`JobResources.close` ends them
+after the job, whatever happened: the listener stops (so nothing the job left behind reaches the
+provider any more) and the cgroup is emptied (every process left in it killed) and removed.
+
+- With ``credentialIsolation: Proxy`` the job gets a listener of its own (its rate and concurrency
+  are counted there: :mod:`helmhive.runner.egress.limits`): where the launcher can make network
+  namespaces, the UNIX socket ``<state>/egress/<uid>.sock`` (never granted to any sandbox), which
+  the relay in the agent's namespace connects to; otherwise a TCP port of its own on ``127.0.0.1``.
+- Where the runner can make cgroups (:mod:`helmhive.runner.sandbox.cgroups`), a cgroup with the pool's
+  ``jobLimits`` as the job's totals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from helmhive.api.runnerpool import JobLimits
+from helmhive.runner.egress.proxy import EgressProxy, JobEgress
+from helmhive.runner.logs import fields
+from helmhive.runner.sandbox.cgroups import JobCgroup, ensure_job_cgroup, remove_job_cgroup
+from helmhive.runner.sandbox.limits import LimitSupport
+
+__all__ = ["EGRESS_DIR", "JobResources", "ensure_job_resources"]
+
+EGRESS_DIR = "egress"
+"""Below the runner's state dir: the jobs' UNIX sockets on the egress proxy."""
+log = logging.getLogger("helmhive.runner.jobs.resources")
+
+
+@dataclass(kw_only=True)
+class JobResources:
+    egress: JobEgress | None = None
+    cgroup: JobCgroup | None = None
+
+    async def close(self) -> None:
+        """Stop the job's listener, empty and remove its cgroup (idempotent)."""
+        egress, self.egress = self.egress, None
+        if egress is not None:
+            with contextlib.suppress(Exception):
+                await egress.close()
+        cgroup, self.cgroup = self.cgroup, None
+        if cgroup is not None and not await asyncio.to_thread(remove_job_cgroup, cgroup):
+            log.warning("a job cgroup could not be removed", extra=fields(cgroup=str(cgroup.dirs[0])))
+
+
+async def ensure_job_resources(
+    *,
+    egress: EgressProxy | None,
+    support: LimitSupport,
+    limits: JobLimits,
+    state_dir: Path,
+    cgroup_prefix: str,
+    uid: str,
+) -> JobResources:
+    """Open the job's listener and make its cgroup. Raises :class:`OSError` if either fails (the
+    job then fails in the runner, having started nothing)."""
+    resources = JobResources()
+    try:
+        if egress is not None:
+            socket_path = None
+            if support.network_namespace:
+                directory = state_dir / EGRESS_DIR
+                await asyncio.to_thread(directory.mkdir, mode=0o700, parents=True, exist_ok=True)
+                socket_path = directory / (uid.replace("-", "")[:32] + ".sock")
+            resources.egress = await egress.open_job(socket_path=socket_path)
+        resources.cgroup = await asyncio.to_thread(
+            ensure_job_cgroup, support=support.cgroups, prefix=cgroup_prefix, uid=uid, limits=limits
+        )
+    except BaseException:
+        await resources.close()
+        raise
+    return resources
