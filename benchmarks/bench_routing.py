@@ -79,11 +79,12 @@ from helmhive.devcluster.build import ensure_binaries
 from helmhive.devcluster.flags import StateLayout
 from helmhive.devcluster.procs import client_tls, free_ports, is_alive, read_record
 from helmhive.policy.agentjob import life as agentjob
+from helmhive.policy.audit.routing import iter_routing_decisions
 from helmhive.policy.envelopes import ENVELOPES
 from helmhive.policy.profiles.narrowing import decide_profile, decide_profile_body
 from helmhive.policy.profiles.revisions import profile_hash, revision_name
-from helmhive.policy.routing.audit import iter_routing_decisions
 from helmhive.policy.routing.route import MAX_CANDIDATES, RoutingJob, RunnerView, decide_route
+from helmhive.policy.routing.step import route as route_step
 from helmhive.policy.timestamps import format_timestamp
 
 try:
@@ -206,7 +207,7 @@ def build_like_router_status(*, runners: int, concurrency: int, now: dt.datetime
         now=now,
     )
     assert decision.choice is not None, decision.message
-    return agentjob.route(agentjob.parse_agent_job(job), decision=decision, binding=binding, now=now).status
+    return route_step(agentjob.parse_agent_job(job), decision=decision, binding=binding, now=now).status
 
 
 RAW_STATUSES = ("router", "one-candidate", "assignment-only")

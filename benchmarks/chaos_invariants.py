@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from helmhive.policy.agentjob.retry import MAX_AUTOMATIC_RETRIES, RETRYABLE_REASONS
-from helmhive.policy.routing.audit import iter_routing_decisions
+from helmhive.policy.audit.routing import iter_routing_decisions
 
 __all__ = [
     "JobEvent",

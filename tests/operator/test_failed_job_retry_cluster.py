@@ -22,7 +22,7 @@ from harness.kube import Kube
 from harness.kubectl import Kubectl
 from harness.wait import wait_for
 from helmhive.devcluster.localpod import LocalPod
-from helmhive.policy.routing.audit import iter_routing_decisions, job_audit_label
+from helmhive.policy.audit.routing import iter_routing_decisions, job_audit_label
 
 API = "helmhive.dev/v1alpha1"
 GROUP, VERSION = "helmhive.dev", "v1alpha1"

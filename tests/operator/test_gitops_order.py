@@ -29,7 +29,7 @@ from harness.kube import Kube
 from harness.kubectl import Kubectl
 from harness.operator import OperatorProcess
 from harness.wait import wait_for
-from helmhive.policy.routing.audit import iter_routing_decisions
+from helmhive.policy.audit.routing import iter_routing_decisions
 
 GROUP, VERSION = "helmhive.dev", "v1alpha1"
 WAIT_SECONDS = 60

@@ -37,7 +37,7 @@ from harness.kube import IdentityFactory, Kube
 from harness.operator import OperatorProcess
 from harness.outage import ApiServerOutage
 from harness.wait import wait_for
-from helmhive.policy.routing.audit import iter_routing_decisions
+from helmhive.policy.audit.routing import iter_routing_decisions
 
 LEASE = 60
 """Long enough that the hold after the outage (one Lease plus grace, counted from the moment the

@@ -1,7 +1,7 @@
 """The operator's AgentJob store filled from the real API server: a paginated LIST, then events.
 
 No operator runs here: the test writes the jobs' assignments itself and drives
-:class:`helmhive.controller.jobs.store_sync.JobStoreSync` with the operator's own ``Kube`` door,
+:class:`helmhive.controller.job_store_sync.JobStoreSync` with the operator's own ``Kube`` door,
 with pages of two so the LIST follows ``continue`` tokens.
 """
 
@@ -16,7 +16,7 @@ from simulated_runner import GROUP, VERSION
 
 from harness.aio import run_closing
 from harness.kube import Kube
-from helmhive.controller.jobs.store_sync import JobStoreSync
+from helmhive.controller.job_store_sync import JobStoreSync
 from helmhive.controller.kube.door import Kube as OperatorKube
 
 

@@ -21,7 +21,7 @@ from harness.kube import IdentityFactory, Kube
 from harness.operator import OperatorProcess
 from harness.outage import ApiServerOutage
 from harness.wait import wait_for
-from helmhive.controller.jobs.store_sync import JobStoreSync
+from helmhive.controller.job_store_sync import JobStoreSync
 from helmhive.controller.jobs.watch import JobWatch
 from helmhive.controller.kube.door import Kube as OperatorKube
 from helmhive.controller.runtime import JobEvents

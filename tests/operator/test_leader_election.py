@@ -31,7 +31,7 @@ from harness.kube import IdentityFactory, Kube
 from harness.operator import OperatorFactory, OperatorProcess, WebhookService, host_ip
 from harness.wait import wait_for
 from helmhive.controller.leader import LeaderConfig
-from helmhive.policy.routing.audit import iter_routing_decisions
+from helmhive.policy.audit.routing import iter_routing_decisions
 
 LEASE = "helmhive-operator"
 SLOTS = 2

@@ -22,7 +22,7 @@ from simulated_runner import GROUP, VERSION
 from harness.kube import IdentityFactory, Kube
 from harness.operator import OperatorProcess
 from harness.wait import wait_for
-from helmhive.policy.routing.audit import iter_routing_decisions, job_audit_label
+from helmhive.policy.audit.routing import iter_routing_decisions, job_audit_label
 
 
 @pytest.fixture

@@ -24,8 +24,8 @@ from harness.kube import Kube
 from harness.kubectl import Kubectl
 from harness.wait import wait_for
 from helmhive.devcluster.localpod import LocalPod
+from helmhive.policy.audit.routing import iter_routing_decisions, job_audit_label
 from helmhive.policy.memory.injected import memory_report_audit_name
-from helmhive.policy.routing.audit import iter_routing_decisions, job_audit_label
 
 GROUP, VERSION = "helmhive.dev", "v1alpha1"
 API = f"{GROUP}/{VERSION}"

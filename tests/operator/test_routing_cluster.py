@@ -26,7 +26,7 @@ from harness.cluster import ClusterHandle
 from harness.kube import IdentityFactory, Kube
 from harness.operator import OperatorProcess
 from harness.wait import wait_for
-from helmhive.policy.routing.audit import iter_routing_decisions
+from helmhive.policy.audit.routing import iter_routing_decisions
 from helmhive.policy.routing.status import build_candidate_rows
 
 SONNET = "claude-sonnet-4-5"

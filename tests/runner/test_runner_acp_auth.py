@@ -22,7 +22,7 @@ from helmhive.runner.config import RunnerConfig, load_config
 from helmhive.runner.credentials import CredentialHolder
 from helmhive.runner.egress.codex_config import build_codex_config, ensure_codex_config
 from helmhive.runner.egress.proxy import PLACEHOLDER
-from helmhive.runner.program.agents import build_adapter
+from helmhive.runner.jobs.agents import build_adapter
 
 from .agent_harness import AdapterFactory, MethodLog
 

@@ -53,7 +53,7 @@ from helmhive.runner.adapters.acp_process import AcpAdapterConfig
 from helmhive.runner.config import RunnerConfig, SandboxSettings, load_config
 from helmhive.runner.credentials import CredentialHolder
 from helmhive.runner.egress.proxy import PLACEHOLDER, EgressEndpoint, EgressProxy, build_proxy_env
-from helmhive.runner.program.agents import build_job_adapter
+from helmhive.runner.jobs.agents import build_job_adapter
 from helmhive.runner.sandbox.landlock import landlock_abi
 from helmhive.runner.sandbox.workdir import (
     SandboxPlan,

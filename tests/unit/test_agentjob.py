@@ -25,6 +25,7 @@ from helmhive.policy.agentjob.life import (
 )
 from helmhive.policy.agentjob.retry import MAX_AUTOMATIC_RETRIES
 from helmhive.policy.routing.route import RouteChoice, RouteOutcome, RoutingDecision
+from helmhive.policy.routing.step import route as route_step
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
 EARLIER = "2026-03-01T11:00:00Z"
@@ -231,7 +232,7 @@ def decision(outcome: RouteOutcome) -> RoutingDecision:
 
 
 def test_route_assigned_writes_assignment_routing_conditions_and_the_binding() -> None:
-    patch = agentjob.route(
+    patch = route_step(
         parse_agent_job(SAMPLES["new"]),
         decision=decision(RouteOutcome.ASSIGNED),
         memory_ids=["mem"],
@@ -249,11 +250,11 @@ def test_route_assigned_writes_assignment_routing_conditions_and_the_binding() -
 
 def test_route_waiting_counts_one_more_attempt_and_failed_does_not() -> None:
     job = parse_agent_job(SAMPLES["waiting-for-capacity"])
-    waiting = agentjob.route(job, decision=decision(RouteOutcome.WAITING), now=NOW)
+    waiting = route_step(job, decision=decision(RouteOutcome.WAITING), now=NOW)
     assert waiting.status["routing"]["attempts"] == 3
     assert waiting.status["routing"]["nextAttemptAt"] == "2026-03-01T12:00:04Z"
     assert "assignment" not in waiting.status and "profile" not in waiting.status
-    failed = agentjob.route(job, decision=decision(RouteOutcome.FAILED), now=NOW)
+    failed = route_step(job, decision=decision(RouteOutcome.FAILED), now=NOW)
     assert failed.status["routing"]["attempts"] == 2
     conds = {c["type"]: (c["status"], c["reason"]) for c in failed.status["conditions"]}
     assert conds == {"Routed": ("False", "NoEligibleRunner"), "Ready": ("False", "NoEligibleRunner")}
@@ -329,7 +330,7 @@ def test_the_replacement_is_the_status_the_merge_patch_would_make_conditional_on
     waiting = SAMPLES["waiting-for-capacity"]
     before = copy.deepcopy(waiting)
     job = parse_agent_job(waiting)
-    patch = agentjob.route(job, decision=decision(RouteOutcome.ASSIGNED), binding=BINDING, now=NOW)
+    patch = route_step(job, decision=decision(RouteOutcome.ASSIGNED), binding=BINDING, now=NOW)
     put = patch.replacement(job)
     assert put["apiVersion"] == "helmhive.dev/v1alpha1" and put["kind"] == "AgentJob"
     # Only the name and the precondition: the API server keeps the rest of the stored object.
@@ -368,7 +369,7 @@ def _every_step_on_every_sample() -> list[tuple[AgentJob, StatusPatch]]:
             agentjob.bind(job, binding=BINDING),
             agentjob.wait(job, reason=Reason.WAITING_FOR_WORKSPACE, message="m", now=NOW),
             agentjob.fail(job, reason=Reason.WORKSPACE_NOT_FOUND, message="m", now=NOW),
-            *(agentjob.route(job, decision=decision(o), binding=BINDING, now=NOW) for o in RouteOutcome),
+            *(route_step(job, decision=decision(o), binding=BINDING, now=NOW) for o in RouteOutcome),
             agentjob.start(job, runner="r1", message="m", session={"mode": "fresh"}, now=NOW),
             agentjob.finish(job, succeeded=False, reason="AgentFailed", message="m", result={}, now=NOW),
             agentjob.lost(job, message="m", why_not_rerun="w", now=NOW),

@@ -1,6 +1,6 @@
 """The operator's AgentJob store: jobs by runner and implementations by change, in any event order.
 
-The LIST that fills :class:`helmhive.policy.agentjob.store.JobStore` and Kopf's watch are independent,
+The LIST that fills :class:`helmhive.policy.routing.job_store.JobStore` and Kopf's watch are independent,
 so a job's copies arrive out of order; the store keeps the newest by resourceVersion, never
 counts a job twice, and a deleted job never comes back.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from helmhive.policy.agentjob.store import JobStore, build_job_facts
+from helmhive.policy.routing.job_store import JobStore, build_job_facts
 
 RUNNER = ("runners", "r1")
 OTHER = ("runners", "r2")

@@ -7,10 +7,9 @@ from typing import Any
 
 from helmhive.api.kubeerrors import KubeError
 from helmhive.controller.heap import rss_mib, trim_heap
-from helmhive.controller.jobs.store_sync import JobStoreSync
+from helmhive.controller.job_store_sync import JobStoreSync
 from helmhive.controller.jobs.watch import JobWatch
 from helmhive.controller.runtime import JobEvents
-from helmhive.policy.agentjob.store import JobStore
 from helmhive.policy.agentjob.watch import (
     PendingEvents,
     WatchStepKind,
@@ -19,6 +18,7 @@ from helmhive.policy.agentjob.watch import (
     decide_vanished,
     decide_watch_event,
 )
+from helmhive.policy.routing.job_store import JobStore
 
 
 def job(name: str, version: int, *, runner: str | None = None) -> dict[str, Any]:

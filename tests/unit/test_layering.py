@@ -45,9 +45,20 @@ def test_the_runner_never_imports_the_operator_side() -> None:
         str(path.relative_to(REPO)): sorted(
             n for n in _imports(path) if n.startswith(("helmhive.controller", "helmhive.cli", "kopf"))
         )
-        for path in (REPO / "runner" / "helmhive" / "runner").rglob("*.py")
+        for path in (REPO / "runner" / "helmhive").rglob("*.py")
     }
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_the_reference_agent_and_the_runner_do_not_import_each_other() -> None:
+    # Two programs: lint-imports has this as an independence contract; the AST walk also sees
+    # imports nested in functions.
+    root = REPO / "runner" / "helmhive"
+    agent = {n for path in (root / "reference_agent").rglob("*.py") for n in _imports(path)}
+    runner = {n for path in (root / "runner").rglob("*.py") for n in _imports(path)}
+    assert {n for n in agent if n.startswith("helmhive.runner")} == set()
+    assert {n for n in runner if n.startswith("helmhive.reference_agent")} == set()
+    assert "helmhive.version" in agent
 
 
 KUBE_DOORS = {
@@ -69,8 +80,8 @@ def _kube_importers(root: Path, relative_to: Path = REPO) -> set[str]:
 
 
 def test_only_the_doors_import_the_kubernetes_client() -> None:
-    # grimp cannot see the runner's source root, so the runner is checked here; the operator's
-    # side is checked twice (here and by lint-imports).
+    # Checked twice: here, by AST (which also sees imports nested in functions), and by
+    # lint-imports, which sees both source roots (tests/harness/lint_imports.py).
     runner = _kube_importers(REPO / "runner" / "helmhive" / "runner")
     operator = _kube_importers(REPO / "operator" / "helmhive")
     assert runner == {"runner/helmhive/runner/kube.py"}

@@ -10,8 +10,8 @@ import jsonschema
 from helmhive.api.crdgen import build_offline_schema
 from helmhive.api.job import AgentJobStatus
 from helmhive.api.kinds import kind_by_name
+from helmhive.policy.audit.routing import build_routing_decisions
 from helmhive.policy.memory.injected import build_memory_report_audit, memory_report_audit_name
-from helmhive.policy.routing.audit import build_routing_decisions
 
 NOW = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
 REPORT = {

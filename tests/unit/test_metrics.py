@@ -22,6 +22,7 @@ from helmhive.api.common import ControlState
 from helmhive.api.reasons import Reason
 from helmhive.controller import metrics as operator_metrics
 from helmhive.controller.kube.door import Kube
+from helmhive.controller.router.gauges import build_state_snapshot
 from helmhive.controller.router.handlers import Router, RouterSettings
 from helmhive.controller.runtime import Runtime
 from helmhive.kubeclient import Conflict
@@ -243,7 +244,7 @@ def test_scrape_time_gauges_count_runners_slots_and_queues_on_the_event_loop(
     router.queued[("team-a", "job-2")] = "event"
     state = operator_metrics.OperatorState()
     assert state.snapshot() is None  # not bound: no samples, no error
-    state.bind(router=router, queue=None, loop=running_loop)
+    state.bind(read=lambda: build_state_snapshot(router), loop=running_loop)
     families = {f.name: f for f in state.collect()}
 
     def samples(name: str) -> dict[tuple[str, ...], float]:

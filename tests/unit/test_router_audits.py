@@ -18,7 +18,7 @@ from helmhive.controller.kube.door import Conflict, Unavailable
 from helmhive.controller.router.audits import RouterAudits, ensure_routing_recorded
 from helmhive.controller.router.settings import RateLimiter
 from helmhive.controller.runtime import Runtime
-from helmhive.policy.routing.audit import build_routing_batch, build_routing_decisions, iter_routing_decisions
+from helmhive.policy.audit.routing import build_routing_batch, build_routing_decisions, iter_routing_decisions
 
 NOW = dt.datetime(2026, 12, 2, 1, 0, tzinfo=dt.UTC)
 

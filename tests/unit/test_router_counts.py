@@ -4,7 +4,7 @@
 must give each runner exactly what :meth:`~helmhive.controller.router.capacity.Capacity.active_jobs`
 gives (the job store plus this process's reservations, a reservation the store already shows
 counted once), over generated stores and reservations. The store is a real
-:class:`~helmhive.policy.agentjob.store.JobStore` fed watch events, so the counts it keeps beside its
+:class:`~helmhive.policy.routing.job_store.JobStore` fed watch events, so the counts it keeps beside its
 sets are checked too.
 """
 

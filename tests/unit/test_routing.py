@@ -408,7 +408,7 @@ def test_a_decision_is_the_same_for_the_same_input(policy: SessionPolicy) -> Non
 
 
 def test_the_public_surfaces_are_pinned() -> None:
-    from helmhive.policy.routing import audit as routing_audit
+    from helmhive.policy.audit import routing as routing_audit
     from helmhive.policy.routing import inputs as routing_inputs
     from helmhive.policy.routing import route as routing
 

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from helmhive.api.audit import AuditRecordSpec
-from helmhive.policy.routing.audit import (
+from helmhive.policy.audit.routing import (
     MAX_DECISIONS,
     audit_name,
     build_routing_batch,

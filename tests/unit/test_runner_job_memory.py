@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from helmhive.runner.jobs.cluster_source import ClusterJobSource
+from helmhive.runner.program.cluster_jobs import ClusterJobSource
 
 
 def test_a_later_attempt_of_an_ended_job_is_not_taken_for_a_late_event() -> None:

@@ -36,6 +36,7 @@ from helmhive.controller.leader import LeaderConfig, LeaderElector
 from helmhive.controller.memory import injected as memoryaudit
 from helmhive.controller.memory import records as memory
 from helmhive.controller.router import handlers as routing
+from helmhive.controller.router.gauges import build_state_snapshot
 from helmhive.controller.runners import derived as runners
 from helmhive.controller.runners import pools as runnerpools
 from helmhive.controller.runtime import OperatorConfig, Runtime
@@ -143,7 +144,10 @@ def register_handlers(runtime: Runtime, *, webhook: WebhookConfig | None = None)
     @kopf.on.startup()
     async def bind_metrics(**_: Any) -> None:
         # The scrape-time gauges read the router and the queue step on this loop.
-        metrics.STATE.bind(router=router, queue=queue, loop=asyncio.get_running_loop())
+        def read() -> metrics.StateSnapshot:
+            return build_state_snapshot(router, waiting_for_reference=len(queue.room))
+
+        metrics.STATE.bind(read=read, loop=asyncio.get_running_loop())
 
     @kopf.on.cleanup()
     async def unbind_metrics(**_: Any) -> None:

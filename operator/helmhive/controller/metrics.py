@@ -24,9 +24,9 @@ import datetime as dt
 import logging
 import threading
 from collections import Counter as Tally
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -34,12 +34,9 @@ from prometheus_client.registry import Collector
 from helmhive.api.common import JobKind
 from helmhive.api.kubeerrors import KubeError
 from helmhive.api.reasons import ConditionType, Reason
+from helmhive.controller.kube import hooks as door_hooks
 from helmhive.metricdefs import Catalogue, serve_registry
 from helmhive.policy.agentjob.life import AgentJob
-
-if TYPE_CHECKING:
-    from helmhive.controller.jobs.queueing import JobQueue
-    from helmhive.controller.router.handlers import Router
 
 __all__ = [
     "API_WRITES",
@@ -55,7 +52,6 @@ __all__ = [
     "STATE",
     "OperatorState",
     "StateSnapshot",
-    "build_state_snapshot",
     "observe_assigned",
     "record_api_write",
     "record_job_finished",
@@ -223,6 +219,9 @@ def record_api_write(*, kind: str, verb: str, subresource: str = "", error: Base
     API_WRITES.labels(kind, verb, subresource, result).inc()
 
 
+door_hooks.on_api_write(record_api_write)  # the door reports its writes through this hook, not by importing us
+
+
 # -- gauges computed at scrape time ----------------------------------------------------------------
 
 
@@ -242,40 +241,6 @@ class StateSnapshot:
     """provider -> active jobs on its schedulable runners."""
 
 
-def build_state_snapshot(router: Router, queue: JobQueue | None) -> StateSnapshot:
-    """Read the router's indexes, work queue and waiting jobs (call on the event loop)."""
-    pool_providers = {pool.key: pool.provider for store in router.pools.values() for pool in store}
-    facts = [runner for store in router.runners.values() for runner in store]
-    runners: Tally[tuple[str, str, str, str]] = Tally()
-    slots: Tally[str] = Tally()
-    busy: Tally[str] = Tally()
-    schedulable_keys = []
-    provider_of: dict[tuple[str, str], str] = {}
-    for runner in facts:
-        report = runner.report
-        provider = (report.provider if report is not None else None) or pool_providers.get(runner.pool_key) or ""
-        control = runner.control_state.value if runner.control_state is not None else "Unknown"
-        reported = runner.reported_status.value if runner.reported_status is not None else "Unknown"
-        schedulable = runner.schedulable is True
-        runners[(provider, control, reported, "true" if schedulable else "false")] += 1
-        if schedulable:
-            slots[provider] += report.concurrency if report is not None else 1
-            schedulable_keys.append(runner.key)
-            provider_of[runner.key] = provider
-    for key, active in router.active_jobs(schedulable_keys).items():
-        busy[provider_of[key]] += active
-    providers = frozenset(p for p in [*pool_providers.values(), *(k[0] for k in runners)] if p)
-    return StateSnapshot(
-        queue_depth=len(router.queued),
-        waiting_for_capacity=len(router.waiting),
-        waiting_for_reference=len(queue.room) if queue is not None else 0,
-        runners=dict(runners),
-        providers=providers,
-        slots=dict(slots),
-        busy_slots=dict(busy),
-    )
-
-
 class OperatorState(Collector):
     """Scrape-time gauges: the snapshot is built on the operator's event loop, the HTTP thread waits for it."""
 
@@ -284,29 +249,33 @@ class OperatorState(Collector):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._router: Router | None = None
-        self._queue: JobQueue | None = None
+        self._read: Callable[[], StateSnapshot] | None = None
 
-    def bind(self, *, router: Router, queue: JobQueue | None, loop: asyncio.AbstractEventLoop) -> None:
-        """Read from ``router`` and ``queue`` on ``loop`` from now on (the operator's startup does this)."""
+    def bind(self, *, read: Callable[[], StateSnapshot], loop: asyncio.AbstractEventLoop) -> None:
+        """Call ``read`` on ``loop`` at each scrape from now on (the operator's startup registers the router's).
+
+        The collector knows nothing of the router or the queue step: whoever owns them registers a
+        reader (:func:`helmhive.controller.router.gauges.build_state_snapshot`), so the metrics, which
+        the API door reports to, never import what uses that door.
+        """
         with self._lock:
-            self._router, self._queue, self._loop = router, queue, loop
+            self._read, self._loop = read, loop
 
     def unbind(self) -> None:
         with self._lock:
-            self._router = self._queue = self._loop = None
+            self._read = self._loop = None
 
     def snapshot(self) -> StateSnapshot | None:
         """The current snapshot, or None before startup, after cleanup, or when the loop does not answer."""
         with self._lock:
-            router, queue, loop = self._router, self._queue, self._loop
-        if router is None or loop is None or loop.is_closed():
+            read, loop = self._read, self._loop
+        if read is None or loop is None or loop.is_closed():
             return None
 
-        async def read() -> StateSnapshot:
-            return build_state_snapshot(router, queue)
+        async def on_loop() -> StateSnapshot:
+            return read()
 
-        future = asyncio.run_coroutine_threadsafe(read(), loop)
+        future = asyncio.run_coroutine_threadsafe(on_loop(), loop)
         try:
             return future.result(timeout=self.TIMEOUT_S)
         except (concurrent.futures.TimeoutError, RuntimeError) as err:

@@ -25,7 +25,6 @@ from helmhive.controller.audit import ensure_audit_unless_terminating
 from helmhive.controller.kube.door import Conflict
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.agentjob.life import parse_agent_job
-from helmhive.policy.agentjob.store import job_binding
 from helmhive.policy.audit.records import build_audit_record
 from helmhive.policy.conditions import set_condition
 from helmhive.policy.profiles.narrowing import decide_profile_body, format_violations
@@ -36,6 +35,7 @@ from helmhive.policy.profiles.revisions import (
     profile_hash,
     revision_name,
 )
+from helmhive.policy.routing.job_store import job_binding
 
 __all__ = ["ACTOR_ANNOTATION", "actor_from", "decide_profile_body", "format_violations", "register"]
 

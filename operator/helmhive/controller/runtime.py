@@ -15,7 +15,7 @@ from typing import Any
 
 from helmhive.api.kinds import KindDef
 from helmhive.controller.deadlines import DeadlineScheduler
-from helmhive.controller.jobs.store_sync import JobStoreSync
+from helmhive.controller.job_store_sync import JobStoreSync
 from helmhive.controller.kube.contact import ApiContact
 from helmhive.controller.kube.door import Kube, KubeError
 from helmhive.controller.kube.shared_reads import SharedReads

@@ -5,7 +5,7 @@ controller (:mod:`helmhive.controller.runners.derived`) derives ``status.reporte
 or its Runner is deleted. Either is an event on the **runner**, so this module reacts to
 runners, not to jobs, and reads nothing from the API server while no runner is lost:
 
-* the operator's AgentJob store (:class:`~helmhive.policy.agentjob.store.JobStore`, not a Kopf index:
+* the operator's AgentJob store (:class:`~helmhive.policy.routing.job_store.JobStore`, not a Kopf index:
   those are O(N²) at start-up over thousands of jobs): every assigned, unfinished job (running
   or not) by its runner;
 * index ``lost_runner_liveness``: every Runner's derived status, by ``(namespace, name)``;

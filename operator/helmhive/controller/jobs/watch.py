@@ -5,7 +5,7 @@ arguments, and after a restart held every listed job whole in its backlogs: issu
 :class:`JobWatch`, started by Kopf's start-up handlers of the operator that runs the handlers
 (so only once leader when leader election is on) and stopped at its clean-up:
 
-1. **LIST** (:meth:`helmhive.controller.jobs.store_sync.JobStoreSync.list`, paginated): every job
+1. **LIST** (:meth:`helmhive.controller.job_store_sync.JobStoreSync.list`, paginated): every job
    goes into the store, then to the steps as a listed job (event type None), as Kopf's initial
    listing did, so a restarted operator resumes unbound, waiting, assigned and lost jobs. The
    next page is read only when the steps have taken most of this one, so at most about two
@@ -57,11 +57,10 @@ import kopf
 from helmhive.api.kinds import GROUP, VERSION, kind_by_name
 from helmhive.api.kubeerrors import KubeError
 from helmhive.controller.heap import freeze_start_up, rss_mib, trim_heap
-from helmhive.controller.jobs.store_sync import JobStoreSync
+from helmhive.controller.job_store_sync import JobStoreSync
 from helmhive.controller.kube.door import Kube
 from helmhive.controller.kube.watch import WatchStream
 from helmhive.controller.runtime import JobEvents, Runtime
-from helmhive.policy.agentjob.store import JobKey
 from helmhive.policy.agentjob.watch import (
     PendingEvents,
     WatchStepKind,
@@ -69,6 +68,7 @@ from helmhive.policy.agentjob.watch import (
     decide_rewatch_delay,
     decide_watch_event,
 )
+from helmhive.policy.routing.job_store import JobKey
 
 __all__ = ["JobWatch", "register", "register_runner_gate"]
 

@@ -38,8 +38,8 @@ from kubernetes import client
 
 from helmhive.api.kinds import GROUP, VERSION, KindDef
 from helmhive.api.kubeerrors import Conflict, Forbidden, Invalid, KubeError, NotFound, Unavailable
+from helmhive.controller.kube.hooks import report_api_write
 from helmhive.controller.kube.jsonapi import JsonKube
-from helmhive.controller.metrics import record_api_write
 from helmhive.kubeclient import API_CONNECTIONS, NETWORK_ERRORS, load_api_client, translate_api_error
 
 __all__ = [
@@ -110,9 +110,9 @@ class Kube(JsonKube):
         try:
             result = await self._call(fn, *args, **kwargs)
         except Exception as exc:
-            record_api_write(kind=kind, verb=verb, subresource=subresource, error=exc)
+            report_api_write(kind=kind, verb=verb, subresource=subresource, error=exc)
             raise
-        record_api_write(kind=kind, verb=verb, subresource=subresource)
+        report_api_write(kind=kind, verb=verb, subresource=subresource)
         return result
 
     async def delete(self, kind: KindDef, name: str, namespace: str | None = None) -> None:

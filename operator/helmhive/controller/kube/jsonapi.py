@@ -31,8 +31,8 @@ import urllib3
 
 from helmhive.api.kinds import GROUP, VERSION, KindDef
 from helmhive.api.kubeerrors import KubeError, build_kube_error
+from helmhive.controller.kube.hooks import report_api_write
 from helmhive.controller.kube.http import LoopHttp, decide_loop_capable
-from helmhive.controller.metrics import record_api_write
 from helmhive.kubeclient import NETWORK_ERRORS, translate_api_error
 from helmhive.policy.audit.events import build_event, build_event_series_patch
 
@@ -163,9 +163,9 @@ class JsonKube:
         try:
             result = await self._json_call(method, path, body, content_type=content_type or "application/json")
         except Exception as exc:
-            record_api_write(kind=kind, verb=verb, subresource=subresource, error=exc)
+            report_api_write(kind=kind, verb=verb, subresource=subresource, error=exc)
             raise
-        record_api_write(kind=kind, verb=verb, subresource=subresource)
+        report_api_write(kind=kind, verb=verb, subresource=subresource)
         return result
 
     @staticmethod

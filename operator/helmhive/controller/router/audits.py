@@ -1,7 +1,7 @@
 """The audit records of the router's decisions: batched off the worker's path, recovered after a restart.
 
 Each written decision's entries (``JobRouted`` or ``JobRoutingFailed``, and ``MemoryInjected``;
-:mod:`helmhive.policy.routing.audit`) join a queue. One background task drains it into
+:mod:`helmhive.policy.audit.routing`) join a queue. One background task drains it into
 ``RoutingDecisions`` AuditRecords, one per namespace and batch (at most 100 entries and 256 KiB),
 after a short linger (``audit_linger_seconds``) so a burst packs into few records; an idle
 router writes nothing. Each create takes one token of the router's bucket. A batch whose create
@@ -36,7 +36,7 @@ from helmhive.controller.router.events import RunnerEventSeries
 from helmhive.controller.router.recovery import AuditRecovery, ensure_routing_recorded
 from helmhive.controller.router.settings import RateLimiter
 from helmhive.controller.runtime import Runtime
-from helmhive.policy.routing.audit import (
+from helmhive.policy.audit.routing import (
     DecisionKey,
     build_routing_batch,
     build_routing_decisions,

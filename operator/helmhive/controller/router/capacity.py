@@ -5,7 +5,7 @@ Owns, for one operator process (:class:`Capacity`, the base of
 :class:`~helmhive.controller.router.queue.WorkQueue`):
 
 - **reservations** (``pending``): slots this process assigned that the AgentJob store
-  (:class:`~helmhive.policy.agentjob.store.JobStore`) does not show yet; :meth:`Capacity.active_jobs`
+  (:class:`~helmhive.policy.routing.job_store.JobStore`) does not show yet; :meth:`Capacity.active_jobs`
   counts the store plus these, so no runner is over-committed
   between a write and its watch event;
 - **held slots** (``holding``): which runner each assigned, unfinished job holds, so a job that

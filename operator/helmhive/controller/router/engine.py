@@ -56,7 +56,6 @@ from helmhive.controller.router.capacity import JobKey, _Waiting
 from helmhive.controller.router.indexes import RouterIndexes
 from helmhive.controller.router.settings import RateLimiter, RouterSettings, RouterStats
 from helmhive.controller.runtime import Runtime
-from helmhive.policy.agentjob import life as agentjob
 from helmhive.policy.agentjob.life import (
     StatusPatch,
     decide_needs_binding,
@@ -73,6 +72,7 @@ from helmhive.policy.routing.inputs import (
     parse_queued_job,
 )
 from helmhive.policy.routing.route import RouteOutcome, RoutingDecision
+from helmhive.policy.routing.step import route as route_step
 
 __all__ = ["AGENT_JOB", "JobKey", "RateLimiter", "Router", "RouterSettings", "RouterStats", "_Waiting"]
 
@@ -270,7 +270,7 @@ class Router(RouterIndexes):
             self._stop_waiting(key)
         memory_ids = self.memory_ids(job) if decision.choice is not None else []
         now = self.runtime.clock()
-        patch = agentjob.route(
+        patch = route_step(
             job.state,
             decision=decision,
             memory_ids=memory_ids,

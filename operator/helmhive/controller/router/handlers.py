@@ -6,7 +6,7 @@ The routing engine (work queue, reservations, waiting and backoff, audit recover
 - **Indexes** (Kopf fills them before any handler runs, also after a restart): runners, runner
   pools, namespaces' labels, memory records by namespace and stored session bindings. Jobs by
   the runner they hold a slot on and each change's implementation provider are in the
-  operator's AgentJob store instead (:mod:`helmhive.controller.jobs.store_sync`: one LIST, then
+  operator's AgentJob store instead (:mod:`helmhive.controller.job_store_sync`: one LIST, then
   the events of the operator's own AgentJob watch), which the router waits for before its first
   decision; Kopf's indexes on AgentJobs made a restart over 10,000 jobs O(N²).
 - **AgentJob events** (from the operator's own AgentJob watch, :mod:`helmhive.controller.jobs.watch`,

@@ -8,7 +8,7 @@ runner views per job namespace, cached until a runner, pool or namespace changes
 routing sees of that runner, :meth:`RouterIndexes.runner_view_changed`: a runner's periodic
 report alone does not, so a fleet of 1,000 reporting runners does not rebuild the views over
 and over), and which provider a change's implementation ran on
-(the operator's AgentJob store, :class:`~helmhive.policy.agentjob.store.JobStore`, or this process's
+(the operator's AgentJob store, :class:`~helmhive.policy.routing.job_store.JobStore`, or this process's
 own write, known before its watch event). Jobs are not in Kopf's indexes: an index on a kind
 with thousands of objects makes Kopf's start-up O(N²).
 
@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from helmhive.controller.router.capacity import Capacity
-from helmhive.policy.agentjob.store import JobStore
 from helmhive.policy.memory.selection import NamedMemoryRecord
 from helmhive.policy.routing.inputs import PoolServing, RunnerFacts, build_runner_view, build_runner_views
+from helmhive.policy.routing.job_store import JobStore
 from helmhive.policy.routing.prepared import RunnerSet
 from helmhive.policy.routing.route import RunnerKey, RunnerView, SessionBindingView
 

@@ -10,7 +10,7 @@ the lost-runner and failed-job steps (:func:`ensure_routing_recorded`).
 was decided and its entries (never the whole job), queued per namespace. The first check of a
 namespace lists that namespace's ``RoutingDecisions`` batches built within the window (by their
 ``helmhive.dev/audit-hour`` label, paginated, keeping only the decisions' keys); every check is
-then a set lookup (:func:`helmhive.policy.routing.audit.decide_missing_entries`), and an entry
+then a set lookup (:func:`helmhive.policy.audit.routing.decide_missing_entries`), and an entry
 no batch holds is queued to be written. A restart over 10,000 jobs costs a few LISTs, not
 10,000, and holds only the keys.
 
@@ -36,7 +36,7 @@ from helmhive.api.kinds import kind_by_name
 from helmhive.controller.audit import ensure_audit_unless_terminating
 from helmhive.controller.kube.door import Conflict, Kube, KubeError
 from helmhive.controller.runtime import Runtime
-from helmhive.policy.routing.audit import (
+from helmhive.policy.audit.routing import (
     DecisionKey,
     build_routing_batch,
     build_routing_decisions,

@@ -17,7 +17,8 @@ A job's life, and the step that writes each move (each returns a :class:`StatusP
   ``WaitingForWorkspace`` or ``WaitingForProfile``, until a deadline.
 - **fail** (queue step): failed closed at queue time (deadline passed, invalid profile…).
 - **route** (router): assigned, waiting for capacity, or failed closed
-  (:func:`helmhive.policy.routing.route.build_status_patch`).
+  (:func:`helmhive.policy.routing.step.route`, which builds on
+  :func:`helmhive.policy.routing.route.build_status_patch`).
 - **start** (runner): ``Running=True``, ``result.startedAt``, the session and memory report.
 - **finish** (runner): ``Running=False``, ``Succeeded`` and ``Ready`` with the ending's reason,
   ``result``.
@@ -96,7 +97,6 @@ from helmhive.policy.agentjob.steps import (
     finish,
     lost,
     requeue,
-    route,
     start,
     wait,
 )
@@ -124,7 +124,6 @@ __all__ = [
     "lost",
     "parse_agent_job",
     "requeue",
-    "route",
     "start",
     "wait",
     "written_fields",

@@ -1,8 +1,9 @@
 """One pure step per move of an AgentJob's life: each returns the :class:`StatusPatch` it writes.
 
-``bind``, ``wait``, ``fail`` (queue step), ``route`` (router), ``start``, ``finish`` (runner),
+``bind``, ``wait``, ``fail`` (queue step), ``start``, ``finish`` (runner),
 ``lost``, ``requeue``, ``close`` (operator), and :func:`decide_lost`, which picks ``lost`` or
-``requeue`` for a job whose runner was lost. Who writes which field, and when:
+``requeue`` for a job whose runner was lost. The router's step, ``route``, is
+:func:`helmhive.policy.routing.step.route`. Who writes which field, and when:
 the table in :mod:`helmhive.policy.agentjob.life`'s docstring (that module re-exports this one).
 """
 
@@ -18,7 +19,6 @@ from helmhive.policy.agentjob.patch import StatusPatch, Step
 from helmhive.policy.agentjob.retry import RetryDecision, decide_job_retry, decide_retry_window
 from helmhive.policy.agentjob.state import AgentJob
 from helmhive.policy.conditions import set_condition
-from helmhive.policy.routing.route import RouteOutcome, RoutingDecision, build_status_patch
 from helmhive.policy.timestamps import format_timestamp
 from helmhive.policy.waiting import build_bound_conditions, build_unbound_conditions
 
@@ -32,7 +32,6 @@ __all__ = [
     "finish",
     "lost",
     "requeue",
-    "route",
     "start",
     "wait",
 ]
@@ -73,32 +72,6 @@ def _unbound(step: Step, job: AgentJob, *, reason: Reason, message: str, now: dt
         job.conditions, reason=reason, message=message, generation=job.generation, now=now
     )
     return StatusPatch(step=step, status={"conditions": update.conditions}) if update.changed else None
-
-
-def route(
-    job: AgentJob,
-    *,
-    decision: RoutingDecision,
-    memory_ids: Sequence[str] = (),
-    binding: Mapping[str, Any] | None = None,
-    now: dt.datetime,
-) -> StatusPatch:
-    """The router's decision: routing, conditions, the assignment when routed, and the binding when given.
-
-    ``routing.attempts`` counts the capacity waits written: one more for a wait.
-    """
-    waiting = decision.outcome is RouteOutcome.WAITING
-    status = build_status_patch(
-        decision=decision,
-        conditions=job.conditions,
-        generation=job.generation,
-        attempts=job.routing_attempts + 1 if waiting else job.routing_attempts,
-        memory_ids=memory_ids,
-        now=now,
-    )
-    if binding is not None:
-        status["profile"] = dict(binding)
-    return StatusPatch(step=Step.ROUTE, status=status)
 
 
 _CLEARED_RESULT = {

@@ -19,6 +19,7 @@ from helmhive.api.governed import ChangeStage
 from helmhive.api.kinds import API_VERSION
 from helmhive.api.reasons import ConditionType, Reason
 from helmhive.policy.audit.records import build_audit_record
+from helmhive.policy.audit.routing import audit_name
 from helmhive.policy.change.jobs import (
     LABEL_CHANGE,
     LABEL_STAGE,
@@ -30,7 +31,6 @@ from helmhive.policy.change.jobs import (
 )
 from helmhive.policy.change.prompts import build_stage_prompt
 from helmhive.policy.conditions import set_condition
-from helmhive.policy.routing.audit import audit_name
 
 __all__ = [
     "ChangeBuilder",

@@ -1,7 +1,7 @@
 """The run-time ``MemoryInjected`` record: what the runner reported it injected, and dropped. Pure.
 
 Routing writes ``MemoryInjected`` with the records *selected at queue time*
-(:mod:`helmhive.policy.routing.audit`, suffix ``memory``). When the runner starts the job it
+(:mod:`helmhive.policy.audit.routing`, suffix ``memory``). When the runner starts the job it
 re-checks each one and reports what it injected and what it dropped, and why
 (``status.result.memory``). :func:`build_memory_report_audit` turns that report into a second
 ``MemoryInjected`` record, *injected at run time*, with the deterministic name
@@ -18,7 +18,7 @@ from typing import Any
 from helmhive.api.audit import AuditAction, AuditState
 from helmhive.api.kinds import API_VERSION
 from helmhive.policy.audit.records import build_audit_record
-from helmhive.policy.routing.audit import audit_name
+from helmhive.policy.audit.routing import audit_name
 
 __all__ = ["build_memory_report_audit", "memory_report_audit_name"]
 

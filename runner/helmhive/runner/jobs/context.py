@@ -9,7 +9,7 @@ fails the job closed (``InvalidSpec``, ``SandboxUnavailable``, ``SessionNotFound
   dropped -- and noted -- instead of injected. A governed-change job gets none, whatever its
   assignment says. What was injected and what was dropped (and why) is reported in
   ``status.result.memory`` with ``Running=True``; the operator audits that (``MemoryInjected``).
-* **Session** (:mod:`helmhive.runner.sessions.start`, re-exported here).
+* **Session** (:mod:`helmhive.runner.jobs.session`, re-exported here).
   :func:`helmhive.policy.sessions.continuity.decide_session` with this runner and its
   credential generation; the operator's ``status.session``, when it wrote one, wins on the
   mode (it must name the same binding). Resume and fork need the id stored in the runner's
@@ -54,6 +54,7 @@ from helmhive.runner.jobs.governed import (
     git_credential_dir,
     load_review_patch,
 )
+from helmhive.runner.jobs.session import JobSession, decide_job_session, resolve_session
 from helmhive.runner.jobs.status import JobEnding
 from helmhive.runner.kube import KubeError, NotFound, RunnerKube
 from helmhive.runner.sandbox.cgroups import JobCgroup
@@ -66,7 +67,6 @@ from helmhive.runner.sandbox.workdir import (
     sandbox_refusal,
 )
 from helmhive.runner.sessions.bindings import SessionStore, ensure_session_home
-from helmhive.runner.sessions.start import JobSession, decide_job_session, resolve_session
 
 __all__ = [
     "MEMORY_RECORDS",

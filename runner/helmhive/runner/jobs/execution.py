@@ -1,7 +1,7 @@
 """One AgentJob, end to end, on the runner it was assigned to.
 
 :meth:`JobExecution.run` is what the main loop runs for a job it took from
-:class:`~helmhive.runner.jobs.cluster_source.ClusterJobSource`:
+:class:`~helmhive.runner.program.cluster_jobs.ClusterJobSource`:
 
 1. re-read the job; parse the bound profile snapshot and the assignment (``InvalidSpec`` if
    unusable); plan the sandbox (``SandboxUnavailable`` if it cannot be enforced);

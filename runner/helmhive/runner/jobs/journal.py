@@ -20,7 +20,7 @@ run (the runner restarted, or its own final write gave up): write the kept resul
 run ``Interrupted`` (it was running and its turn is gone; the runner does not resume turns yet),
 or, without an entry, ``RunnerLost`` as before. The write is always conditional on the job
 still being assigned to this runner at the same attempt and not finished
-(:mod:`helmhive.runner.jobs.cluster_source` does it).
+(:mod:`helmhive.runner.program.cluster_jobs` does it).
 """
 
 from __future__ import annotations

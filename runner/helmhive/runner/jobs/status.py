@@ -1,6 +1,6 @@
 """Pure decisions about the AgentJobs a runner runs: what an event means, how a turn ended, what status says.
 
-Nothing here does I/O or reads the clock. :mod:`helmhive.runner.jobs.cluster_source` feeds watch events to
+Nothing here does I/O or reads the clock. :mod:`helmhive.runner.program.cluster_jobs` feeds watch events to
 :func:`decide_job_action`; :mod:`helmhive.runner.jobs.execution` uses the rest to name outcomes and
 build the status patches it writes (conditions ``Running``, ``Succeeded`` and ``Ready`` with
 fixed reasons, and ``status.result``).

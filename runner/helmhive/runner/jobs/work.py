@@ -1,7 +1,7 @@
 """The runner's work items and where they come from: :class:`Job`, :class:`JobSource`, the clock.
 
 Plain types shared by the main loop (:mod:`helmhive.runner.program.main`) and the job sources
-(:mod:`helmhive.runner.jobs.cluster_source`); nothing here does I/O.
+(:mod:`helmhive.runner.program.cluster_jobs`); nothing here does I/O.
 """
 
 from __future__ import annotations

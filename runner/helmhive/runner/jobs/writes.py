@@ -19,12 +19,12 @@ from typing import Any
 
 from helmhive.runner.config import RunnerConfig
 from helmhive.runner.egress.proxy import EgressProxy
+from helmhive.runner.jobs.agents import JobAdapterFactory
 from helmhive.runner.jobs.journal import JobJournal, JournalEntry, JournalPhase
 from helmhive.runner.jobs.resources import JobResources
 from helmhive.runner.jobs.status import CancelCause, JobEnding, build_final_status, view_job
 from helmhive.runner.kube import Conflict, KubeError, NotFound, RunnerKube
 from helmhive.runner.logs import fields
-from helmhive.runner.program.agents import JobAdapterFactory
 from helmhive.runner.sandbox.limits import LimitSupport
 from helmhive.runner.sessions.bindings import SessionStore
 

@@ -42,11 +42,11 @@ from helmhive.runner.adapters.base import AdapterReport, AgentAdapter, TurnOutco
 from helmhive.runner.config import RunnerConfig
 from helmhive.runner.credentials import CredentialHolder, read_revoked_generation, write_revoked_generation
 from helmhive.runner.egress.proxy import EgressProxy, build_request_limits
+from helmhive.runner.jobs.agents import AdapterFactory, build_adapter
 from helmhive.runner.jobs.work import Clock, Job, JobRun, JobSource, SystemClock, WatchingJobSource
 from helmhive.runner.kube import KubeError, RunnerKube, WatchThread
 from helmhive.runner.logs import fields
 from helmhive.runner.metrics import RunnerGauges, record_turn
-from helmhive.runner.program.agents import AdapterFactory, build_adapter
 from helmhive.runner.program.control import (
     accepts_jobs,
     decide_control_state,

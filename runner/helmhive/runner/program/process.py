@@ -30,10 +30,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from helmhive.runner.config import ConfigError, load_config
-from helmhive.runner.jobs.cluster_source import cluster_jobs
 from helmhive.runner.kube import RunnerKube, load_api_client
 from helmhive.runner.logs import JsonFormatter, configure_logging, fields
 from helmhive.runner.metrics import STATE, serve_metrics
+from helmhive.runner.program.cluster_jobs import cluster_jobs
 from helmhive.runner.program.main import ExitCode, RunnerProcess, SystemClock
 
 __all__ = ["exit_process", "live_threads", "run_program"]

@@ -25,11 +25,11 @@ from helmhive.api.runner import AuthReport, RunnerReport, SandboxReport, build_r
 from helmhive.runner.adapters.base import AdapterReport, AgentAdapter, AuthReason, AuthState
 from helmhive.runner.config import RunnerConfig
 from helmhive.runner.credentials import CredentialHolder
+from helmhive.runner.jobs.agents import AdapterFactory, agent_env
 from helmhive.runner.jobs.work import Clock
 from helmhive.runner.kube import KubeError
 from helmhive.runner.logs import fields
 from helmhive.runner.metrics import record_heartbeat, record_probe, record_report_write
-from helmhive.runner.program.agents import AdapterFactory, agent_env
 from helmhive.runner.program.heartbeat import LeaseKeeper
 from helmhive.runner.program.registration import ReportPublisher
 from helmhive.runner.program.report import (

@@ -41,7 +41,7 @@ from pydantic import SecretStr
 from helmhive.api.kinds import API_VERSION
 from helmhive.api.session import SessionBindingSpec
 from helmhive.policy.sessions.continuity import sessions_secret_name
-from helmhive.runner.jobs.status import iso
+from helmhive.policy.timestamps import format_timestamp
 from helmhive.runner.kube import Conflict, Forbidden, KubeError, NotFound, RunnerKube
 from helmhive.runner.sandbox.workdir import homes_dir
 
@@ -214,7 +214,7 @@ class SessionStore:
             return {
                 "stored": True,
                 "turns": before + turns,
-                "lastUsedAt": iso(now),
+                "lastUsedAt": format_timestamp(now),
                 "lastJob": job,
                 "secretName": self.secret_name,
                 "secretKey": binding,

@@ -5,7 +5,7 @@ object and every toggle change wakes every waiting worker: over 10,000 jobs a re
 routed nothing for 12 minutes), so the operator keeps these facts itself. A
 :class:`JobStore` is filled by the operator's own AgentJob watch
 (:mod:`helmhive.controller.jobs.watch`): a paginated LIST
-(:mod:`helmhive.controller.jobs.store_sync`), then the watch's events, then a LIST again after a
+(:mod:`helmhive.controller.job_store_sync`), then the watch's events, then a LIST again after a
 410 (whose missing jobs are dropped: :func:`helmhive.policy.agentjob.watch.decide_vanished`); it
 answers what the routing and lost-runner indexes used to:
 

@@ -1,4 +1,4 @@
-"""Fills the operator's AgentJob store (:class:`~helmhive.policy.agentjob.store.JobStore`) and says when it is synced.
+"""Fills the operator's AgentJob store (:class:`~helmhive.policy.routing.job_store.JobStore`); says when it is synced.
 
 Owns (:class:`JobStoreSync`, one per process, on the :class:`~helmhive.controller.runtime.Runtime`):
 the store, the paginated LIST that fills it, and :attr:`JobStoreSync.synced`, which the router
@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from helmhive.api.kinds import kind_by_name
 from helmhive.api.kubeerrors import KubeError
-from helmhive.policy.agentjob.store import JobKey, JobStore, parse_resource_version
 from helmhive.policy.agentjob.watch import build_deleted_body, decide_vanished
+from helmhive.policy.routing.job_store import JobKey, JobStore, parse_resource_version
 
 if TYPE_CHECKING:
     from helmhive.controller.kube.door import Kube

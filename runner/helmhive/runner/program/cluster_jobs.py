@@ -34,13 +34,13 @@ from collections import OrderedDict
 from typing import Any
 
 from helmhive.api.reasons import Reason
+from helmhive.runner.jobs.agents import build_job_adapter
 from helmhive.runner.jobs.execution import AGENT_JOBS, ExecutionContext, JobExecution
 from helmhive.runner.jobs.journal import JobJournal, JournalEntry, decide_recovery
 from helmhive.runner.jobs.status import CancelCause, JobAction, JobEnding, decide_job_action, decide_unlisted, view_job
 from helmhive.runner.kube import KubeError, WatchThread
 from helmhive.runner.logs import fields
 from helmhive.runner.patience import PatientKube
-from helmhive.runner.program.agents import build_job_adapter
 from helmhive.runner.program.main import Job, RunnerProcess
 from helmhive.runner.sandbox.cgroups import build_cgroup_prefix, remove_stale_job_cgroups
 from helmhive.runner.sandbox.landlock import landlock_abi
@@ -49,7 +49,7 @@ from helmhive.runner.sessions.bindings import SessionStore, sweep_session_homes
 
 __all__ = ["ClusterJobSource", "cluster_jobs"]
 
-log = logging.getLogger("helmhive.runner.jobs.cluster_source")
+log = logging.getLogger("helmhive.runner.program.cluster_jobs")
 _DONE_MEMORY = 4096
 
 
