@@ -155,6 +155,7 @@ async def _relay_until(listener: socket.socket, target: str, agent: int) -> int:
     loop = asyncio.get_running_loop()
     for sig in _FORWARDED:
         loop.add_signal_handler(sig, os.kill, agent, sig)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)  # blocked since the fork: now forwarded
     server = asyncio.create_task(_serve_relay(listener, target))
     _, status = await loop.run_in_executor(None, os.waitpid, agent, 0)
     server.cancel()
@@ -193,9 +194,13 @@ def start_relay(*, port: int, target: str, confine: Callable[[], None]) -> None:
     listener.bind(("127.0.0.1", port))
     listener.listen(64)
     relay = os.getpid()
+    # The runner may signal the relay as soon as the agent runs, before the relay's handlers are in
+    # place: held blocked until then, such a signal is forwarded, not the relay's default death.
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
     pid = os.fork()
     if pid != 0:  # pragma: no cover - the relay
         _relay_main(listener, target, pid, confine)
+    signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     listener.close()
     _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != relay:  # the relay is already gone
