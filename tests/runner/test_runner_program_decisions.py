@@ -383,7 +383,7 @@ def test_claude_cli_parsing() -> None:
 
 # -- layering ------------------------------------------------------------------------------
 RUNNER_SRC = Path(__file__).resolve().parents[2] / "runner" / "helmhive" / "runner"
-PURE_MODULES = ("report.py", "control.py", "config.py")
+PURE_MODULES = ("program/report.py", "program/control.py", "config.py")
 
 
 def _imports(path: Path) -> set[str]:
