@@ -1,4 +1,4 @@
-"""The routing benchmark's pure parts (``benchmarks/bench_routing.py``, ``bench_runners.py``).
+"""The routing benchmark's pure parts (``benchmarks/routing/``, ``bench_runners.py``).
 
 The like-for-like baseline must patch what the router writes for a bench job: the status is
 built by the router's own pure core, and these tests hold it to the API models and to the
@@ -19,16 +19,11 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from bench_routing import (
-    BENCH_PROFILE_SPEC,
-    NS,
-    build_like_router_status,
-    like_router_patches,
-    ratios,
-    synced_from_log,
-    tiny_patch,
-)
 from bench_runners import CpuProbe, CpuSample, cpu_window, machine_busy_seconds
+from routing.baseline import build_like_router_status, like_router_patches, tiny_patch
+from routing.process import synced_from_log
+from routing.report import ratios
+from routing.settings import BENCH_PROFILE_SPEC, NS
 
 from helmhive.api.job import AgentJobStatus
 from helmhive.controller.jobs.binding import _profile_verdict
