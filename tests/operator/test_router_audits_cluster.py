@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
+from held_jobs import job_manifest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -106,20 +107,6 @@ def audits(kube: Kube, clock: Clock, *, now: Callable[[], dt.datetime] = lambda:
 # Real jobs, runners and records ----------------------------------------------------------------------
 
 
-def _job(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "AgentJob",
-        "metadata": {"name": name},
-        "spec": {
-            "workspace": "shop",
-            "jobKind": "review-probe",
-            "profile": "review",
-            "request": {"title": name, "prompt": "do it"},
-        },
-    }
-
-
 def _assigned_status(*, namespace: str, runner: str, attempt: int, decided: str) -> dict[str, Any]:
     return {
         "attempts": attempt,
@@ -142,7 +129,7 @@ def _assigned_status(*, namespace: str, runner: str, attempt: int, decided: str)
 
 async def create_job(door: Kube, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
     """Create AgentJob ``name`` and write ``status`` as routing would; the job as the API server answered."""
-    await door.create(AGENTJOB, _job(name), namespace=namespace)
+    await door.create(AGENTJOB, job_manifest(name, profile="review", kind="review-probe"), namespace=namespace)
     return await door.patch_status(AGENTJOB, name, {"status": status}, namespace=namespace)
 
 
