@@ -3,7 +3,8 @@
 Loaded by ``tests/conftest.py``. Options::
 
     --kubeconfig PATH   use an existing cluster (also $HELMHIVE_TEST_KUBECONFIG)
-    --kind              use a kind cluster through pytest-kind (needs Docker); fails if unavailable
+    --kind              use a kind cluster through pytest-kind, with the kind, kubectl and node image
+                        that ``helmhive dev kind`` builds offline (harness.kind); fails if unavailable
 
 Without either, the session starts the local control plane (see :mod:`harness.cluster`).
 
@@ -150,18 +151,20 @@ def _ensure_built(config: pytest.Config) -> None:
 
 
 def _kind_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterHandle]:
-    if shutil.which("docker") is None:
-        pytest.fail("--kind was given but `docker` is not on PATH; kind clusters need Docker", pytrace=False)
+    from harness.kind import kind_cluster  # needs Docker and pytest-kind; only --kind imports it
+    from helmhive.devcluster.build import BuildError as _BuildError
+    from helmhive.devcluster.kind.cluster import KindError
+    from helmhive.devcluster.kind.engine import EngineError
+
     try:
-        from pytest_kind import KindCluster
-    except ImportError:
-        pytest.fail("--kind was given but pytest-kind is not installed (pip install pytest-kind)", pytrace=False)
-    kind = KindCluster(name="helmhive-tests")
-    kind.create()
+        context = kind_cluster("helmhive-tests")
+        env = context.__enter__()
+    except (_BuildError, EngineError, KindError) as err:
+        pytest.fail(f"--kind: the kind cluster could not be made: {err}", pytrace=False)
     try:
-        yield ClusterHandle(source="kind", kubeconfig=Path(kind.kubeconfig_path), kubectl=Path(kind.kubectl_path))
+        yield ClusterHandle(source="kind", kubeconfig=env.kubeconfig, kubectl=env.kubectl)
     finally:
-        kind.delete()
+        context.__exit__(None, None, None)
 
 
 def _local_cluster(request: pytest.FixtureRequest) -> Iterator[ClusterHandle]:

@@ -25,7 +25,7 @@ from typing import Annotated
 
 import typer
 
-from helmhive.cli import dev_rootfs
+from helmhive.cli import dev_kind, dev_rootfs
 from helmhive.devcluster import cluster
 from helmhive.devcluster.build import (
     DEFAULT_ETCD_VERSION,
@@ -40,6 +40,7 @@ app = typer.Typer(no_args_is_help=True, help="Developer tooling.")
 cluster_app = typer.Typer(no_args_is_help=True, help="A real local Kubernetes control plane on loopback.")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(dev_rootfs.app, name="rootfs")
+app.add_typer(dev_kind.app, name="kind")
 
 StateDirOption = Annotated[
     Path | None,

@@ -1,4 +1,9 @@
-"""Builds (or reuses from the cache) etcd, kube-apiserver, kube-controller-manager and kubectl.
+"""Builds (or reuses from the cache) etcd and the Kubernetes binaries.
+
+The local control plane needs etcd, kube-apiserver, kube-controller-manager and kubectl
+(:func:`ensure_binaries`); a kind node image needs kubelet, kubeadm, kube-proxy and
+kube-scheduler too (:func:`ensure_node_binaries`), kept in a cache entry of their own so the
+control-plane tier never waits for them.
 
 Binaries are built from the Go module proxy with ``go build`` in small wrapper modules
 (see :mod:`helmhive.devcluster.gomod`) and cached by version outside the repository, in
@@ -35,11 +40,13 @@ __all__ = [
     "BuildError",
     "cache_root",
     "ensure_binaries",
+    "ensure_node_binaries",
 ]
 
 DEFAULT_KUBE_VERSION = "v1.37.2"
 DEFAULT_ETCD_VERSION = "v3.6.16"
 KUBE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kubectl")
+NODE_BINARIES = ("kubelet", "kubeadm", "kube-proxy", "kube-scheduler")
 _STAMP = ".complete.json"
 
 
@@ -120,7 +127,7 @@ def _write_stamp(directory: Path, seconds: float, version: str) -> None:
     )
 
 
-def _build_kube(version: str, out_dir: Path, log: TextIO) -> None:
+def _build_kube(version: str, out_dir: Path, log: TextIO, binaries: tuple[str, ...] = KUBE_BINARIES) -> None:
     release = parse_kube_release(version)
     env = _build_env()
     work = out_dir / "src"
@@ -134,15 +141,14 @@ def _build_kube(version: str, out_dir: Path, log: TextIO) -> None:
     )
     (work / "go.mod").write_text(wrapper, encoding="utf-8")
     (work / "tools.go").write_text(
-        "//go:build tools\n\npackage tools\n\n"
-        + "".join(f'import _ "k8s.io/kubernetes/cmd/{b}"\n' for b in KUBE_BINARIES),
+        "//go:build tools\n\npackage tools\n\n" + "".join(f'import _ "k8s.io/kubernetes/cmd/{b}"\n' for b in binaries),
         encoding="utf-8",
     )
     _run(["go", "mod", "tidy", "-e"], cwd=work, log=log, env=env)
     date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     ldflags = build_kube_ldflags(release=release, build_date=date)
     cmd = ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(out_dir) + "/"]
-    cmd += [f"k8s.io/kubernetes/cmd/{b}" for b in KUBE_BINARIES]
+    cmd += [f"k8s.io/kubernetes/cmd/{b}" for b in binaries]
     _run(cmd, cwd=work, log=log, env=env)
 
 
@@ -202,3 +208,26 @@ def ensure_binaries(
         kube_version=kube_version,
         etcd_version=etcd_version,
     )
+
+
+def _build_node(version: str, out_dir: Path, log: TextIO) -> None:
+    _build_kube(version, out_dir, log, NODE_BINARIES)
+
+
+def ensure_node_binaries(*, kube_version: str = DEFAULT_KUBE_VERSION, log: TextIO, root: Path | None = None) -> Path:
+    """Return the directory holding kubelet, kubeadm, kube-proxy and kube-scheduler, building them if needed."""
+    directory = (root or cache_root()) / "k8s-node" / kube_version
+    if _stamped(directory, NODE_BINARIES):
+        return directory
+    if shutil.which("go") is None:
+        raise BuildError("Go is needed to build the node binaries, and `go` is not on PATH")
+    with cache_entry_lock(directory, log, what=f"{', '.join(NODE_BINARIES)} {kube_version}"):
+        if not _stamped(directory, NODE_BINARIES):
+            directory.mkdir(parents=True, exist_ok=True)
+            log.write(f"building {', '.join(NODE_BINARIES)} {kube_version} into {directory}\n")
+            log.flush()
+            started = time.monotonic()
+            _build_node(kube_version, directory, log)
+            _write_stamp(directory, time.monotonic() - started, kube_version)
+            shutil.rmtree(directory / "src", ignore_errors=True)
+    return directory

@@ -1,0 +1,105 @@
+"""The objects the demo and the e2e tier add on a kind cluster, where pods are real. Pure.
+
+- :func:`build_git_server`: the demo's repository served by ``git daemon`` from a pod. The pod
+  builds the same one-commit repository as ``helmhive demo`` does on loopback
+  (:func:`helmhive.devcluster.demo_git.ensure_demo_repository`: fixed author and dates, so the
+  same commit id everywhere) with the runner image's git, then serves it on 9418.
+- :func:`build_git_egress`: what docs/source.md tells an administrator to add for ``git://``
+  sources, since a pool's own NetworkPolicy allows only DNS, 443 and 6443.
+- :func:`with_runner_image`: a RunnerPool runs the locally built runner image, never pulled.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+__all__ = ["GIT_PORT", "build_git_egress", "build_git_server", "git_url", "with_runner_image"]
+
+GIT_PORT = 9418
+_SERVE = (
+    "import os\n"
+    "from pathlib import Path\n"
+    "from helmhive.devcluster.demo_git import ensure_demo_repository\n"
+    "bare, commit = ensure_demo_repository(Path('/srv'))\n"
+    "print('serving', commit, flush=True)\n"
+    f"os.execvp('git', ['git', 'daemon', '--reuseaddr', '--port={GIT_PORT}', '--base-path=/srv/demo-git',\n"
+    "                  '--export-all', '/srv/demo-git'])\n"
+)
+_LABELS = {"app.kubernetes.io/name": "helmhive-demo-git"}
+
+
+def git_url(namespace: str) -> str:
+    """The demo repository's URL through the git Service in ``namespace``."""
+    return f"git://git.{namespace}.svc.cluster.local/shop.git"
+
+
+def build_git_server(image: str) -> list[dict[str, Any]]:
+    """A Pod (restricted Pod Security) serving the demo repository, and its Service ``git``."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "git", "labels": dict(_LABELS)},
+        "spec": {
+            "automountServiceAccountToken": False,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    "name": "git",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "command": ["python3", "-c", _SERVE],
+                    "ports": [{"containerPort": GIT_PORT}],
+                    "readinessProbe": {"tcpSocket": {"port": GIT_PORT}, "periodSeconds": 2},
+                    "volumeMounts": [{"name": "srv", "mountPath": "/srv"}],
+                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                }
+            ],
+            "volumes": [{"name": "srv", "emptyDir": {}}],
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "git"},
+        "spec": {"selector": dict(_LABELS), "ports": [{"port": GIT_PORT, "targetPort": GIT_PORT}]},
+    }
+    return [pod, service]
+
+
+def build_git_egress(git_namespace: str) -> dict[str, Any]:
+    """A NetworkPolicy for the runner pods of a namespace: egress to the git server pod on 9418."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "helmhive-runners-to-git"},
+        "spec": {
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "helmhive-runner"}},
+            "policyTypes": ["Egress"],
+            "egress": [
+                {
+                    "to": [
+                        {
+                            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": git_namespace}},
+                            "podSelector": {"matchLabels": dict(_LABELS)},
+                        }
+                    ],
+                    "ports": [{"protocol": "TCP", "port": GIT_PORT}],
+                }
+            ],
+        },
+    }
+
+
+def with_runner_image(
+    docs: list[dict[str, Any]], image: str, *, env: list[dict[str, str]] | None = None
+) -> list[dict[str, Any]]:
+    """Copies of ``docs`` whose RunnerPools run ``image`` (never pulled), with extra agent env if given."""
+    out = copy.deepcopy(docs)
+    for doc in out:
+        if doc.get("kind") == "RunnerPool":
+            doc["spec"]["image"] = image
+            doc["spec"]["imagePullPolicy"] = "Never"
+            if env and doc["spec"]["adapter"].get("type") == "acp":
+                doc["spec"]["adapter"]["acp"]["env"] = list(env)
+    return out
