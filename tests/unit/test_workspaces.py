@@ -36,6 +36,9 @@ def test_every_unresolved_profile_is_named_with_a_reason() -> None:
     assert verdict.reason == "ProfileKindMismatch"
     assert verdict.unresolved == ["check", "review"]
     assert "review-probe: profile review does not exist" in verdict.message
+    # Each problem names its field path and its reason.
+    assert "spec.profiles[1].profile: ProfileNotFound: review-probe: profile review does not exist" in verdict.message
+    assert "spec.profiles[0].profile: ProfileKindMismatch: " in verdict.message
     invalid = decide_workspace(
         spec=SPEC, profiles={"check": _profile("connection-test", "False"), "review": _profile("review-probe", None)}
     )

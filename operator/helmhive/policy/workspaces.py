@@ -22,16 +22,20 @@ class WorkspaceVerdict:
 
 
 def decide_workspace(*, spec: WorkspaceSpec, profiles: Mapping[str, Mapping[str, Any]]) -> WorkspaceVerdict:
-    """Decide ``Ready`` from the profiles of the workspace's namespace (by name, as objects)."""
+    """Decide ``Ready`` from the profiles of the workspace's namespace (by name, as objects).
+
+    Each problem names its field path and reason: ``spec.profiles[0].profile: ProfileNotFound: …``.
+    """
     problems: list[tuple[Reason, str, str]] = []
-    for binding in spec.profiles:
+    for index, binding in enumerate(spec.profiles):
+        at = f"spec.profiles[{index}].profile"
         profile = profiles.get(binding.profile)
         if profile is None:
             problems.append(
                 (
                     Reason.PROFILE_NOT_FOUND,
                     binding.profile,
-                    f"{binding.job_kind.value}: profile {binding.profile} does not exist",
+                    f"{at}: ProfileNotFound: {binding.job_kind.value}: profile {binding.profile} does not exist",
                 )
             )
             continue
@@ -42,7 +46,7 @@ def decide_workspace(*, spec: WorkspaceSpec, profiles: Mapping[str, Mapping[str,
                 (
                     Reason.PROFILE_KIND_MISMATCH,
                     binding.profile,
-                    f"{binding.job_kind.value}: profile {binding.profile} is for {envelope}",
+                    f"{at}: ProfileKindMismatch: {binding.job_kind.value}: profile {binding.profile} is for {envelope}",
                 )
             )
         elif valid is None or valid.get("status") != "True":
@@ -50,7 +54,7 @@ def decide_workspace(*, spec: WorkspaceSpec, profiles: Mapping[str, Mapping[str,
                 (
                     Reason.PROFILE_NOT_VALID,
                     binding.profile,
-                    f"{binding.job_kind.value}: profile {binding.profile} is not Valid",
+                    f"{at}: ProfileNotValid: {binding.job_kind.value}: profile {binding.profile} is not Valid",
                 )
             )
     if not problems:
