@@ -9,7 +9,7 @@ BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.helmhive-installed
 TEST_WORKERS ?= 2
 
-.PHONY: demo test lint check-crds crds venv clean-venv
+.PHONY: demo test e2e lint check-crds crds venv clean-venv
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,9 +26,18 @@ demo: $(STAMP)
 ## Everything CI checks: generated CRDs, lint, types, import layering, then the whole test suite.
 ## Two workers (pytest-xdist), one test file each at a time: most tests wait on a real API server,
 ## an operator or an agent, so two of them share the machine's 2 cores well. Each worker starts
-## its own control plane. The 25 slowest tests are listed at the end.
+## its own control plane. The 25 slowest tests are listed at the end. Then the e2e tier on kind.
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=25
+	$(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=25 --ignore=tests/e2e
+	$(MAKE) e2e
+
+## The e2e tier: Helmhive installed with Helm on a two-node kind cluster (tests/e2e). First the node
+## image, kind, kube-router and Helmhive's images are built or reused, with progress on the terminal
+## (cold: minutes of Go builds; warm: seconds); then one pytest process makes the cluster through
+## pytest-kind and runs the tier against it.
+e2e: $(STAMP)
+	$(BIN)/helmhive dev kind build
+	$(BIN)/python -m pytest -p no:cacheprovider --durations=10 tests/e2e
 
 lint: $(STAMP)
 	$(BIN)/helmhive crds check

@@ -10,6 +10,7 @@ Progress goes to the real stderr, so a cold build shows what it is doing under p
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -54,7 +55,13 @@ def kind_cluster(name: str, *, workers: int = 1) -> Iterator[KindEnv]:
     )
     config = workdir / "kind.yaml"
     config.write_text(build_kind_config(workers=workers, etcd_image_tag=node_images.etcd_image_tag), encoding="utf-8")
-    log.write(f"creating kind cluster {name} with pytest-kind ({workers + 1} nodes) …\n")
+    existing = subprocess.run([str(kind), "get", "clusters"], capture_output=True, text=True, check=False).stdout
+    if name in existing.split():
+        # pytest-kind reuses a cluster of that name but writes no kubeconfig for it.
+        subprocess.run(
+            [str(kind), "export", "kubeconfig", "--name", name, "--kubeconfig", str(workdir / "kubeconfig")], check=True
+        )
+    log.write(f"creating (or reusing) kind cluster {name} with pytest-kind ({workers + 1} nodes) …\n")
     cluster.create(config_file=config)
     try:
         for image in (router, helmhive.operator, helmhive.runner):

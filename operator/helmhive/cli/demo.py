@@ -25,7 +25,11 @@ from helmhive.devcluster.demo_manifests import (
     build_demo_documents,
 )
 from helmhive.devcluster.flags import default_state_dir
+from helmhive.devcluster.kind import cluster as kind_cluster
+from helmhive.devcluster.kind.demo import KindDemoError, run_kind_demo
+from helmhive.devcluster.kind.engine import EngineError
 from helmhive.devcluster.localpod import LocalPodError, run_pod, stop_pod
+from helmhive.devcluster.progress import step
 
 
 def _say(text: str) -> None:
@@ -105,8 +109,14 @@ def run(
         Path | None, typer.Option(envvar="HELMHIVE_STATE_DIR", help="Local cluster state directory.")
     ] = None,
     stop: Annotated[bool, typer.Option("--stop", help="Stop the demo's operator and cluster, then exit.")] = False,
+    kind: Annotated[
+        bool, typer.Option("--kind", help="Run on a kind cluster with real pods (needs Docker; built offline).")
+    ] = False,
 ) -> None:
-    """Run Helmhive end to end on a local control plane with the embedded examples."""
+    """Run Helmhive end to end on a local control plane (or, with --kind, on kind) with the embedded examples."""
+    if kind:
+        _run_on_kind(namespace, stop=stop)
+        return
     state = state_dir or default_state_dir()
     if stop:
         for pool in (DEMO_POOL, DEMO_REVIEW_POOL):
@@ -119,7 +129,8 @@ def run(
     state.mkdir(parents=True, exist_ok=True)
     try:
         _say("building or reusing etcd, kube-apiserver, kube-controller-manager and kubectl")
-        with (state / "build.log").open("a", encoding="utf-8") as log:
+        what = f"etcd and the Kubernetes binaries (cold: Go builds of several minutes; log {state / 'build.log'})"
+        with (state / "build.log").open("a", encoding="utf-8") as log, step(sys.stderr, what):
             binaries = ensure_binaries(log=log)
         _say(f"starting the local control plane in {state}")
         info = cluster.start(binaries, state)
@@ -154,7 +165,24 @@ def run(
     _show(kubectl, namespace, state, info.kubeconfig)
 
 
-def _show(kubectl: Kubectl, namespace: str, state: Path, kubeconfig: Path) -> None:
+def _run_on_kind(namespace: str, *, stop: bool) -> None:
+    try:
+        if stop:
+            deleted = kind_cluster.down(log=sys.stderr)
+            typer.echo(f"kind cluster {kind_cluster.DEFAULT_NAME}: {'deleted' if deleted else 'there was none'}")
+            return
+        demo = run_kind_demo(namespace, sys.stderr)
+    except (BuildError, EngineError, kind_cluster.KindError, KindDemoError, OSError) as err:
+        typer.secho(f"demo failed: {err}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(1) from None
+    kubectl = Kubectl(binary=demo.cluster.kubectl, kubeconfig=demo.cluster.kubeconfig)
+    _say("the pods the kubelet runs")
+    typer.echo(kubectl.run("get", "pods", "-o", "wide", "-n", namespace))
+    typer.echo(kubectl.run("get", "pods", "-o", "wide", "-n", "helmhive-system"))
+    _show(kubectl, namespace, None, demo.cluster.kubeconfig)
+
+
+def _show(kubectl: Kubectl, namespace: str, state: Path | None, kubeconfig: Path) -> None:
     """What the demo made: envelopes, the workspace's objects, the answers, the change and its patch."""
     _say("kubectl get envelopes")
     typer.echo(kubectl.run("get", "envelopes"))
@@ -179,4 +207,5 @@ def _show(kubectl: Kubectl, namespace: str, state: Path, kubeconfig: Path) -> No
     patch = _helmhive("change", "patch", DEMO_CHANGE, "-n", namespace, kubeconfig=kubeconfig)
     typer.echo("\n".join(patch.splitlines()[:25]))
     _say("try it yourself")
-    typer.echo(f'eval "$(helmhive dev cluster env --state-dir {state})"\nkubectl get helmhive -n {namespace}')
+    env = "helmhive dev kind env" if state is None else f"helmhive dev cluster env --state-dir {state}"
+    typer.echo(f'eval "$({env})"\nkubectl get helmhive -n {namespace}')

@@ -23,7 +23,7 @@ import yaml
 
 from helmhive.devcluster.build import DEFAULT_ETCD_VERSION, DEFAULT_KUBE_VERSION, cache_root, ensure_binaries
 from helmhive.devcluster.gotools import GO_TOOLS, ensure_go_tool
-from helmhive.devcluster.kind.engine import Engine, ensure_engine
+from helmhive.devcluster.kind.engine import Engine, ensure_engine, ensure_host_packages
 from helmhive.devcluster.kind.helmhive_images import HelmhiveImages, ensure_helmhive_images
 from helmhive.devcluster.kind.images import (
     build_component_dockerfile,
@@ -35,7 +35,7 @@ from helmhive.devcluster.kind.images import (
 from helmhive.devcluster.kind.network import KUBE_ROUTER_DOCKERFILE_PACKAGES, build_kube_router_manifests
 from helmhive.devcluster.kind.node import NodeImages, ensure_node_image
 from helmhive.devcluster.progress import step
-from helmhive.devcluster.rootfs_bases import ensure_debian_base
+from helmhive.devcluster.rootfs_bases import RootfsError, ensure_debian_base
 
 __all__ = [
     "DEFAULT_NAME",
@@ -163,7 +163,11 @@ def prepare(
     engine = ensure_engine(kind_state_dir(), log)
     with step(log, f"control-plane binaries etcd {etcd_version}, kubernetes {kube_version} (built once, then cached)"):
         binaries = ensure_binaries(kube_version=kube_version, etcd_version=etcd_version, log=log)
-    tree, release = ensure_debian_base("bookworm", log)
+    ensure_host_packages({"debootstrap": "debootstrap", "gcc": "gcc", "git": "git"}, log)
+    try:
+        tree, release = ensure_debian_base("bookworm", log)
+    except RootfsError as err:
+        raise KindError(f"the Debian base image: {err}") from err
     debian = ensure_debian_image(tree, release, log)
     images = ensure_node_image(binaries, cache=cache, debian=debian, log=log)
     router = _ensure_kube_router_image(debian, cache, log)

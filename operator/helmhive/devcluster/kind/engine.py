@@ -26,7 +26,7 @@ from typing import TextIO
 
 from helmhive.devcluster.progress import step
 
-__all__ = ["WRAPPER", "Engine", "EngineError", "decide_needs_cap_wrapper", "ensure_engine"]
+__all__ = ["WRAPPER", "Engine", "EngineError", "decide_needs_cap_wrapper", "ensure_engine", "ensure_host_packages"]
 
 CAP_SYS_RESOURCE = 24
 RUNTIME_NAME = "helmhive-runc"
