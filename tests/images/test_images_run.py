@@ -1,19 +1,22 @@
-"""The images, built from their Dockerfiles without Docker, run as uid 65532 on a read-only root.
+"""The images, built with ``docker build`` from their Dockerfiles, run as uid 65532 on a read-only root.
 
-Each image is built by ``helmhive dev rootfs build`` (:mod:`helmhive.devcluster.rootfs`): the
-Dockerfile's own stages carried out in a cached ``debootstrap --variant=minbase`` tree of Debian
-bookworm (the first build on a machine takes about a minute more; the log shows each step).
-Then the image's entry points run from the tree the way a container runtime with
-``readOnlyRootFilesystem: true`` would run them: the root read-only, ``/tmp`` an empty tmpfs,
-the pod's volumes bound in, as the image's user with no capabilities and ``no_new_privs``.
+The images are built the way users and their CI build them, with ``docker build`` (the classic
+builder) from ``images/*/Dockerfile`` in the working tree, through the helpers ``helmhive dev
+kind`` uses (:mod:`helmhive.devcluster.kind.helmhive_images`). No registry is reached: the
+Dockerfiles' ``debian`` and ``node`` bases are stood in for by local images imported from
+:mod:`helmhive.devcluster.rootfs_bases`' trees. Docker's layer cache makes a rebuild with
+unchanged inputs a matter of seconds.
+
+Each container runs as a pod of the chart or a RunnerPool runs it: ``--read-only``, as
+``65532:65532``, ``--cap-drop ALL``, ``no-new-privileges``, with tmpfs or host directories where
+the pod has its emptyDirs, and ``--network host`` to reach the test API server on loopback.
 
 - the operator image has no shell; ``helmhive --help`` and ``operator run --help`` work; the
   real operator started from it against the test API server publishes the envelope catalogue
   and serves liveness and metrics;
-- the runner image registers a Runner with the reference agent; the ``node`` flavour registers
-  one with the Claude CLI it ships (and honestly reports it is not logged in).
-
-What this does not prove (no Docker engine here) is in ``docs/development.md``, "Images".
+- the runner image registers a Runner with the reference agent; the ``node`` flavour ships
+  Node.js 22 and the pinned npm agents, and registers one with the Claude CLI (honestly
+  reporting it is not logged in).
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ import base64
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, TypeVar
 
 import httpx
 import pytest
@@ -41,24 +45,34 @@ from harness.kube import IdentityFactory, Kube
 from harness.kubectl import Kubectl
 from harness.operator import free_port
 from helmhive.deploy.manifests import OperatorIdentity
-from helmhive.devcluster.dockerfile import DockerfileError
-from helmhive.devcluster.rootfs import Bind, RootfsError, build_image, run_image
+from helmhive.devcluster.build import BuildError
+from helmhive.devcluster.kind.cluster import kind_state_dir
+from helmhive.devcluster.kind.engine import EngineError, ensure_engine, ensure_host_packages
+from helmhive.devcluster.kind.helmhive_images import HelmhiveImages, ensure_helmhive_images, ensure_runner_node_image
+from helmhive.devcluster.kind.images import ensure_debian_image
+from helmhive.devcluster.rootfs_bases import RootfsError, ensure_debian_base
 from helmhive.policy.envelopes import ENVELOPES
-from runner.npm_agents import CLAUDE_CODE
+from runner.npm_agents import CLAUDE_CODE, PINNED
 from runner.program_harness import CANARY, RunnerProc, RunnerRig
 
-REPO = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
 POD_UID = 65532
 KUBE_DIR = "/var/run/helmhive-test"
 BUILD_TIMEOUT_S = 1500
+RUN_TIMEOUT_S = 120
+CONTAINER_PREFIX = "helmhive-images-test-"
+OPERATOR_TMPFS = ("/tmp",)
+"""The operator's emptyDirs in the chart's Deployment."""
+RUNNER_TMPFS = ("/tmp", "/var/lib/helmhive", "/home/runner")
+"""A runner pod's emptyDirs (helmhive.policy.runners.pod)."""
 
-# Every test here waits for image builds (minutes, as root), so all of them stay out of the quick
-# `-m "not cluster"` runs, including the two that need no API server.
+# Every test here waits for image builds (minutes on a cold cache), so all of them stay out of the
+# quick `-m "not cluster"` runs, including the ones that need no API server.
 pytestmark = [pytest.mark.timeout(BUILD_TIMEOUT_S), pytest.mark.cluster]
 
 
 class _Progress:
-    """The build log: every line to a file; the builder's own step lines to the terminal too."""
+    """The build log: every line to a file, and to the terminal as it happens (a cold build takes minutes)."""
 
     def __init__(self, path: Path, config: pytest.Config) -> None:
         self.name = str(path)
@@ -68,10 +82,10 @@ class _Progress:
 
     def write(self, text: str) -> int:
         self._file.write(text)
-        if text.startswith("rootfs: ") and self._reporter is not None:
-            # Shown as it happens (a cold build takes minutes), not only in a failure's captured output.
+        if self._reporter is not None and text.strip():
             with self._capture.global_and_fixture_disabled() if self._capture else contextlib.nullcontext():
-                self._reporter.write_line(text.rstrip())
+                self._reporter.ensure_newline()
+                self._reporter.write_line(f"images: {text.rstrip()}")
         return len(text)
 
     def flush(self) -> None:
@@ -81,64 +95,178 @@ class _Progress:
         self._file.close()
 
 
-def _ensure_debootstrap(progress: _Progress) -> None:
-    """debootstrap comes from Debian's packages; install it (we run as root, like CI) if it is missing."""
-    if shutil.which("debootstrap"):
-        return
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        pytest.fail("debootstrap is not installed and cannot be installed here (needs root and apt-get)", pytrace=False)
-    progress.write("rootfs: installing debootstrap from Debian's packages (apt-get)\n")
-    for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "debootstrap"]):
-        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=600)
-        if done.returncode != 0:
-            pytest.fail(f"{' '.join(command)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}", pytrace=False)
-
-
 def _build(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, dockerfile: str, target: str
-) -> Path:
-    out = tmp_path_factory.mktemp(f"image-{target}")
-    progress = _Progress(out / "build.log", request.config)
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, what: str, build: Callable[[Any], T]
+) -> T:
+    """``build(progress_log)``; any failure fails the test with the log's path (never a skip)."""
+    progress = _Progress(tmp_path_factory.mktemp("images") / "build.log", request.config)
     try:
-        _ensure_debootstrap(progress)
-        build_image(REPO / dockerfile, context=REPO, target=target, output=out / "image", log=progress)  # type: ignore[arg-type]
-    except (RootfsError, DockerfileError, OSError, subprocess.CalledProcessError) as err:
-        pytest.fail(f"building {dockerfile} --target {target} failed: {err}\n(log: {progress.name})", pytrace=False)
+        return build(progress)
+    except (BuildError, EngineError, RootfsError, OSError, subprocess.SubprocessError) as err:
+        pytest.fail(f"building {what} failed: {err}\n(log: {progress.name})", pytrace=False)
     finally:
         progress.close()
-    return out / "image"
+
+
+def _debian(progress: Any) -> str:
+    """The Debian minbase tree (debootstrap, cached) imported into the engine, started if need be."""
+    ensure_engine(kind_state_dir(), progress)
+    ensure_host_packages({"debootstrap": "debootstrap"}, progress)
+    tree, release = ensure_debian_base("bookworm", progress)
+    return ensure_debian_image(tree, release, progress)
 
 
 @pytest.fixture(scope="module")
-def operator_image(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    image = _build(request, tmp_path_factory, "images/operator/Dockerfile", "operator")
-    yield image
-    shutil.rmtree(image, ignore_errors=True)  # hundreds of MB; the build log stays
+def debian_image(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    return _build(request, tmp_path_factory, "the Debian base image", _debian)
 
 
 @pytest.fixture(scope="module")
-def runner_image(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    image = _build(request, tmp_path_factory, "images/runner/Dockerfile", "base")
-    yield image
-    shutil.rmtree(image, ignore_errors=True)  # hundreds of MB; the build log stays
+def images(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, debian_image: str
+) -> HelmhiveImages:
+    return _build(
+        request,
+        tmp_path_factory,
+        "the operator and runner images",
+        lambda progress: ensure_helmhive_images(debian_image, progress),
+    )
 
 
 @pytest.fixture(scope="module")
-def node_image(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    image = _build(request, tmp_path_factory, "images/runner/Dockerfile", "node")
-    yield image
-    shutil.rmtree(image, ignore_errors=True)  # hundreds of MB; the build log stays
+def operator_image(images: HelmhiveImages) -> str:
+    return images.operator
 
 
-def _run(image: Path, args: list[str] | None, *, entrypoint: list[str] | None = None, **kwargs: Any) -> tuple[int, str]:
-    proc = run_image(image, args, entrypoint=entrypoint, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kwargs)
-    out, _ = proc.communicate(timeout=120)
-    return proc.returncode, out.decode(errors="replace")
+@pytest.fixture(scope="module")
+def runner_image(images: HelmhiveImages) -> str:
+    return images.runner
+
+
+@pytest.fixture(scope="module")
+def node_image(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, debian_image: str, images: HelmhiveImages
+) -> str:
+    # After `base` (the `images` fixture), so that docker's layer cache has the stages they share.
+    return _build(
+        request,
+        tmp_path_factory,
+        "the runner's node flavour",
+        lambda progress: ensure_runner_node_image(debian_image, progress),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Volume:
+    """A host directory bound into the container, as a pod's volume."""
+
+    source: Path
+    target: str
+    read_only: bool = False
+
+
+def build_run_args(
+    image: str,
+    args: Sequence[str] | None,
+    *,
+    name: str,
+    entrypoint: str | None = None,
+    env: dict[str, str] | None = None,
+    volumes: Sequence[Volume] = (),
+    tmpfs: Sequence[str] = OPERATOR_TMPFS,
+) -> list[str]:
+    """``docker run`` as a restricted pod runs a container: read-only root, 65532, no capabilities.
+
+    Each tmpfs is an emptyDir (fsGroup 65532 makes it the pod user's; ``/tmp`` is world-writable
+    and sticky). ``--network host``: the test API server and the endpoints the test scrapes are on
+    the host's loopback.
+    """
+    command = ["run", "--rm", "--name", name, "--network", "host", "--read-only"]
+    command += ["--user", f"{POD_UID}:{POD_UID}", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
+    for path in tmpfs:
+        options = "mode=1777" if path == "/tmp" else f"uid={POD_UID},gid={POD_UID},mode=0700"
+        command += ["--tmpfs", f"{path}:rw,nosuid,nodev,{options}"]
+    for volume in volumes:
+        command += ["-v", f"{volume.source}:{volume.target}{':ro' if volume.read_only else ''}"]
+    for key, value in (env or {}).items():
+        command += ["-e", f"{key}={value}"]
+    if entrypoint is not None:
+        command += ["--entrypoint", entrypoint]
+    return ["docker", *command, image, *(args or [])]
+
+
+def _container_name() -> str:
+    return CONTAINER_PREFIX + uuid.uuid4().hex[:12]
+
+
+def _remove(name: str) -> None:
+    """Remove a container that outlived its `docker run` (killed, or timed out)."""
+    subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False, timeout=60)
+
+
+def _run(image: str, args: list[str] | None, *, entrypoint: str | None = None, **kwargs: Any) -> tuple[int, str]:
+    name = _container_name()
+    command = build_run_args(image, args, name=name, entrypoint=entrypoint, **kwargs)
+    try:
+        done = subprocess.run(command, capture_output=True, timeout=RUN_TIMEOUT_S, check=False)
+    finally:
+        _remove(name)
+    return done.returncode, (done.stdout + done.stderr).decode(errors="replace")
+
+
+@dataclass(frozen=True)
+class _Started:
+    name: str
+    popen: subprocess.Popen[bytes]
+
+
+def _start(image: str, args: list[str] | None, *, log: IO[bytes], **kwargs: Any) -> _Started:
+    """``docker run`` in the background; a signal sent to it reaches the container (docker's sig-proxy)."""
+    name = _container_name()
+    command = build_run_args(image, args, name=name, **kwargs)
+    return _Started(name, subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
+
+
+def _stop(started: _Started, timeout: float = 60) -> int:
+    proc = started.popen
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    _remove(started.name)
+    return proc.returncode
+
+
+def _image_config(image: str) -> dict[str, Any]:
+    out = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{json .Config}}", image],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    config: dict[str, Any] = json.loads(out.stdout)
+    return config
+
+
+def _layers(image: str) -> list[str]:
+    out = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}", image],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    layers: list[str] = json.loads(out.stdout)
+    return layers
 
 
 _PROBE = """
 import os, pathlib
-print("ids", os.getuid(), os.getgid(), os.getgroups())
+print("ids", os.getuid(), os.getgid(), sorted(set(os.getgroups()) - {os.getgid()}))
 try:
     open("/opt/helmhive/probe", "w")
 except OSError as err:
@@ -151,7 +279,7 @@ print("caps", [line.split()[1] for line in open("/proc/self/status") if line.sta
 
 
 def _assert_contained(out: str) -> None:
-    """What _PROBE printed: uid/gid 65532 and no groups, a read-only root, a writable /tmp, no privileges."""
+    """What _PROBE printed: uid/gid 65532 and no other group, a read-only root, a writable /tmp, no privileges."""
     assert f"ids {POD_UID} {POD_UID} []" in out, out
     assert "root-write Read-only file system" in out, out
     assert "tmp-write ok" in out, out
@@ -159,13 +287,23 @@ def _assert_contained(out: str) -> None:
     assert "caps 0000000000000000" in out, out
 
 
-def test_the_operator_image_has_no_shell_and_runs_read_only_as_65532(operator_image: Path) -> None:
-    root = operator_image / "rootfs"
-    config = json.loads((operator_image / "config.json").read_text(encoding="utf-8"))
-    assert config["user"] == f"{POD_UID}:{POD_UID}"
-    for tool in ("bin/sh", "bin/bash", "bin/dash", "usr/bin/apt-get", "usr/bin/dpkg", "usr/bin/perl", "bin/ls"):
-        assert not (root / tool).exists() and not (root / tool).is_symlink(), f"{tool} is in the operator image"
-    assert (root / "opt/helmhive/venv/bin/helmhive").exists()
+_ABSENT = ("bin/sh", "bin/bash", "bin/dash", "usr/bin/apt-get", "usr/bin/dpkg", "usr/bin/perl", "bin/ls")
+
+
+def test_the_operator_image_has_no_shell_and_runs_read_only_as_65532(operator_image: str) -> None:
+    config = _image_config(operator_image)
+    assert config["User"] == f"{POD_UID}:{POD_UID}"
+    code, out = _run(operator_image, ["-c", "true"], entrypoint="/bin/sh")
+    assert code != 0 and "no such file or directory" in out, out
+    listing = f"import os; print([p for p in {list(_ABSENT)!r} if os.path.lexists('/' + p)])"
+    code, out = _run(operator_image, ["-c", listing], entrypoint="python3")
+    assert code == 0 and out.strip() == "[]", f"in the operator image: {out}"
+    code, out = _run(
+        operator_image,
+        ["-c", "import os; print(os.access('/opt/helmhive/venv/bin/helmhive', os.X_OK))"],
+        entrypoint="python3",
+    )
+    assert code == 0 and out.strip() == "True", out
 
     code, out = _run(operator_image, ["--help"])
     assert code == 0, out
@@ -173,31 +311,33 @@ def test_the_operator_image_has_no_shell_and_runs_read_only_as_65532(operator_im
     code, out = _run(operator_image, ["operator", "run", "--help"])
     assert code == 0, out
     assert "--webhook-port" in out and "--liveness" in out
-    code, out = _run(operator_image, ["-c", _PROBE], entrypoint=["python3"])
+    code, out = _run(operator_image, ["-c", _PROBE], entrypoint="python3")
     assert code == 0, out
     _assert_contained(out)
 
 
-def test_the_runner_images_run_read_only_as_65532(runner_image: Path, node_image: Path) -> None:
+def test_the_runner_images_run_read_only_as_65532(runner_image: str, node_image: str) -> None:
     for image in (runner_image, node_image):
-        code, out = _run(image, ["runner", "run", "--help"])
+        code, out = _run(image, ["runner", "run", "--help"], tmpfs=RUNNER_TMPFS)
         assert code == 0, out
         assert "Register this runner" in out
-        code, out = _run(image, ["-c", _PROBE], entrypoint=["python3"])
+        code, out = _run(image, ["-c", _PROBE], entrypoint="python3", tmpfs=RUNNER_TMPFS)
         assert code == 0, out
         _assert_contained(out)
-        code, out = _run(image, ["--version"], entrypoint=["git"])
+        code, out = _run(image, ["--version"], entrypoint="git", tmpfs=RUNNER_TMPFS)
         assert code == 0 and out.startswith("git version"), out
-    code, out = _run(node_image, ["--version"], entrypoint=["node"])
+    code, out = _run(node_image, ["--version"], entrypoint="node", tmpfs=RUNNER_TMPFS)
     assert code == 0 and out.strip().startswith("v22."), out
-    home = Bind(_volume(node_image.parent / "home"), "/home/runner")
-    code, out = _run(node_image, ["--version"], entrypoint=["claude"], binds=[home])
+    code, out = _run(node_image, ["--version"], entrypoint="claude", tmpfs=RUNNER_TMPFS)
     assert code == 0 and CLAUDE_CODE[1] in out, out
-    assert (node_image / "rootfs/opt/helmhive/agents/node_modules/.bin/claude-agent-acp").exists()
-    # Built after `base` in this session, `node` reuses the stages they share from the stage cache.
-    log = (node_image.parent / "build.log").read_text(encoding="utf-8")
-    for stage in ("python", "deps", "build", "base"):
-        assert f"stage {stage} from the cache" in log, log[-3000:]
+    # Every agent the lock pins is on the flavour's PATH (its first entry, the agents' .bin).
+    binaries = " ".join(binary for _name, _version, binary in PINNED)
+    check = f"for b in {binaries}; do command -v $b || echo missing $b; done"
+    code, out = _run(node_image, ["-c", check], entrypoint="/bin/sh", tmpfs=RUNNER_TMPFS)
+    assert code == 0 and "missing" not in out, out
+    assert all(f"/opt/helmhive/agents/node_modules/.bin/{binary}" in out for _n, _v, binary in PINNED), out
+    # `node` is FROM `base`: the same Debian and python stage layers under it.
+    assert _layers(node_image)[:2] == _layers(runner_image)[:2]
 
 
 def _volume(path: Path, *, mode: int = 0o700) -> Path:
@@ -246,19 +386,8 @@ def stop_webhooks(kube: Kube) -> Iterator[None]:
                 raise
 
 
-def _stop(proc: subprocess.Popen[bytes], timeout: float = 60) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-    return proc.returncode
-
-
 def test_the_operator_from_its_image_publishes_the_envelopes(
-    operator_image: Path,
+    operator_image: str,
     cluster: ClusterHandle,
     kube: Kube,
     kubectl: Kubectl,
@@ -277,7 +406,7 @@ def test_the_operator_from_its_image_publishes_the_envelopes(
     live, webhook, metrics = free_port(), free_port(), free_port()
     log_path = tmp_path / "operator.log"
     with log_path.open("wb") as log:
-        proc = run_image(
+        started = _start(
             operator_image,
             [
                 "operator",
@@ -290,10 +419,10 @@ def test_the_operator_from_its_image_publishes_the_envelopes(
                 "--metrics-addr=127.0.0.1",
                 f"--metrics-port={metrics}",
             ],
-            binds=[Bind(kube_dir, KUBE_DIR, read_only=True)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
+            log=log,
+            volumes=[Volume(source=kube_dir, target=KUBE_DIR, read_only=True)],
         )
+    proc = started.popen
     log_text = lambda: log_path.read_text(encoding="utf-8", errors="replace")  # noqa: E731
 
     def alive() -> None:
@@ -318,23 +447,26 @@ def test_the_operator_from_its_image_publishes_the_envelopes(
         scraped = httpx.get(f"http://127.0.0.1:{metrics}/metrics", timeout=5)
         assert scraped.status_code == 200 and "helmhive_" in scraped.text
     finally:
-        code = _stop(proc)
+        code = _stop(started)
     text = log_text()
     assert code == 0, f"the operator exited with {code} after SIGTERM:\n{text[-4000:]}"
     assert "Read-only file system" not in text, text[-4000:]
     assert token not in text
 
 
-def _runner_volumes(rig: RunnerRig, runner_json: dict[str, Any], kube_dir: Path) -> tuple[list[Bind], dict[str, str]]:
+def _runner_volumes(
+    rig: RunnerRig, image: str, runner_json: dict[str, Any], kube_dir: Path
+) -> tuple[list[Volume], dict[str, str]]:
     """The runner pod's volumes and environment (helmhive.policy.runners.pool), as host directories."""
     config = _volume(rig.root / "config", mode=0o755)
     (config / "runner.json").write_text(json.dumps(runner_json), encoding="utf-8")
     (config / "runner.json").chmod(0o444)
-    binds = [
-        Bind(config, "/etc/helmhive", read_only=True),
-        Bind(kube_dir, KUBE_DIR, read_only=True),
-        Bind(_volume(rig.root / "state"), "/var/lib/helmhive"),
-        Bind(_volume(rig.root / "home"), "/home/runner"),
+    volumes = [
+        Volume(source=config, target="/etc/helmhive", read_only=True),
+        Volume(source=kube_dir, target=KUBE_DIR, read_only=True),
+        # The state and HOME emptyDirs as host directories, so that the test can look into them.
+        Volume(source=_volume(rig.root / "state"), target="/var/lib/helmhive"),
+        Volume(source=_volume(rig.root / "home"), target="/home/runner"),
     ]
     env = {
         "HELMHIVE_RUNNER_NAME": rig.name,
@@ -342,34 +474,34 @@ def _runner_volumes(rig: RunnerRig, runner_json: dict[str, Any], kube_dir: Path)
         "HELMHIVE_POOL": rig.pool,
         "HELMHIVE_RUNNER_CONFIG": "/etc/helmhive/runner.json",
         "HELMHIVE_CREDENTIAL_GENERATION": "1",
-        "HELMHIVE_RUNNER_IMAGE": "helmhive/runner:rootfs-test",
+        "HELMHIVE_RUNNER_IMAGE": image,
         "HELMHIVE_SHUTDOWN_GRACE_SECONDS": "5",
         "KUBECONFIG": f"{KUBE_DIR}/kubeconfig",
         # The runner turns faulthandler on itself; this covers its imports too, so a crash at
         # any point prints every thread's stack into the log.
         "PYTHONFAULTHANDLER": "1",
     }
-    return binds, env
+    return volumes, env
 
 
 def _runner_pod(
-    rig: RunnerRig, identities: IdentityFactory, cluster: ClusterHandle, runner_json: dict[str, Any]
-) -> tuple[list[Bind], dict[str, str]]:
+    rig: RunnerRig, image: str, identities: IdentityFactory, cluster: ClusterHandle, runner_json: dict[str, Any]
+) -> tuple[list[Volume], dict[str, str]]:
     """RBAC, the Pod object and a token bound to it, then the pod's volumes and environment."""
     rig.ensure_rbac()
     pod = rig.ensure_pod()
     identity = identities(rig.namespace, rig.service_account, bound_pod=pod, create=False)
     token = yaml.safe_load(identity.kubeconfig.read_text(encoding="utf-8"))["users"][0]["user"]["token"]
     kube_dir = _kube_dir(rig.root / "kube", cluster.kubeconfig, token, rig.service_account, rig.namespace)
-    return _runner_volumes(rig, runner_json, kube_dir)
+    return _runner_volumes(rig, image, runner_json, kube_dir)
 
 
-def _run_runner(image: Path, rig: RunnerRig, binds: list[Bind], env: dict[str, str]) -> RunnerProc:
+def _run_runner(image: str, rig: RunnerRig, volumes: list[Volume], env: dict[str, str]) -> tuple[RunnerProc, _Started]:
     """``helmhive runner run`` (the image's CMD) from the image, logging to the rig's directory."""
     log_path = rig.root / "runner.log"
     with log_path.open("wb") as log:
-        popen = run_image(image, None, env=env, binds=binds, stdout=log, stderr=subprocess.STDOUT)
-    return RunnerProc(popen=popen, log_path=log_path)
+        started = _start(image, None, log=log, env=env, volumes=volumes, tmpfs=("/tmp",))
+    return RunnerProc(popen=started.popen, log_path=log_path), started
 
 
 def _assert_stopped_cleanly(proc: RunnerProc, code: int) -> str:
@@ -383,7 +515,7 @@ def _assert_stopped_cleanly(proc: RunnerProc, code: int) -> str:
 
 
 def test_the_runner_from_its_image_registers_with_the_reference_agent(
-    runner_image: Path,
+    runner_image: str,
     cluster: ClusterHandle,
     crds: list[str],
     kube: Kube,
@@ -400,13 +532,13 @@ def test_the_runner_from_its_image_registers_with_the_reference_agent(
         "heartbeat": {"leaseDurationSeconds": 5, "renewIntervalSeconds": 1, "reportRefreshSeconds": 30},
         "credentialEnvName": "HELMHIVE_REFERENCE_AGENT_TOKEN",
     }
-    binds, env = _runner_pod(rig, service_account_identity, cluster, runner_json)
+    volumes, env = _runner_pod(rig, runner_image, service_account_identity, cluster, runner_json)
     secret = _volume(tmp_path / "secret", mode=0o500)
     (secret / "credential").write_text(CANARY, encoding="utf-8")
     os.chown(secret / "credential", POD_UID, POD_UID)
-    binds.append(Bind(secret, "/var/run/helmhive/credential", read_only=True))
+    volumes.append(Volume(source=secret, target="/var/run/helmhive/credential", read_only=True))
     env["HELMHIVE_CREDENTIAL_FILE"] = "/var/run/helmhive/credential/credential"
-    proc = _run_runner(runner_image, rig, binds, env)
+    proc, started = _run_runner(runner_image, rig, volumes, env)
     try:
         report = rig.wait_registered(proc, timeout=120)
         assert report["adapter"]["type"] == "acp"
@@ -415,7 +547,7 @@ def test_the_runner_from_its_image_registers_with_the_reference_agent(
         rig.wait_events("Registered")
         assert rig.lease_exists()
     finally:
-        code = _stop(proc.popen)
+        code = _stop(started)
     log = _assert_stopped_cleanly(proc, code)
     wait_for(lambda: not rig.lease_exists(), timeout=30, describe="the runner to release its Lease on SIGTERM")
     assert CANARY not in log
@@ -425,7 +557,7 @@ def test_the_runner_from_its_image_registers_with_the_reference_agent(
 
 
 def test_the_node_runner_from_its_image_registers_with_the_claude_cli(
-    node_image: Path,
+    node_image: str,
     cluster: ClusterHandle,
     crds: list[str],
     kube: Kube,
@@ -440,11 +572,11 @@ def test_the_node_runner_from_its_image_registers_with_the_claude_cli(
         "capabilities": ["structured-output"],
         "heartbeat": {"leaseDurationSeconds": 5, "renewIntervalSeconds": 1, "reportRefreshSeconds": 30},
     }
-    binds, env = _runner_pod(rig, service_account_identity, cluster, runner_json)
+    volumes, env = _runner_pod(rig, node_image, service_account_identity, cluster, runner_json)
     login = _volume(tmp_path / "login")
-    binds.append(Bind(login, "/var/run/helmhive/login"))
+    volumes.append(Volume(source=login, target="/var/run/helmhive/login"))
     env["HELMHIVE_CREDENTIAL_DIR"] = "/var/run/helmhive/login"
-    proc = _run_runner(node_image, rig, binds, env)
+    proc, started = _run_runner(node_image, rig, volumes, env)
     try:
         report = rig.wait_registered(proc, timeout=120)
         assert report["adapter"] == {"type": "claude-cli", "name": "claude-code", "version": CLAUDE_CODE[1]}, report
@@ -452,7 +584,7 @@ def test_the_node_runner_from_its_image_registers_with_the_claude_cli(
         assert report["authentication"]["reason"] == "NotLoggedIn"
         assert proc.popen.poll() is None, "the runner keeps running (NeedsAttention), it does not crash"
     finally:
-        code = _stop(proc.popen)
+        code = _stop(started)
     # Stopped at once after registering, while its watches have only just started: the moment
     # a CI run saw this runner die of SIGABRT after a clean stop (tests/runner/test_runner_shutdown.py).
     log = _assert_stopped_cleanly(proc, code)

@@ -1,5 +1,5 @@
 """The pure parts of the kind cluster: the capability check, kind's config, kube-router's manifests,
-component Dockerfiles, input digests, demo objects and progress lines."""
+component Dockerfiles, input digests, the node base's pin, demo objects and progress lines."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import yaml
 from helmhive.devcluster.kind.cluster import build_kind_config
 from helmhive.devcluster.kind.demo_objects import build_git_egress, build_git_server, git_url, with_runner_image
 from helmhive.devcluster.kind.engine import WRAPPER, decide_needs_cap_wrapper
-from helmhive.devcluster.kind.images import build_component_dockerfile, digest_inputs
+from helmhive.devcluster.kind.helmhive_images import decide_node_base
+from helmhive.devcluster.kind.images import ImageError, build_component_dockerfile, digest_inputs
 from helmhive.devcluster.kind.network import build_cni_conflist, build_kube_router_manifests
 from helmhive.devcluster.kind.node import etcd_image_tag
 from helmhive.devcluster.progress import step
@@ -123,3 +124,11 @@ def test_a_failed_step_says_failed() -> None:
     with pytest.raises(RuntimeError), step(out, "x"):
         raise RuntimeError("boom")
     assert out.getvalue().splitlines()[-1].startswith("failed: x (")
+
+
+def test_the_node_base_is_read_from_an_exact_node_image_pin() -> None:
+    text = "ARG DEBIAN_IMAGE=debian:12.15-slim\nARG NODE_IMAGE=node:22.23.5-bookworm-slim\nFROM ${NODE_IMAGE}\n"
+    assert decide_node_base(text) == ("node:22.23.5-bookworm-slim", "22.23.5")
+    for unpinned in ("ARG NODE_IMAGE=node:22-bookworm-slim\n", "ARG NODE_IMAGE=node:lts\n", "FROM node\n"):
+        with pytest.raises(ImageError, match="NODE_IMAGE"):
+            decide_node_base(unpinned)

@@ -168,7 +168,7 @@ def run(
 def _run_on_kind(namespace: str, *, stop: bool) -> None:
     try:
         if stop:
-            deleted = kind_cluster.down(log=sys.stderr)
+            deleted = kind_cluster.delete_cluster(log=sys.stderr)
             typer.echo(f"kind cluster {kind_cluster.DEFAULT_NAME}: {'deleted' if deleted else 'there was none'}")
             return
         demo = run_kind_demo(namespace, sys.stderr)

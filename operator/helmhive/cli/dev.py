@@ -25,7 +25,7 @@ from typing import Annotated
 
 import typer
 
-from helmhive.cli import dev_kind, dev_rootfs
+from helmhive.cli import dev_kind
 from helmhive.devcluster import cluster
 from helmhive.devcluster.build import (
     DEFAULT_ETCD_VERSION,
@@ -39,7 +39,6 @@ from helmhive.devcluster.procs import log_tail
 app = typer.Typer(no_args_is_help=True, help="Developer tooling.")
 cluster_app = typer.Typer(no_args_is_help=True, help="A real local Kubernetes control plane on loopback.")
 app.add_typer(cluster_app, name="cluster")
-app.add_typer(dev_rootfs.app, name="rootfs")
 app.add_typer(dev_kind.app, name="kind")
 
 StateDirOption = Annotated[
@@ -69,7 +68,7 @@ class _ProgressLog(io.TextIOWrapper):
 
 
 def _heartbeat(stop: threading.Event, started: float) -> None:
-    while not stop.wait(60.0):
+    while not stop.wait(30.0):
         _err(f"helmhive: still building ({time.monotonic() - started:.0f} s so far)")
 
 

@@ -32,14 +32,14 @@ def _fail(err: Exception) -> None:
 
 
 @app.command("up")
-def up(
+def kind_up(
     name: NameOption = kind_cluster.DEFAULT_NAME,
     workers: Annotated[int, typer.Option(help="Worker nodes beside the control plane.")] = 1,
     images: Annotated[bool, typer.Option(help="Also build and load Helmhive's operator and runner images.")] = True,
 ) -> None:
     """Build or reuse the node image and tools, then create (or reuse) the cluster."""
     try:
-        cluster = kind_cluster.up(name, log=sys.stderr, workers=workers)
+        cluster = kind_cluster.ensure_cluster(name, log=sys.stderr, workers=workers)
         if images:
             kind_cluster.load_helmhive(cluster, log=sys.stderr)
     except (BuildError, EngineError, kind_cluster.KindError) as err:
@@ -51,7 +51,7 @@ def up(
 
 
 @app.command("build")
-def build() -> None:
+def kind_build() -> None:
     """Build or reuse everything a cluster is made from (node image, tools, Helmhive's images); create nothing."""
     try:
         kind_cluster.build_all(log=sys.stderr)
@@ -60,7 +60,7 @@ def build() -> None:
 
 
 @app.command("env")
-def env(name: NameOption = kind_cluster.DEFAULT_NAME) -> None:
+def kind_env(name: NameOption = kind_cluster.DEFAULT_NAME) -> None:
     """Print shell exports for KUBECONFIG and kubectl: eval "$(helmhive dev kind env)"."""
     try:
         cluster = kind_cluster.existing(name, log=sys.stderr)
@@ -71,7 +71,7 @@ def env(name: NameOption = kind_cluster.DEFAULT_NAME) -> None:
 
 
 @app.command("load")
-def load(
+def kind_load(
     images: Annotated[
         list[str] | None, typer.Argument(help="Local images to load [default: build and load Helmhive's].")
     ] = None,
@@ -81,7 +81,7 @@ def load(
     try:
         cluster = kind_cluster.existing(name, log=sys.stderr)
         if images:
-            kind_cluster.load(name, list(images), kind=cluster.kind, log=sys.stderr)
+            kind_cluster.load_images(name, list(images), kind=cluster.kind, log=sys.stderr)
         else:
             kind_cluster.load_helmhive(cluster, log=sys.stderr)
     except (BuildError, EngineError, kind_cluster.KindError) as err:
@@ -89,10 +89,10 @@ def load(
 
 
 @app.command("down")
-def down(name: NameOption = kind_cluster.DEFAULT_NAME) -> None:
+def kind_down(name: NameOption = kind_cluster.DEFAULT_NAME) -> None:
     """Delete the cluster (the cached images and binaries stay)."""
     try:
-        deleted = kind_cluster.down(name, log=sys.stderr)
+        deleted = kind_cluster.delete_cluster(name, log=sys.stderr)
     except (BuildError, kind_cluster.KindError) as err:
         _fail(err)
     typer.echo(f"kind cluster {name}: {'deleted' if deleted else 'there was none'}", err=True)

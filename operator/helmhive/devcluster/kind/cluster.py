@@ -44,13 +44,13 @@ __all__ = [
     "build_all",
     "build_env",
     "build_kind_config",
-    "down",
+    "delete_cluster",
+    "ensure_cluster",
     "existing",
     "kind_state_dir",
-    "load",
     "load_helmhive",
+    "load_images",
     "prepare",
-    "up",
 ]
 
 DEFAULT_NAME = "helmhive"
@@ -175,7 +175,7 @@ def prepare(
     return engine, images, router, kind, binaries.kubectl
 
 
-def up(name: str = DEFAULT_NAME, *, log: TextIO, workers: int = 1, timeout: float = 600.0) -> KindCluster:
+def ensure_cluster(name: str = DEFAULT_NAME, *, log: TextIO, workers: int = 1, timeout: float = 600.0) -> KindCluster:
     """Create the cluster (or reuse a healthy one of that name) and wait until every node is Ready."""
     engine, images, router, kind, kubectl = prepare(log)
     state = kind_state_dir()
@@ -222,7 +222,7 @@ def up(name: str = DEFAULT_NAME, *, log: TextIO, workers: int = 1, timeout: floa
                 ],
                 what="kind create cluster",
             )
-    load(name, [router], kind=kind, log=log)
+    load_images(name, [router], kind=kind, log=log)
     nodes = install_network(kubectl, kubeconfig, router, expect_nodes=workers + 1, log=log, timeout=timeout)
     return KindCluster(
         name=name,
@@ -262,14 +262,14 @@ def install_network(
     return nodes
 
 
-def load(name: str, images: list[str], *, kind: Path, log: TextIO) -> None:
+def load_images(name: str, images: list[str], *, kind: Path, log: TextIO) -> None:
     """``kind load docker-image`` each image into every node of the cluster."""
     for image in images:
         with step(log, f"kind load docker-image {image}"):
-            _run([str(kind), "load", "docker-image", "--name", name, image], what=f"loading {image}")
+            _run([str(kind), "load_images", "docker-image", "--name", name, image], what=f"loading {image}")
 
 
-def down(name: str = DEFAULT_NAME, *, log: TextIO) -> bool:
+def delete_cluster(name: str = DEFAULT_NAME, *, log: TextIO) -> bool:
     """Delete the cluster; return whether there was one."""
     kind = ensure_go_tool(GO_TOOLS["kind"], log=log, root=cache_root())
     if name not in _clusters(kind):
@@ -328,5 +328,5 @@ def _debian_tag() -> str:
 def load_helmhive(cluster: KindCluster, *, log: TextIO) -> HelmhiveImages:
     """docker build Helmhive's operator and runner images from the working tree and load them."""
     images = ensure_helmhive_images(cluster.debian_image, log)
-    load(cluster.name, [images.operator, images.runner], kind=cluster.kind, log=log)
+    load_images(cluster.name, [images.operator, images.runner], kind=cluster.kind, log=log)
     return images

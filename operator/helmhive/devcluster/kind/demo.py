@@ -24,7 +24,7 @@ import yaml
 from helmhive.devcluster.demo import example_documents
 from helmhive.devcluster.demo_manifests import DEMO_CHANGE, DEMO_JOB, build_change_documents, build_demo_documents
 from helmhive.devcluster.helm import ensure_helm
-from helmhive.devcluster.kind.cluster import KindCluster, load_helmhive, up
+from helmhive.devcluster.kind.cluster import KindCluster, ensure_cluster, load_helmhive
 from helmhive.devcluster.kind.demo_objects import build_git_egress, build_git_server, git_url, with_runner_image
 from helmhive.devcluster.kind.images import REPO_ROOT
 from helmhive.devcluster.progress import step
@@ -85,7 +85,7 @@ def _wait_ready(cluster: KindCluster, kind: str, name: str, namespace: str, log:
 
 def run_kind_demo(namespace: str, log: TextIO) -> KindDemo:
     """Run the demo on kind; return the cluster and namespace for showing the results."""
-    cluster = up(log=log)
+    cluster = ensure_cluster(log=log)
     images = load_helmhive(cluster, log=log)
     helm = ensure_helm(log=log)
     operator_repo, operator_tag = images.operator.rsplit(":", 1)

@@ -108,6 +108,8 @@ def _server_version(docker: str) -> str | None:
 
 
 def _apt_install(packages: list[str], log: TextIO) -> None:
+    if shutil.which("apt-get") is None:
+        raise EngineError(f"missing {', '.join(packages)}, and there is no apt-get to install them; install them first")
     if os.geteuid() != 0:
         raise EngineError(
             f"missing {', '.join(packages)}; install them (apt-get install {' '.join(packages)}) or run as root"
