@@ -12,21 +12,17 @@ tested on their own first. See ``docs/security.md``.
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
 from harness import wait_for
@@ -46,10 +42,9 @@ from helmhive.runner.sandbox.limits import (
 )
 
 from .execution_harness import ExecutionRig, Runner, condition
-from .program_harness import RunnerProc, RunnerRig, reference_runner_json
+from .pod_harness import POD_UID, make_pod_python, make_pod_root, start_pod_runner
 
 MIB = 1024 * 1024
-POD_UID = 65532
 LIMITS = {"memoryBytes": 256 * MIB, "cpuSeconds": 5, "processes": 32, "openFiles": 64}
 ENFORCED = EnforcedLimits(memory_bytes=256 * MIB, cpu_seconds=5, open_files=64, processes=32, user_namespace=True)
 
@@ -65,10 +60,14 @@ def test_the_processes_limit_needs_a_runner_that_is_not_root_and_a_user_namespac
         "DATA": [256 * MIB, 256 * MIB],
         "CPU": [5, 10],  # SIGXCPU at 5 s, SIGKILL 5 s later
         "NOFILE": [64, 64],
+        "FSIZE": [4096 * MIB, 4096 * MIB],  # no file larger than the job's disk
         "CORE": [0, 0],
         "NPROC": [32, 32],
     }
-    assert pod.describe() == "memory 256 MiB, cpu 5s, files 64 per process, processes 32 per job"
+    assert pod.describe() == (
+        "memory 256 MiB, cpu 5s, files 64 per process, processes 32 per job, disk 4096 MiB per job, "
+        "no pid namespace, no read-only view"
+    )
     root = build_enforced_limits(limits=limits, support=LimitSupport(uid=0, user_namespaces=True))
     assert (root.processes, root.user_namespace) == (None, False) and "NPROC" not in root.rlimits()
     assert "processes not limited (the runner is uid 0" in root.describe()
@@ -80,6 +79,7 @@ def test_the_processes_limit_needs_a_runner_that_is_not_root_and_a_user_namespac
         "processes": 512,
         "open_files": 4096,
         "cpu_millicores": 2000,
+        "disk_bytes": 4096 * MIB,
     }
 
 
@@ -215,59 +215,16 @@ def test_the_launcher_says_what_this_environment_allows() -> None:
 
 @pytest.fixture(scope="module")
 def pod_python() -> Iterator[Path]:
-    """An interpreter uid 65532 can run, that sees this project's packages.
-
-    Where the tests run as root, this project's own interpreter may live where uid 65532 cannot go
-    (``/root``): a virtual environment of the system's Python 3.11 that adds this one's site-packages.
-    """
-    if os.getuid() != 0:
-        yield Path(sys.executable)
-        return
-    system = shutil.which("python3.11", path="/usr/bin:/usr/local/bin")
-    if system is None:
-        pytest.fail(
-            "no system Python 3.11 (Debian's python3.11-minimal and python3.11-venv) to run the runner as uid 65532"
-        )
-    base = Path(tempfile.mkdtemp(prefix="helmhive-pod-python-"))
-    try:
-        subprocess.run([system, "-m", "venv", "--without-pip", str(base / "venv")], check=True, timeout=120)
-        (site,) = (base / "venv" / "lib").glob("python3*/site-packages")
-        ours = next(p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir())
-        (site / "helmhive-tests.pth").write_text(f"import site; site.addsitedir({ours!r})\n", encoding="utf-8")
-        for path in (base, *base.rglob("*")):
-            path.chmod(path.stat().st_mode | 0o755 if path.is_dir() else path.stat().st_mode | 0o444)
-        python = base / "venv" / "bin" / "python"
-        check = subprocess.run(
-            [str(python), "-c", "import helmhive.runner.program.main, helmhive.reference_agent.agent"],
-            user=POD_UID,
-            group=POD_UID,
-            extra_groups=[],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        if check.returncode != 0:
-            pytest.fail(f"uid {POD_UID} cannot import this project with {system}: {check.stderr[-500:]}")
+    """An interpreter uid 65532 can run (:func:`.pod_harness.make_pod_python`)."""
+    with make_pod_python() as python:
         yield python
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture
 def pod_root() -> Iterator[Path]:
-    """A directory uid 65532 can reach (the usual tmp_path is under a root-only directory).
-
-    A test requests it before ``execution``: fixtures are torn down in reverse, so the runners
-    (stopped by ``execution``'s cleanup) end before their directory is removed. A CI run that
-    removed it first saw the runner not exit within 30 s of SIGTERM.
-    """
-    root = Path(tempfile.mkdtemp(prefix="helmhive-pod-runner-"))
-    root.chmod(0o755)
-    try:
+    """A directory uid 65532 can reach; requested before ``execution`` (see :func:`.pod_harness.make_pod_root`)."""
+    with make_pod_root() as root:
         yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 FORK_EIGHT = """
@@ -325,57 +282,11 @@ def test_in_its_own_user_namespace_a_job_counts_only_its_own_processes(pod_pytho
             proc.wait()
 
 
-def _inline_kubeconfig(source: Path, target: Path) -> Path:
-    doc = yaml.safe_load(source.read_text(encoding="utf-8"))
-    for entry in doc["clusters"]:
-        ca = entry["cluster"].pop("certificate-authority", None)
-        if ca:
-            entry["cluster"]["certificate-authority-data"] = base64.b64encode(Path(ca).read_bytes()).decode()
-    target.write_text(yaml.safe_dump(doc), encoding="utf-8")
-    return target
-
-
-def _chown_tree(root: Path, uid: int) -> None:
-    for path in (root, *root.rglob("*")):
-        os.chown(path, uid, uid, follow_symlinks=False)
-
-
 def start_limited_runner(
     execution: ExecutionRig, *, root: Path, job_limits: dict[str, int], python: Path | None = None
 ) -> Runner:
-    """A runner program with ``jobLimits`` in its runner.json, the reference agent run by the same interpreter.
-
-    With ``python`` (:func:`pod_python`) and tests that run as root, it runs as uid 65532, the pod's."""
-    pod = python is not None and os.getuid() == 0
-    python = python or Path(sys.executable)
-    rig = RunnerRig(kube=execution.kube, namespace=execution.namespace, identities=execution.identities, root=root)
-    execution.sessions_secret(rig.name)
-    runner_json = reference_runner_json(agent_state=rig.agent_state)
-    runner_json["adapter"]["acp"].update({"command": str(python), "args": ["-m", "helmhive.reference_agent.agent"]})
-    runner_json["sandbox"] = {"writePaths": [str(rig.agent_state)]}
-    runner_json["jobLimits"] = job_limits
-    env = rig.environ(runner_json)
-    if pod:
-        env["KUBECONFIG"] = str(_inline_kubeconfig(Path(env["KUBECONFIG"]), root / "kubeconfig"))
-        _chown_tree(root, POD_UID)
-    log_path = root / "runner.log"
-    with log_path.open("wb") as log:
-        user = {"user": POD_UID, "group": POD_UID, "extra_groups": []} if pod else {}
-        popen = subprocess.Popen(
-            [str(python), "-m", "helmhive", "runner", "run"],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=root,
-            **user,  # type: ignore[call-overload]
-        )
-    proc = RunnerProc(popen=popen, log_path=log_path)
-    rig.procs.append(proc)
-    runner = Runner(rig=rig, proc=proc, runner_json=runner_json)
-    execution.runners.append(runner)  # stopped with the others
-    rig.wait_registered(proc)
-    return runner
+    """A runner program with ``jobLimits`` in its runner.json (uid 65532 with ``python``: :func:`start_pod_runner`)."""
+    return start_pod_runner(execution, root=root, python=python, job_limits=job_limits)
 
 
 def _limited(execution: ExecutionRig, name: str, runner: Runner, prompt: str) -> dict[str, Any]:

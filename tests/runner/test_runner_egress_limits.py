@@ -8,6 +8,7 @@ network-namespace relay reaches it, and a TCP port), while another job's listene
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -151,6 +152,7 @@ async def test_each_job_listener_has_its_own_limits_and_refusals_are_named_and_c
     socket_path = tmp_path / ("a-long-directory-name-" * 4) / "job.sock"  # past sockaddr_un's 107 bytes
     socket_path.parent.mkdir(parents=True)
     job_a = await proxy.open_job(socket_path=socket_path)
+    job_a.authorize(lambda pid: pid == os.getpid())  # this test plays job_a's relay
     job_b = await proxy.open_job()
     assert job_a.socket == socket_path and socket_path.exists() and job_b.socket is None
     assert job_b.port != job_a.port  # job_a's agent names the runner's port, inside its namespace

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import tomllib
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -81,6 +82,16 @@ class Job:
     env: dict[str, str]
 
 
+def _started_here(pid: int) -> bool:
+    """Whether ``pid`` is a process this test started: the runner serves a job's socket to the process it
+    started for that job only (:mod:`helmhive.runner.egress.listeners`), and here the test is the runner."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+    except OSError:
+        return False
+    return int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid()
+
+
 @asynccontextmanager
 async def _job_behind_proxy(
     tmp_path: Path, *, provider: str, key_env: str, extra_env: dict[str, str], adapter: AdapterType
@@ -99,6 +110,7 @@ async def _job_behind_proxy(
         # The job's own listener: a UNIX socket its relay reaches from the agent's network namespace.
         (tmp_path / "egress").mkdir()
         job = await proxy.open_job(socket_path=tmp_path / "egress" / "job.sock")
+        job.authorize(_started_here)  # the job's launcher, which stays as its relay, is this test's child
         try:
             plan = build_sandbox_plan(
                 state_dir=tmp_path / "state",

@@ -287,6 +287,7 @@ def test_runner_json_holds_the_pool_settings_in_camel_case() -> None:
             "processes": 512,
             "openFiles": 4096,
             "cpuMillicores": 2000,
+            "diskBytes": 4294967296,
         },
         "compaction": {"watermarkPercent": 80, "commandTimeoutSeconds": 180},
         "credentialIsolation": "Proxy",
@@ -315,6 +316,7 @@ def test_runner_json_holds_the_pool_settings_in_camel_case() -> None:
         "processes": 64,
         "openFiles": 4096,
         "cpuMillicores": 2000,
+        "diskBytes": 4294967296,
     }
 
 

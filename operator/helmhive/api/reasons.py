@@ -207,7 +207,7 @@ class Reason(enum.StrEnum):
     # Waiting for a reference that does not exist yet (``helmhive.policy.waiting``); with WAITING_FOR_WORKSPACE
     WAITING_FOR_PROFILE = "WaitingForProfile"
     # Per-job resource limits on the agent (``helmhive.runner.sandbox.limits``); the detail names the limit:
-    # ``ResourceLimitExceeded:memory|cpu|processes|files``
+    # ``ResourceLimitExceeded:memory|cpu|processes|files|disk``
     RESOURCE_LIMIT_EXCEEDED = "ResourceLimitExceeded"
 
 

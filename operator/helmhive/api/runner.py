@@ -137,6 +137,14 @@ class SandboxReport(ApiModel):
     cgroups: CgroupMode = CgroupMode.NONE
     cgroups_reason: Annotated[str, Field(max_length=512)] = ""
     """Where the job cgroups are made, or why none can be."""
+    disk_bytes: Annotated[int | None, Field(ge=0)] = None
+    """Each job's disk limit (its workspace, HOME and TMPDIR together; ``jobLimits.diskBytes``)."""
+    processes_contained: bool | None = None
+    """Whether every process of a job ends with it without a cgroup: its agent runs under an init of its
+    own in a pid namespace. False: only the job's cgroup (if any) finds a process that left its group."""
+    files_read_only: bool | None = None
+    """Whether a job's agent sees every mount read-only but its own directories (a mount namespace of its
+    own), so it cannot change the runner's files, their metadata included."""
 
 
 class RunnerReport(ApiModel):

@@ -37,6 +37,7 @@ from helmhive.api.pod_settings import (
 from helmhive.api.profile import ModelId, ProviderName
 
 __all__ = [
+    "DEFAULT_JOB_DISK_BYTES",
     "AcpAdapterSpec",
     "AdapterSpec",
     "AdapterType",
@@ -214,6 +215,10 @@ class CompactionSettings(ApiModel):
     ] = 180
 
 
+DEFAULT_JOB_DISK_BYTES = 4 * 1024 * _MIB
+"""A job's disk by default (``jobLimits.diskBytes``): 4 GiB."""
+
+
 class JobLimits(ApiModel):
     """Limits on each job's agent and every process it starts (and on a governed job's checks).
 
@@ -276,6 +281,18 @@ class JobLimits(ApiModel):
             ),
         ),
     ] = 2000
+    disk_bytes: Annotated[
+        int,
+        Field(
+            ge=16 * _MIB,
+            le=16 * 1024 * 1024 * _MIB,
+            description=(
+                "Disk of the whole job, in bytes: its workspace, HOME and TMPDIR together, measured by the runner "
+                "while the job runs and when its agent ends, and no file of the job larger (RLIMIT_FSIZE). "
+                "Default 4 GiB, below the runner pod's state volume."
+            ),
+        ),
+    ] = DEFAULT_JOB_DISK_BYTES
 
 
 class RunnerPoolSpec(ApiModel):

@@ -237,6 +237,8 @@ class ReferenceAgent:
         if context.is_compact_prompt(text, advertised=self._settings.compact_advertised):
             return await self._compact(session_id, session)
         directives = rules.parse_directives(text)
+        # A DAEMON starts before the behaviour: a hanging agent leaves it running, as a hostile one would.
+        early = {e.key: escapes.attempt(e, cwd=session.cwd) for e in escapes.parse_escapes(text) if e.early}
         behaviour = directives.behaviour or self._settings.behaviour()
         cancelled = schema.PromptResponse(stop_reason="cancelled")
         if behaviour == "hang":
@@ -280,7 +282,10 @@ class ReferenceAgent:
             invalid_output="invalid-output" in self._settings.modes,
             home_file_results=home_files,
             resource_results=resources,
-            escape_results={e.key: escapes.attempt(e, cwd=session.cwd) for e in escapes.parse_escapes(text)},
+            escape_results={
+                e.key: early[e.key] if e.key in early else escapes.attempt(e, cwd=session.cwd)
+                for e in escapes.parse_escapes(text)
+            },
         )
         await self._conn.session_update(session_id, acp.update_agent_message_text(reply))
         session.history.append({"prompt": text, "reply": reply})

@@ -20,6 +20,7 @@ keyed by the line itself, with a short verdict (never what was read):
 
 The verdicts are what the sandbox let happen: ``status <code>`` for an HTTP answer, ``sent``, or
 ``denied (EPERM)``/``failed (<errno>)``. Only the standard library is used, and no proxy variable.
+``UNIX-CALL``, ``CHMOD``, ``WRITE-DISK`` and ``DAEMON`` are :mod:`helmhive.reference_agent.intrusions`'.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+from helmhive.reference_agent.intrusions import EARLY_PREFIXES, INTRUSION_PREFIXES, intrude
 
 __all__ = ["ESCAPE_PREFIXES", "Escape", "attempt", "parse_escapes"]
 
@@ -54,6 +57,7 @@ ESCAPE_PREFIXES: Final = (
     ABSOLUTE_PREFIX,
     HOST_PREFIX,
     LOOT_PREFIX,
+    *INTRUSION_PREFIXES,
 )
 BASE_URL_ENV: Final = "HELMHIVE_PROVIDER_BASE_URL"
 TOKEN_ENV: Final = "HELMHIVE_REFERENCE_AGENT_TOKEN"
@@ -73,6 +77,11 @@ class Escape:
     @property
     def key(self) -> str:
         return f"{self.prefix} {self.argument}"
+
+    @property
+    def early(self) -> bool:
+        """Tried as soon as the prompt arrives, before its behaviour (``hang``...): ``DAEMON``."""
+        return self.prefix in EARLY_PREFIXES
 
 
 def parse_escapes(prompt: str) -> tuple[Escape, ...]:
@@ -200,6 +209,9 @@ def _loot(name: str, cwd: str) -> str:
 
 def attempt(escape: Escape, *, cwd: str) -> str:
     """Try one escape with the agent's own access; return what happened."""
+    more = intrude(escape.prefix, escape.argument)  # UNIX-CALL, CHMOD, WRITE-DISK, DAEMON
+    if more is not None:
+        return more
     if escape.prefix == UDP_PREFIX:
         return _udp(escape.argument)
     if escape.prefix == TCP_TO_PREFIX:

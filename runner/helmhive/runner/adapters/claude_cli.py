@@ -122,10 +122,16 @@ class ClaudeCliAdapter:
         self._default: str | None = None
         self._last_model: str | None = None
         self._auth_refused: str | None = None
+        self._turn: asyncio.subprocess.Process | None = None
 
     @property
     def name(self) -> str:
         return "claude-cli"
+
+    @property
+    def process_id(self) -> int | None:
+        """The pid of the running turn's process (the sandbox launcher when there is one), if any."""
+        return self._turn.pid if self._turn is not None and self._turn.returncode is None else None
 
     async def close(self) -> None:
         return None
@@ -270,6 +276,7 @@ class ClaudeCliAdapter:
                 message = f"cannot start {os.path.basename(self._config.path)!r}: {exc.strerror or exc}"
                 return TurnResult(outcome=TurnOutcome.SPAWN_FAILED, message=self._redact(message))
             log.info("started claude CLI turn (pid %d)", proc.pid)
+            self._turn = proc
             assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
             proc.stdin.write(request.prompt.encode("utf-8"))
             with contextlib.suppress(ConnectionError):

@@ -20,8 +20,10 @@ The proxy is a **reverse proxy for the provider's API**, not a forward proxy:
 
 Each job reaches the proxy on a listener of its own (:meth:`EgressProxy.open_job`): a UNIX socket
 its network namespace's relay connects to (:mod:`helmhive.runner.sandbox.netns`), or without one a TCP
-port of its own; the rate and concurrency bounds are per listener, so per job. The runner's own
-listener (:meth:`EgressProxy.start`) serves the probe.
+port of its own; the rate and concurrency bounds are per listener, so per job. A job's UNIX socket
+serves only the process the runner started for that job (403 ``peer`` otherwise), and a job's
+listener refuses everything once the job has ended (403 ``revoked``): :mod:`helmhive.runner.egress.listeners`.
+The runner's own listener (:meth:`EgressProxy.start`) serves the probe.
 
 Upstream connections verify TLS against the system's authorities or ``egress.caBundle``, follow
 no redirects, ignore the runner's proxy variables, and stream the response (SSE included) chunk by
@@ -43,7 +45,6 @@ import socket
 import ssl
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import h11
@@ -51,6 +52,7 @@ import httpx
 from pydantic import SecretStr
 
 from helmhive.runner.egress.limits import Admission, JobLimiter, RequestLimits
+from helmhive.runner.egress.listeners import JobEgress, Listener, decide_peer, own_authorities, peer_pid
 from helmhive.runner.egress.rules import (
     AUTH_HEADERS,
     BASE_URL_ENV,
@@ -109,38 +111,6 @@ def _write(writer: asyncio.StreamWriter, data: bytes | None) -> None:
         writer.write(data)
 
 
-@dataclass(frozen=True, slots=True)
-class _Listener:
-    """One listener's view: the authorities that name the proxy there, and its job's limiter."""
-
-    own: frozenset[str]
-    limiter: JobLimiter
-
-
-def _own(port: int) -> frozenset[str]:
-    return frozenset({f"127.0.0.1:{port}", f"localhost:{port}"})
-
-
-class JobEgress:
-    """One job's listener on the proxy: ``port`` is what the agent's base URL names (inside its
-    network namespace, the relay's port), ``socket`` the UNIX socket its relay connects to (None:
-    the agent connects to ``port`` on the pod's loopback itself)."""
-
-    def __init__(self, *, server: asyncio.Server, port: int, socket: Path | None) -> None:
-        self._server = server
-        self.port = port
-        self.socket = socket
-
-    async def close(self) -> None:
-        """Stop listening (requests in flight finish); remove the socket file."""
-        self._server.close()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._server.wait_closed(), 5)
-        if self.socket is not None:
-            with contextlib.suppress(OSError):
-                self.socket.unlink()
-
-
 class EgressProxy:
     """One runner's proxy. :meth:`start` binds the runner's listener, :meth:`open_job` one per job;
     :meth:`close` stops it and its upstream client."""
@@ -175,8 +145,8 @@ class EgressProxy:
         self._server: asyncio.Server | None = None
         self.endpoint: EgressEndpoint | None = None
 
-    def _listener(self, port: int) -> _Listener:
-        return _Listener(own=_own(port), limiter=JobLimiter(self._limits, clock=self._clock))
+    def _listener(self, port: int, *, bound: bool = False) -> Listener:
+        return Listener(own=own_authorities(port), limiter=JobLimiter(self._limits, clock=self._clock), bound=bound)
 
     async def start(self) -> EgressEndpoint:
         """Bind the runner's own listener on ``127.0.0.1`` (the probe's, and the port number jobs'
@@ -198,13 +168,13 @@ class EgressProxy:
             port = int(sock.getsockname()[1])
             listener = self._listener(port)
             server = await asyncio.start_server(lambda r, w: self._serve(r, w, listener), sock=sock)
-            return JobEgress(server=server, port=port, socket=None)
-        listener = self._listener(self.endpoint.port)
+            return JobEgress(server=server, port=port, socket=None, listener=listener)
+        listener = self._listener(self.endpoint.port, bound=True)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(socket_path)  # a stale one from a job of a runner that died
         with short_unix_path(str(socket_path)) as path:
             server = await asyncio.start_unix_server(lambda r, w: self._serve(r, w, listener), path=path)
-        return JobEgress(server=server, port=self.endpoint.port, socket=socket_path)
+        return JobEgress(server=server, port=self.endpoint.port, socket=socket_path, listener=listener)
 
     async def close(self) -> None:
         if self._server is not None:
@@ -214,12 +184,18 @@ class EgressProxy:
         await self._client.aclose()
 
     # -- one connection ---------------------------------------------------------------------
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: _Listener) -> None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: Listener) -> None:
         conn = h11.Connection(h11.SERVER)
+        listener.connections.add(writer)
+        peer_ok = decide_peer(listener=listener, pid=peer_pid(writer))  # the kernel's word, taken at connect
         try:
             while True:
                 event = await self._next(conn, reader)
                 if not isinstance(event, h11.Request):
+                    break
+                if not peer_ok or listener.revoked:
+                    reason = RefusalReason.PEER if not peer_ok else RefusalReason.REVOKED
+                    await self._refuse(conn, writer, Refusal(reason), method=event.method.decode("ascii", "replace"))
                     break
                 if not await self._handle(conn, reader, writer, event, listener):
                     break
@@ -229,6 +205,7 @@ class EgressProxy:
         except (h11.ProtocolError, ConnectionError, asyncio.IncompleteReadError, UnicodeError):
             pass
         finally:
+            listener.connections.discard(writer)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
@@ -261,7 +238,7 @@ class EgressProxy:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         request: h11.Request,
-        listener: _Listener,
+        listener: Listener,
     ) -> bool:
         """Answer one request; False: close the connection."""
         method = request.method.decode("ascii")

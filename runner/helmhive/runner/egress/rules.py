@@ -75,6 +75,10 @@ class RefusalReason(enum.StrEnum):
     """The job sent more than ``egress.requestsPerMinute`` (beyond its ``burst``)."""
     CONCURRENCY = "concurrency"
     """The job already had ``egress.maxConcurrentRequests`` requests in flight."""
+    PEER = "peer"
+    """A connection to a job's socket from a process that is not that job's (``SO_PEERCRED``)."""
+    REVOKED = "revoked"
+    """The job has ended (cancelled, timed out, or its agent's last turn is over): its placeholder is void."""
 
 
 REFUSAL_STATUS = {

@@ -44,7 +44,7 @@ from helmhive.runner.adapters.base import AgentAdapter, CancelOrigin, TurnOutcom
 from helmhive.runner.jobs.context import JobSession, PreparedJob, prepare_job
 from helmhive.runner.jobs.governed import ImplementationSteps, ensure_job_workspace, run_implementation_steps
 from helmhive.runner.jobs.journal import JournalPhase
-from helmhive.runner.jobs.resources import ensure_job_resources
+from helmhive.runner.jobs.resources import disk_paths, ensure_job_resources, measure_disk_hit
 from helmhive.runner.jobs.result import ensure_job_result
 from helmhive.runner.jobs.status import (
     CancelCause,
@@ -57,7 +57,8 @@ from helmhive.runner.jobs.writes import AGENT_JOBS, ExecutionContext, JobWrites
 from helmhive.runner.kube import KubeError
 from helmhive.runner.metrics import record_turn
 from helmhive.runner.sandbox.cgroups import build_cgroup_prefix, decide_cgroup_hit, read_events
-from helmhive.runner.sandbox.workdir import remove_sandbox
+from helmhive.runner.sandbox.disk import watch_disk
+from helmhive.runner.sandbox.workdir import SandboxPlan, remove_sandbox
 from helmhive.runner.sessions.compaction import ensure_compacted
 
 __all__ = ["AGENT_JOBS", "ExecutionContext", "JobExecution"]
@@ -178,10 +179,13 @@ class JobExecution(JobWrites):
             note = f"not injected: {', '.join(prepared.dropped)}"[:1000]
             await self._event(started, Reason.MEMORY_DROPPED, note, warning=True)
         timer = asyncio.create_task(self._deadline(spec.timeout_seconds))
+        disk = asyncio.create_task(self._watch_disk(plan))
         try:
             verdict, result, last = await self._execute(prepared, cancel=cancel, job=started)
+            verdict, result = await self._judge_disk(plan, verdict, result)
         finally:
             timer.cancel()
+            disk.cancel()
             await asyncio.to_thread(remove_sandbox, plan)
         # The result is on disk before the final write: a restart (or an API server that stays
         # away past the patience) leaves it for the job source to write later, never lost.
@@ -211,6 +215,8 @@ class JobExecution(JobWrites):
         if cancel.is_set():  # cancelled, timed out or stopped while the source was fetched
             return self._failed(TurnResult(outcome=TurnOutcome.CANCELLED, cancel_origin=CancelOrigin.CALLER), prepared)
         adapter = self.ctx.job_adapter(plan)
+        if self._resources.egress is not None:  # its socket serves the process started for this agent only
+            self._resources.egress.authorize(lambda pid: pid == _agent_pid(adapter))
         try:
             base = TurnRequest(
                 prompt=prepared.prompt,
@@ -228,6 +234,7 @@ class JobExecution(JobWrites):
             if self._kept and last.ok and not cancel.is_set():
                 await self._compact(adapter=adapter, request=base, turn=last, session=session, prepared=prepared)
         finally:  # the agent is gone before the runner reads what it left
+            self._resources.revoke()  # its last turn is over: nothing it left running may call the provider
             with contextlib.suppress(Exception):
                 await adapter.close()
         if not isinstance(outcome, Accepted):
@@ -252,6 +259,30 @@ class JobExecution(JobWrites):
             reason, note = stored.checks_event
             await self._event(job, reason, note, warning=reason is Reason.CHECKS_FAILED)
         return stored.verdict, stored.result, turn
+
+    async def _watch_disk(self, plan: SandboxPlan) -> None:
+        def exceeded(message: str) -> None:
+            self._disk_hit = message
+            self._resources.revoke()
+            if self._cancel is not None:
+                self._cancel.set()
+
+        await watch_disk(paths=disk_paths(plan), limit=self.ctx.config.file.job_limits.disk_bytes, exceeded=exceeded)
+
+    async def _judge_disk(
+        self, plan: SandboxPlan, verdict: JobEnding, result: dict[str, Any]
+    ) -> tuple[JobEnding, dict[str, Any]]:
+        """A job over its disk limit ends ``ResourceLimitExceeded:disk`` (measured once more now that its
+        agent and checks are gone), unless it was cancelled, timed out or deleted first."""
+        if self.cause is None:
+            limit = self.ctx.config.file.job_limits.disk_bytes
+            self._disk_hit = self._disk_hit or await measure_disk_hit(plan=plan, limit=limit)
+        if self.cause is not None or self._disk_hit is None:
+            return verdict, result
+        ending = JobEnding(
+            succeeded=False, reason=detailed(Reason.RESOURCE_LIMIT_EXCEEDED, "disk"), message=self._disk_hit[:1000]
+        )
+        return ending, {"summary": self._disk_hit[:4096]}
 
     async def _deadline(self, seconds: int) -> None:
         await asyncio.sleep(seconds)
@@ -376,3 +407,9 @@ class JobExecution(JobWrites):
             )
         )
         return verdict, {"summary": verdict.message[:4096]}, turn
+
+
+def _agent_pid(adapter: AgentAdapter) -> int | None:
+    """The pid of the process the adapter started for its agent now (the sandbox launcher), if any."""
+    pid = getattr(adapter, "process_id", None)
+    return pid if isinstance(pid, int) else None

@@ -3,8 +3,10 @@ proxy and its cgroup.
 
 :func:`ensure_job_resources` opens them before the job's sandbox is planned (the plan names the
 listener's port or socket, and the cgroup the launcher joins); :meth:`JobResources.close` ends them
-after the job, whatever happened: the listener stops (so nothing the job left behind reaches the
-provider any more) and the cgroup is emptied (every process left in it killed) and removed.
+after the job, whatever happened: the listener stops and the cgroup is emptied (every process left
+in it killed) and removed. The listener is revoked before that (:meth:`JobResources.revoke`), the
+moment the job is cancelled or its agent's last turn ends, so nothing the job left behind reaches
+the provider through it, even while the agent is given its grace to exit.
 
 - With ``credentialIsolation: Proxy`` the job gets a listener of its own (its rate and concurrency
   are counted there: :mod:`helmhive.runner.egress.limits`): where the launcher can make network
@@ -12,6 +14,8 @@ provider any more) and the cgroup is emptied (every process left in it killed) a
   the relay in the agent's namespace connects to; otherwise a TCP port of its own on ``127.0.0.1``.
 - Where the runner can make cgroups (:mod:`helmhive.runner.sandbox.cgroups`), a cgroup with the pool's
   ``jobLimits`` as the job's totals.
+- Its disk (:func:`disk_paths`: workspace, HOME, TMPDIR), measured against ``jobLimits.diskBytes``
+  (:mod:`helmhive.runner.sandbox.disk`; :func:`measure_disk_hit`).
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ from helmhive.api.runnerpool import JobLimits
 from helmhive.runner.egress.proxy import EgressProxy, JobEgress
 from helmhive.runner.logs import fields
 from helmhive.runner.sandbox.cgroups import JobCgroup, ensure_job_cgroup, remove_job_cgroup
+from helmhive.runner.sandbox.disk import decide_disk_hit, measure_usage
 from helmhive.runner.sandbox.limits import LimitSupport
+from helmhive.runner.sandbox.plan import SandboxPlan
 
-__all__ = ["EGRESS_DIR", "JobResources", "ensure_job_resources"]
+__all__ = ["EGRESS_DIR", "JobResources", "disk_paths", "ensure_job_resources", "measure_disk_hit"]
 
 EGRESS_DIR = "egress"
 """Below the runner's state dir: the jobs' UNIX sockets on the egress proxy."""
@@ -39,6 +45,12 @@ log = logging.getLogger("helmhive.runner.jobs.resources")
 class JobResources:
     egress: JobEgress | None = None
     cgroup: JobCgroup | None = None
+
+    def revoke(self) -> None:
+        """Refuse the job's requests to the provider from now on (:meth:`JobEgress.revoke`): the job has
+        ended or is ending, and whatever it left running must not spend the key (idempotent)."""
+        if self.egress is not None:
+            self.egress.revoke()
 
     async def close(self) -> None:
         """Stop the job's listener, empty and remove its cgroup (idempotent)."""
@@ -78,3 +90,14 @@ async def ensure_job_resources(
         await resources.close()
         raise
     return resources
+
+
+def disk_paths(plan: SandboxPlan) -> tuple[Path, ...]:
+    """What counts against the job's disk limit: its workspace, HOME and TMPDIR."""
+    return (plan.workdir, plan.home, plan.tmpdir)
+
+
+async def measure_disk_hit(*, plan: SandboxPlan, limit: int) -> str | None:
+    """Why the job is over its disk limit now (its directories measured), or None."""
+    used = await asyncio.to_thread(measure_usage, disk_paths(plan))
+    return decide_disk_hit(used=used, limit=limit)

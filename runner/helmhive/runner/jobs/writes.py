@@ -77,12 +77,15 @@ class JobWrites:
         self._kept = False
         """The last turn's session id was stored for the job's binding."""
         self._resources = JobResources()
+        self._disk_hit: str | None = None
+        """Why the job is over its disk limit (:mod:`helmhive.runner.sandbox.disk`), once it is."""
         self.attempt: int | None = None
         """``status.attempts`` when this process started the job: its final status is written only at that attempt."""
 
     def request_cancel(self, cause: CancelCause) -> None:
         if self.cause is None:
             self.cause = cause
+        self._resources.revoke()  # the job is ending: its key is void before its agent is asked to stop
         if self._cancel is not None:
             self._cancel.set()
 

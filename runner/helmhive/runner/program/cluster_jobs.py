@@ -336,10 +336,14 @@ def cluster_jobs(process: RunnerProcess) -> ClusterJobSource:
             networkNamespace=support.network_namespace or support.network_namespace_note,
             cgroups=support.cgroups.mode.value,
             cgroupsReason=support.cgroups.reason,
+            pidNamespace=support.pid_namespace,
+            mountNamespace=support.mount_namespace,
             staleCgroupsRemoved=stale,
         ),
     )
-    process.sandbox_report = build_sandbox_report(support=support, landlock_abi=abi, isolation=process.config.isolation)
+    process.sandbox_report = build_sandbox_report(
+        support=support, landlock_abi=abi, isolation=process.config.isolation, limits=process.config.file.job_limits
+    )
     # A running job's reads and writes wait out an unreachable API server (docs/execution.md).
     patient = PatientKube(process.kube, budget_s=process.config.env.api_patience_seconds)
     ctx = ExecutionContext(

@@ -20,13 +20,18 @@ from the policy, sets ``no_new_privs``, restricts itself and ``exec``\\s the com
 (see :func:`helmhive.runner.sandbox.workdir.build_landlock_policy`)::
 
     {"read": [paths], "write": [paths], "devices": [paths], "tcpConnect": [ports] | null,
-     "rlimits": {"DATA": [soft, hard], "CPU": [...], "NOFILE": [...], "NPROC": [...], "CORE": [...]},
-     "userNamespace": true | false, "datagrams": true | false,
-     "relay": {"port": port, "socket": path} | null, "cgroup": [cgroup.procs files]}
+     "rlimits": {"DATA": [soft, hard], "CPU": [...], "NOFILE": [...], "NPROC": [...], "FSIZE": [...],
+                 "CORE": [...]},
+     "userNamespace": true | false, "datagrams": true | false, "pidNamespace": true | false,
+     "readOnly": true | false, "relay": {"port": port, "socket": path} | null, "cgroup": [cgroup.procs files]}
 
 ``relay`` puts the agent in a network namespace of its own whose only way out is a relay from
 ``127.0.0.1:port`` to the egress proxy's UNIX socket (:mod:`helmhive.runner.sandbox.netns`); it implies a
-user namespace. ``cgroup`` moves the launcher into the job's cgroup(s) first
+user namespace. ``pidNamespace`` runs the agent under an init of the job's own in a pid namespace,
+so every process of the job dies when the agent ends (:mod:`helmhive.runner.sandbox.pidns`).
+``readOnly`` gives the agent a mount namespace where everything but the ``write`` paths is
+read-only, so it cannot change the runner's files' metadata either (:mod:`helmhive.runner.sandbox.mounts`).
+``cgroup`` moves the launcher into the job's cgroup(s) first
 (:mod:`helmhive.runner.sandbox.cgroups`), so the agent and everything it starts are counted there.
 
 ``tcpConnect: null`` leaves TCP alone; a list (even empty) allows ``connect`` only to those
@@ -34,8 +39,9 @@ ports and ``bind`` to none, and installs the seccomp filter of :mod:`helmhive.ru
 (no TCP Fast Open, which would bypass the port rule; with ``"datagrams": false`` also no UDP, raw
 or packet sockets: TCP streams and local sockets only). Paths that do not exist are skipped. If
 any step fails the command is not run (exit 126). ``--probe`` prints what this environment allows
-(``{"landlock": <abi>, "userNamespace": <bool>, "networkNamespace": <bool or why not>}``) and
-runs nothing. This module imports nothing but the standard library, so the launcher starts fast.
+(``{"landlock": <abi>, "userNamespace": <bool>, "networkNamespace": <bool or why not>,
+"pidNamespace": ..., "mountNamespace": ...}``) and runs nothing. This module imports nothing but
+the standard library, so the launcher starts fast.
 """
 
 from __future__ import annotations
@@ -50,7 +56,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from helmhive.runner.sandbox.mounts import enter_read_only_view
 from helmhive.runner.sandbox.netns import enter_network_namespace, start_relay
+from helmhive.runner.sandbox.pidns import become_init, enter_pid_namespace, start_waiter
 from helmhive.runner.sandbox.seccomp import install_filter
 
 __all__ = [
@@ -74,11 +82,14 @@ _PR_CAPBSET_READ = 23
 _PR_CAPBSET_DROP = 24
 _CAP_SYS_RESOURCE = 24
 _CLONE_NEWUSER = 0x10000000
+_CLONE_NEWPID = 0x20000000
+_CLONE_NEWNS = 0x00020000
 _RLIMITS = {
     "AS": resource.RLIMIT_AS,
     "CORE": resource.RLIMIT_CORE,
     "CPU": resource.RLIMIT_CPU,
     "DATA": resource.RLIMIT_DATA,
+    "FSIZE": resource.RLIMIT_FSIZE,
     "NOFILE": resource.RLIMIT_NOFILE,
     "NPROC": resource.RLIMIT_NPROC,
 }
@@ -292,6 +303,12 @@ def apply_rlimits(limits: Mapping[str, Sequence[int]]) -> None:
         resource.setrlimit(which, (min(soft, hard), hard))
 
 
+def _try_unshare(flag: int, what: str) -> bool | str:
+    if _libc().unshare(flag) != 0:
+        return f"unshare({what}) refused: {os.strerror(ctypes.get_errno())}"
+    return True
+
+
 def _probe() -> int:
     """Print what this environment allows; the probe itself is a throwaway process."""
     try:
@@ -305,7 +322,13 @@ def _probe() -> int:
         netns = True
     except OSError as exc:
         netns = f"unshare(CLONE_NEWNET) refused: {exc.strerror or exc}"
-    report = {"landlock": landlock_abi(), "userNamespace": userns, "networkNamespace": netns}
+    report = {
+        "landlock": landlock_abi(),
+        "userNamespace": userns,
+        "networkNamespace": netns,
+        "pidNamespace": _try_unshare(_CLONE_NEWPID, "CLONE_NEWPID"),
+        "mountNamespace": _try_unshare(_CLONE_NEWNS, "CLONE_NEWNS"),
+    }
     sys.stdout.write(json.dumps(report) + "\n")
     return 0
 
@@ -317,10 +340,35 @@ def join_cgroups(procs_files: Sequence[str]) -> None:
             fh.write(str(os.getpid()))
 
 
-def _confine_relay() -> None:
-    """The relay's own sandbox: no file system, no TCP ``connect``, no datagrams (UNIX streams only)."""
-    restrict_self(read=[], write=[], devices=[], tcp_connect=[], scoped=False)
+def _confine_helper() -> None:
+    """The relay's, waiter's and init's own sandbox: no file system, no TCP ``connect`` (where Landlock
+    can say so), no datagrams (UNIX streams only). Not scoped: they must signal the agent."""
+    restrict_self(read=[], write=[], devices=[], tcp_connect=[] if landlock_abi() >= 4 else None, scoped=False)
     install_filter(deny_datagrams=True)
+
+
+def _start_agent_process(policy: Mapping[str, Any]) -> None:
+    """The namespaces and helper processes of the policy; returns in the process that becomes the agent."""
+    relay = policy.get("relay")
+    pid_namespace = policy.get("pidNamespace") is True
+    if relay:
+        enter_network_namespace()
+    elif policy.get("userNamespace"):
+        enter_user_namespace()
+    if pid_namespace:
+        enter_pid_namespace()
+    apply_rlimits(policy.get("rlimits") or {})
+    report = None
+    if relay:
+        report = start_relay(
+            port=int(relay["port"]), target=str(relay["socket"]), confine=_confine_helper, pid_namespace=pid_namespace
+        )
+    elif pid_namespace:
+        report = start_waiter(confine=_confine_helper)
+    if report is not None:
+        become_init(report=report, confine=_confine_helper)
+    if policy.get("readOnly") is True:
+        enter_read_only_view(writable=[str(p) for p in policy.get("write", [])])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -337,14 +385,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if rlimits:
             drop_resource_capability()
         join_cgroups([str(p) for p in policy.get("cgroup") or []])
-        relay = policy.get("relay")
-        if relay:
-            enter_network_namespace()
-        elif policy.get("userNamespace"):
-            enter_user_namespace()
-        apply_rlimits(rlimits)
-        if relay:
-            start_relay(port=int(relay["port"]), target=str(relay["socket"]), confine=_confine_relay)
+        _start_agent_process(policy)
         restrict_self(
             read=[str(p) for p in policy.get("read", [])],
             write=[str(p) for p in policy.get("write", [])],

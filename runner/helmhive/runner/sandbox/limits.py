@@ -13,6 +13,8 @@ cpu        RLIMIT_CPU     per process: ``SIGXCPU`` at the limit, ``SIGKILL`` :da
                           seconds later (for a process that ignores SIGXCPU)
 files      RLIMIT_NOFILE  per process: ``open``/``socket``/``pipe`` beyond it fail (``EMFILE``)
 processes  RLIMIT_NPROC   per job: ``fork``/``clone`` beyond it fail (``EAGAIN``); threads count too
+disk       RLIMIT_FSIZE   per file: a write past it fails (``EFBIG``; SIGXFSZ where not ignored); the
+                          job's total is measured by the runner (:mod:`helmhive.runner.sandbox.disk`)
 (always)   RLIMIT_CORE    0: a killed agent leaves no core file in the job's tree
 =========  =============  ===========================================================================
 
@@ -48,7 +50,7 @@ from typing import Literal
 
 from helmhive.api.egress import CredentialIsolation
 from helmhive.api.runner import CgroupMode, NetworkIsolation, SandboxReport
-from helmhive.api.runnerpool import JobLimits
+from helmhive.api.runnerpool import DEFAULT_JOB_DISK_BYTES, JobLimits
 from helmhive.runner.sandbox.cgroups import CgroupSupport, probe_cgroups
 
 __all__ = [
@@ -69,7 +71,7 @@ _MIB = 1024 * 1024
 _TAIL = 4000
 """How much of the end of the agent's stderr is searched for its last words."""
 
-LimitResource = Literal["memory", "cpu", "processes", "files"]
+LimitResource = Literal["memory", "cpu", "processes", "files", "disk"]
 
 _LAST_WORDS: dict[LimitResource, re.Pattern[str]] = {
     "memory": re.compile(
@@ -77,6 +79,7 @@ _LAST_WORDS: dict[LimitResource, re.Pattern[str]] = {
         re.IGNORECASE,
     ),
     "files": re.compile(r"Too many open files|EMFILE|ENFILE"),
+    "disk": re.compile(r"File too large|EFBIG|No space left on device|ENOSPC"),
     "processes": re.compile(
         r"Resource temporarily unavailable|EAGAIN|can't start new thread|failed to create new OS thread|fork: retry"
     ),
@@ -99,6 +102,10 @@ class LimitSupport:
     """Why not, when it could not."""
     cgroups: CgroupSupport = NO_CGROUPS
     """Where job cgroups are made (:mod:`helmhive.runner.sandbox.cgroups`), or why none can be."""
+    pid_namespace: bool = False
+    """Whether the launcher could create a pid namespace (:mod:`helmhive.runner.sandbox.pidns`) here."""
+    mount_namespace: bool = False
+    """Whether it could create a mount namespace (:mod:`helmhive.runner.sandbox.mounts`) here."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +120,12 @@ class EnforcedLimits:
     processes_note: str = ""
     user_namespace: bool = False
     """Run in a user namespace of its own (needed for a per-job process count)."""
+    disk_bytes: int = DEFAULT_JOB_DISK_BYTES
+    """The job's disk (workspace, HOME, TMPDIR together), and the largest file it may write."""
+    pid_namespace: bool = False
+    """Run under an init of the job's own in a pid namespace: every process of the job ends with its agent."""
+    read_only: bool = False
+    """Run in a mount namespace where every mount is read-only but the job's write paths."""
 
     def rlimits(self) -> dict[str, list[int]]:
         """``{"DATA": [soft, hard], ...}`` for the launcher's policy."""
@@ -120,6 +133,7 @@ class EnforcedLimits:
             "DATA": [self.memory_bytes, self.memory_bytes],
             "CPU": [self.cpu_seconds, self.cpu_seconds + CPU_KILL_GRACE_S],
             "NOFILE": [self.open_files, self.open_files],
+            "FSIZE": [self.disk_bytes, self.disk_bytes],
             "CORE": [0, 0],
         }
         if self.processes is not None:
@@ -134,7 +148,17 @@ class EnforcedLimits:
             if self.processes is not None
             else f"processes not limited ({self.processes_note})"
         )
-        return f"memory {memory}, cpu {self.cpu_seconds}s, files {self.open_files} per process, {processes}"
+        disk = f"disk {_size(self.disk_bytes)} per job"
+        contained = "all its processes end with it (pid namespace)" if self.pid_namespace else "no pid namespace"
+        view = "files read-only but its own" if self.read_only else "no read-only view"
+        return (
+            f"memory {memory}, cpu {self.cpu_seconds}s, files {self.open_files} per process, {processes}, "
+            f"{disk}, {contained}, {view}"
+        )
+
+
+def _size(value: int) -> str:
+    return f"{value // _MIB} MiB" if value % _MIB == 0 else f"{value} bytes"
 
 
 def build_enforced_limits(*, limits: JobLimits, support: LimitSupport) -> EnforcedLimits:
@@ -152,6 +176,9 @@ def build_enforced_limits(*, limits: JobLimits, support: LimitSupport) -> Enforc
         processes=limits.processes if per_job else None,
         processes_note=note,
         user_namespace=per_job,
+        disk_bytes=limits.disk_bytes,
+        pid_namespace=support.pid_namespace,
+        read_only=support.mount_namespace,
     )
 
 
@@ -186,6 +213,14 @@ def decide_limit_exceeded(*, exit_code: int | None, diagnostics: str, limits: En
     """
     if exit_code is None or exit_code == 0:
         return None
+    if exit_code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
+        return LimitHit(
+            resource="disk",
+            message=(
+                f"the agent wrote a file past its {_size(limits.disk_bytes)} (RLIMIT_FSIZE) and was ended by SIGXFSZ "
+                f"(exit code {exit_code})"
+            ),
+        )
     if exit_code in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
         return LimitHit(
             resource="cpu",
@@ -202,6 +237,7 @@ def decide_limit_exceeded(*, exit_code: int | None, diagnostics: str, limits: En
         "memory": f"ran out of memory: {limits.memory_bytes // _MIB} MiB per process (RLIMIT_DATA)",
         "files": f"ran out of file descriptors: {limits.open_files} per process (RLIMIT_NOFILE)",
         "processes": f"could not start a process or thread: {limits.processes} per job (RLIMIT_NPROC)",
+        "disk": f"could not write more: {_size(limits.disk_bytes)} per job, and per file (RLIMIT_FSIZE)",
         "cpu": "",
     }[resource]
     return LimitHit(resource=resource, message=f"the agent {what}, and exited (exit code {exit_code}): {line}")
@@ -210,6 +246,7 @@ def decide_limit_exceeded(*, exit_code: int | None, diagnostics: str, limits: En
 def probe_limit_support(*, python: str = sys.executable) -> LimitSupport:
     """Ask the launcher (``--probe``) whether it can create user and network namespaces here; look at cgroups."""
     userns, netns, note = False, False, "the launcher's probe failed"
+    pidns = mountns = False
     try:
         done = subprocess.run(
             [python, "-P", "-m", "helmhive.runner.sandbox.landlock", "--probe"],
@@ -221,6 +258,8 @@ def probe_limit_support(*, python: str = sys.executable) -> LimitSupport:
         found = json.loads(done.stdout or "{}")
         userns = found.get("userNamespace") is True
         netns = found.get("networkNamespace") is True
+        pidns = found.get("pidNamespace") is True
+        mountns = found.get("mountNamespace") is True
         note = "" if netns else str(found.get("networkNamespace") or "no network namespaces")[:300]
     except (OSError, ValueError, subprocess.SubprocessError):
         userns = False
@@ -230,12 +269,21 @@ def probe_limit_support(*, python: str = sys.executable) -> LimitSupport:
         network_namespace=netns,
         network_namespace_note=note,
         cgroups=probe_cgroups(),
+        pid_namespace=pidns,
+        mount_namespace=mountns,
     )
 
 
-def build_sandbox_report(*, support: LimitSupport, landlock_abi: int, isolation: CredentialIsolation) -> SandboxReport:
+def build_sandbox_report(
+    *,
+    support: LimitSupport,
+    landlock_abi: int,
+    isolation: CredentialIsolation,
+    limits: JobLimits | None = None,
+) -> SandboxReport:
     """What the Runner reports about its jobs' sandbox (pure): the network isolation a job whose
-    network is disabled gets, and the job cgroups, each with the reason when it is not the best."""
+    network is disabled gets, and the job cgroups, each with the reason when it is not the best;
+    each job's disk limit, and whether its processes and the runner's files are contained."""
     if landlock_abi < 4:
         network, why = NetworkIsolation.NONE, f"Landlock ABI {landlock_abi} cannot restrict TCP (needs 4)"
     elif isolation is not CredentialIsolation.PROXY:
@@ -249,4 +297,7 @@ def build_sandbox_report(*, support: LimitSupport, landlock_abi: int, isolation:
         network_reason=why[:512],
         cgroups=support.cgroups.mode,
         cgroups_reason=support.cgroups.reason[:512],
+        disk_bytes=(limits or JobLimits()).disk_bytes,
+        processes_contained=support.pid_namespace and landlock_abi >= 1,
+        files_read_only=support.mount_namespace and landlock_abi >= 1,
     )

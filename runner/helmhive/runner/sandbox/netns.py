@@ -16,6 +16,11 @@ at all. The launcher (:mod:`helmhive.runner.sandbox.landlock`), when its policy 
 3. the child applies the agent's limits and ruleset and ``exec``\\s the agent (which is killed if
    the relay dies first: ``PR_SET_PDEATHSIG``).
 
+With ``pidNamespace`` in the policy the relay's child is pid 1 of the job's pid namespace and becomes
+the job's init (:mod:`helmhive.runner.sandbox.pidns`), which forks the agent; the relay then waits for
+the init (through a pidfd: a process that unshared ``CLONE_NEWPID`` may start no thread) and ends as
+the agent ended, which the init reports to it through a pipe.
+
 The user namespace is what makes this possible without privileges, and what keeps a root agent
 from leaving: its capabilities hold in its own namespaces only, never over the pod's network.
 This is the same shape as running an agent under bubblewrap with ``--unshare-net`` and a socat
@@ -25,7 +30,6 @@ relay to a UNIX socket. Only the standard library is imported (the launcher star
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures.thread  # noqa: F401 - the relay's loop needs it after its file system is gone
 import contextlib
 import ctypes
 import ctypes.util
@@ -36,6 +40,8 @@ import socket
 import struct
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from helmhive.runner.sandbox.pidns import FORWARDED, StatusPipe, finish_as
 
 __all__ = ["UNIX_PATH_MAX", "enter_network_namespace", "short_unix_path", "start_relay"]
 
@@ -48,7 +54,6 @@ _PR_SET_PDEATHSIG = 1
 UNIX_PATH_MAX = 100
 """Longer socket paths (the kernel allows 107 bytes) are reached through ``/proc/self/fd``."""
 _CHUNK = 64 * 1024
-_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def _libc() -> Any:
@@ -140,30 +145,36 @@ async def _serve_relay(listener: socket.socket, target: str) -> None:
         await server.serve_forever()
 
 
-def _finish(status: int) -> None:
-    """End this process as the agent ended: its exit code, or killed by its signal."""
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
-        os.kill(os.getpid(), sig)
-        os._exit(128 + sig)  # a signal that does not end a process by default (none the kernel sends here)
-    os._exit(os.waitstatus_to_exitcode(status))
-
-
 async def _relay_until(listener: socket.socket, target: str, agent: int) -> int:
     loop = asyncio.get_running_loop()
-    for sig in _FORWARDED:
+    for sig in FORWARDED:
         loop.add_signal_handler(sig, os.kill, agent, sig)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)  # blocked since the fork: now forwarded
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)  # blocked since the fork: now forwarded
     server = asyncio.create_task(_serve_relay(listener, target))
-    _, status = await loop.run_in_executor(None, os.waitpid, agent, 0)
+    # A pidfd turns readable when the agent ends; no thread waits for it (a process that unshared
+    # CLONE_NEWPID, as the relay of a job with a pid namespace did, may start no thread).
+    pidfd = os.pidfd_open(agent)
+    ended: asyncio.Future[None] = loop.create_future()
+
+    def on_end() -> None:
+        if not ended.done():
+            ended.set_result(None)
+
+    loop.add_reader(pidfd, on_end)
+    try:
+        await ended
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+    _, status = os.waitpid(agent, 0)  # noqa: ASYNC222 - its pidfd said it ended: this returns at once
     server.cancel()
     return int(status)
 
 
-def _relay_main(listener: socket.socket, target_path: str, agent: int, confine: Callable[[], None]) -> None:
-    """The relay process (the agent's parent): never returns; ends as the agent ends."""
+def _relay_main(
+    listener: socket.socket, target_path: str, agent: int, confine: Callable[[], None], pipe: StatusPipe | None
+) -> None:
+    """The relay process (the agent's parent, or the job init's): never returns; ends as the agent ends."""
     status = 0
     try:
         devnull = os.open(os.devnull, os.O_RDWR)
@@ -174,34 +185,47 @@ def _relay_main(listener: socket.socket, target_path: str, agent: int, confine: 
             asyncio.new_event_loop().close()  # loads what the loop needs while files are readable
             confine()
             status = asyncio.run(_relay_until(listener, target, agent))
+            if pipe is not None:
+                status = pipe.reported(status)
     except BaseException:  # the relay failed: the agent must not outlive it unnoticed
         with contextlib.suppress(OSError):
             os.kill(agent, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
             status = os.waitpid(agent, 0)[1]
-    _finish(status)
+    finish_as(status)
 
 
-def start_relay(*, port: int, target: str, confine: Callable[[], None]) -> None:
+def start_relay(*, port: int, target: str, confine: Callable[[], None], pid_namespace: bool = False) -> int | None:
     """Listen on ``127.0.0.1:port`` (in this process's network namespace) and fork: the parent becomes
     the relay, which pipes each connection to the UNIX socket ``target``, forwards the runner's
     signals to the agent and ends as the agent ends (its exit code, or its signal); the child returns,
     to become the agent (and dies if the relay does: ``PR_SET_PDEATHSIG``). The listener is bound
     before the agent runs, so it never finds the port closed. The relay calls ``confine`` (the
-    launcher's: Landlock with no path, no TCP ``connect``, no datagrams) before it serves."""
+    launcher's: Landlock with no path, no TCP ``connect``, no datagrams) before it serves.
+
+    ``pid_namespace``: this process unshared ``CLONE_NEWPID``, so the child is pid 1 of the job's pid
+    namespace and becomes its init (:func:`helmhive.runner.sandbox.pidns.become_init`); it returns
+    the write end of the pipe the init reports the agent's status through (None otherwise)."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
     listener.listen(64)
     relay = os.getpid()
+    pipe = StatusPipe() if pid_namespace else None
     # The runner may signal the relay as soon as the agent runs, before the relay's handlers are in
     # place: held blocked until then, such a signal is forwarded, not the relay's default death.
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     pid = os.fork()
     if pid != 0:  # pragma: no cover - the relay
-        _relay_main(listener, target, pid, confine)
+        if pipe is not None:
+            os.close(pipe.write)
+        _relay_main(listener, target, pid, confine, pipe)
     signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     listener.close()
     _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if pipe is not None:
+        os.close(pipe.read)
+        return pipe.write  # pid 1 of its namespace: its parent is outside it (getppid() says 0)
     if os.getppid() != relay:  # the relay is already gone
         os._exit(1)
+    return None

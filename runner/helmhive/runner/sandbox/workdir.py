@@ -93,7 +93,13 @@ def _limits_policy(plan: SandboxPlan) -> dict[str, Any]:
     cgroup = {"cgroup": list(plan.cgroup_procs)} if plan.cgroup_procs else {}
     if plan.limits is None:
         return cgroup
-    return {"rlimits": plan.limits.rlimits(), "userNamespace": plan.limits.user_namespace, **cgroup}
+    return {
+        "rlimits": plan.limits.rlimits(),
+        "userNamespace": plan.limits.user_namespace,
+        "pidNamespace": plan.limits.pid_namespace,
+        "readOnly": plan.limits.read_only,
+        **cgroup,
+    }
 
 
 def build_landlock_policy(plan: SandboxPlan) -> dict[str, Any]:
