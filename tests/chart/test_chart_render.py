@@ -7,6 +7,7 @@ the builders'), plus the operator's Deployment and its two Services, nothing els
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from helmhive.cli.crds import app, decide_drift
 from helmhive.cli.main import app as main_app
 from helmhive.controller.router.handlers import RouterSettings
 from helmhive.deploy.manifests import OperatorIdentity, build_install_manifests
+from helmhive.policy.runners.pool import parse_cluster_cidrs
 
 Doc = dict[str, Any]
 RUNNER_POOL_API = "helmhive.dev/v1alpha1/RunnerPool"
@@ -183,6 +185,31 @@ def test_helmhive_operator_run_accepts_every_argument_the_chart_renders(helm: Pa
     run_command = cli.commands["operator"].commands["run"]  # type: ignore[attr-defined]
     with run_command.make_context("run", list(args[2:])) as context:  # parses, runs nothing
         assert context.params["liveness"] == "http://0.0.0.0:8080/healthz"
+
+
+def test_runner_cluster_cidrs_reach_the_operator_and_the_schema_checks_them(helm: Path) -> None:
+    # Empty by default: no flag at all (the default operator's arguments are pinned above).
+    cidrs = ["10.244.0.0/16", "fd00:10:244::/56"]
+    args = _container(render(helm, "--set-json", f"runnerNetworkPolicy.clusterCIDRs={json.dumps(cidrs)}"))["args"]
+    assert [a for a in args if a.startswith("--runner-")] == ["--runner-cluster-cidrs=10.244.0.0/16,fd00:10:244::/56"]
+    # The operator parses what the chart renders into the networks every pool's policy excepts.
+    run_command = typer.main.get_command(main_app).commands["operator"].commands["run"]  # type: ignore[attr-defined]
+    with run_command.make_context("run", list(args[2:])) as context:
+        assert parse_cluster_cidrs(context.params["runner_cluster_cidrs"]) == tuple(map(ipaddress.ip_network, cidrs))
+    refused = {
+        "10.244.0.0": "at '/runnerNetworkPolicy/clusterCIDRs/0': '10.244.0.0' does not match pattern",
+        "10.244.0.0/33": "at '/runnerNetworkPolicy/clusterCIDRs/0': '10.244.0.0/33' does not match pattern",
+        "0.0.0.0/0": "at '/runnerNetworkPolicy/clusterCIDRs/0': '0.0.0.0/0' does not match pattern",
+        "pods": "at '/runnerNetworkPolicy/clusterCIDRs/0': 'pods' does not match pattern",
+    }
+    for value, message in refused.items():
+        err = template_fails(helm, "--set-json", f"runnerNetworkPolicy.clusterCIDRs={json.dumps([value])}")
+        assert "values don't meet the specifications of the schema" in err, value
+        assert message in err, err
+    err = template_fails(helm, "--set", "runnerNetworkPolicy.clusterCIDRs=10.244.0.0/16")
+    assert "at '/runnerNetworkPolicy/clusterCIDRs': got string, want array" in err
+    err = template_fails(helm, "--set-json", 'runnerNetworkPolicy.clusterCidrs=["10.244.0.0/16"]')
+    assert "at '/runnerNetworkPolicy': additional properties 'clusterCidrs' not allowed" in err
 
 
 def test_production_values_reach_every_object(helm: Path) -> None:

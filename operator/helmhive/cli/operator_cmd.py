@@ -111,6 +111,15 @@ def run(
             "with RetryWindowPassed (docs/execution.md).",
         ),
     ] = 900.0,
+    runner_cluster_cidrs: Annotated[
+        str,
+        typer.Option(
+            envvar="HELMHIVE_RUNNER_CLUSTER_CIDRS",
+            help="The cluster's pod networks, comma-separated (e.g. 10.244.0.0/16,fd00:10:244::/56): "
+            "every RunnerPool's NetworkPolicy allows HTTPS (443, 6443) to any address except these. "
+            "Empty: to any address (docs/runners.md).",
+        ),
+    ] = "",
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run the operator until interrupted (SIGINT/SIGTERM stop it gracefully)."""
@@ -119,7 +128,13 @@ def run(
     from helmhive.controller.leader import LeaderConfig  # noqa: PLC0415
     from helmhive.controller.runtime import OperatorConfig  # noqa: PLC0415
     from helmhive.controller.webhook import WebhookSettingError, decide_webhook_config  # noqa: PLC0415
+    from helmhive.policy.runners.pool import ClusterCidrError, parse_cluster_cidrs  # noqa: PLC0415
 
+    try:
+        cluster_cidrs = parse_cluster_cidrs(runner_cluster_cidrs)
+    except ClusterCidrError as err:  # fail closed: no pool gets a policy the platform did not mean
+        typer.echo(f"error: --runner-cluster-cidrs (HELMHIVE_RUNNER_CLUSTER_CIDRS): {err}", err=True)
+        raise typer.Exit(2) from None
     try:
         webhook = decide_webhook_config(
             addr=webhook_addr,
@@ -154,6 +169,7 @@ def run(
             revision_history_limit=revision_history,
             reference_wait_seconds=reference_wait_seconds,
             retry_window_seconds=retry_window_seconds,
+            runner_cluster_cidrs=cluster_cidrs,
         ),
         verbose=verbose,
     )

@@ -20,6 +20,7 @@ from helmhive.controller.kube.contact import ApiContact
 from helmhive.controller.kube.door import Kube, KubeError
 from helmhive.controller.kube.shared_reads import SharedReads
 from helmhive.policy.agentjob.failed import DEFAULT_RETRY_WINDOW
+from helmhive.policy.runners.pool import ClusterNetwork
 from helmhive.policy.waiting import DEFAULT_REFERENCE_WAIT
 
 __all__ = ["Clock", "JobEvents", "JobObserver", "OperatorConfig", "Runtime", "utc_now"]
@@ -65,6 +66,9 @@ class OperatorConfig:
     # A job its runner ended with a retryable failure is re-run only if it failed this recently
     # (so an operator started after an upgrade does not re-run last week's failures).
     retry_window_seconds: float = DEFAULT_RETRY_WINDOW.total_seconds()
+    # The cluster's pod networks, excepted from every runner pool's HTTPS egress (empty: none,
+    # HTTPS to any address). Parsed and checked by ``parse_cluster_cidrs`` before it gets here.
+    runner_cluster_cidrs: tuple[ClusterNetwork, ...] = ()
 
     @property
     def reference_wait(self) -> dt.timedelta:

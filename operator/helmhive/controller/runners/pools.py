@@ -255,7 +255,12 @@ class PoolLoop:
         )
 
     async def _apply_objects(self, spec: RunnerPoolSpec, *, clock: float, logger: kopf.Logger) -> None:
-        objects = build_pool_objects(self.ref, spec, credential_generation=self.credential.generation)
+        objects = build_pool_objects(
+            self.ref,
+            spec,
+            credential_generation=self.credential.generation,
+            cluster_cidrs=self.runtime.config.runner_cluster_cidrs,
+        )
         digest = hashlib.sha256(json.dumps(objects, sort_keys=True).encode()).hexdigest()
         if digest == self.applied_digest and clock < self.next_apply:
             return

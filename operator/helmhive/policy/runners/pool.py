@@ -5,6 +5,10 @@ ServiceAccount, Role, RoleBinding, ConfigMap (``runner.json``) and NetworkPolicy
 ``helmhive-runner-P``; StatefulSet ``P``; and PodDisruptionBudget ``P`` when replicas > 1.
 Every object carries an ownerReference to the pool, so the garbage collector removes them.
 
+The NetworkPolicy's HTTPS egress excepts the cluster's pod networks when the platform names them
+(:func:`parse_cluster_cidrs`, the operator's ``--runner-cluster-cidrs``); the operator does not
+discover them.
+
 Nothing here does I/O. The runner pod itself (container, environment, volumes, placement) is
 :mod:`helmhive.policy.runners.pod`; the credential's hash and generation are
 :mod:`helmhive.policy.runners.credentials`.
@@ -13,7 +17,9 @@ Nothing here does I/O. The runner pod itself (container, environment, volumes, p
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,10 +30,13 @@ from helmhive.policy.runners.pod import GENERATION_ANNOTATION, build_pod_spec
 
 __all__ = [
     "EXECUTION_ROLE_RULES",
+    "MAX_CLUSTER_CIDRS",
     "MAX_POOL_NAME",
     "RUNNER_NAME_PREFIX",
     "RUNNER_ROLE_RULES",
     "SESSIONS_SECRET_PREFIX",
+    "ClusterCidrError",
+    "ClusterNetwork",
     "PoolRef",
     "build_config_map",
     "build_network_policy",
@@ -43,6 +52,7 @@ __all__ = [
     "build_stateful_set",
     "decide_pool_name_problem",
     "decide_pruned_objects",
+    "parse_cluster_cidrs",
     "runner_resource_name",
     "sessions_secret_names",
 ]
@@ -254,8 +264,84 @@ def build_stateful_set(pool: PoolRef, spec: RunnerPoolSpec, *, credential_genera
     }
 
 
-def build_network_policy(pool: PoolRef) -> dict[str, Any]:
-    """Deny all ingress; allow egress only to DNS (53) and HTTPS (443, and 6443 for API servers)."""
+ClusterNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+"""One of the cluster's pod networks, excepted from the runners' HTTPS egress."""
+
+MAX_CLUSTER_CIDRS = 32
+HTTPS_PORTS: tuple[dict[str, Any], ...] = ({"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443})
+DNS_PORTS: tuple[dict[str, Any], ...] = ({"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53})
+
+
+class ClusterCidrError(ValueError):
+    """The cluster CIDRs cannot be used; the message names every bad value."""
+
+
+def _parse_cidr(text: str) -> ClusterNetwork:
+    if "/" not in text:
+        raise ClusterCidrError(f"{text!r} has no prefix length (write a network as address/prefix, e.g. 10.244.0.0/16)")
+    try:
+        network = ipaddress.ip_network(text, strict=False)
+    except ValueError as err:
+        raise ClusterCidrError(f"{text!r} is not an IPv4 or IPv6 CIDR ({err})") from None
+    if network.network_address != ipaddress.ip_interface(text).ip:
+        raise ClusterCidrError(f"{text!r} has host bits set (its network is {network})")
+    if network.prefixlen == 0:
+        # Also refused by the API server: an ``except`` must be a strict subset of its ``cidr``.
+        raise ClusterCidrError(f"{text!r} is every address of its family: runners could reach no HTTPS server")
+    return network
+
+
+def parse_cluster_cidrs(text: str) -> tuple[ClusterNetwork, ...]:
+    """The cluster's pod networks from a comma-separated list (blank: none), duplicates dropped.
+
+    Raises :class:`ClusterCidrError` naming every value that is not a network in CIDR notation
+    (a bare address, host bits set, a ``/0``), and a list longer than :data:`MAX_CLUSTER_CIDRS`.
+    The networks come back in canonical form, in the order given.
+    """
+    if not text.strip():
+        return ()
+    items = [item.strip() for item in text.split(",")]
+    networks: list[ClusterNetwork] = []
+    problems: list[str] = []
+    if len(items) > MAX_CLUSTER_CIDRS:
+        problems.append(f"{len(items)} networks, at most {MAX_CLUSTER_CIDRS}")
+    for index, item in enumerate(items, start=1):
+        if not item:
+            problems.append(f"entry {index} is empty")
+            continue
+        try:
+            network = _parse_cidr(item)
+        except ClusterCidrError as err:
+            problems.append(str(err))
+            continue
+        if network not in networks:
+            networks.append(network)
+    if problems:
+        raise ClusterCidrError("; ".join(problems))
+    return tuple(networks)
+
+
+def _https_destinations(cluster_cidrs: Sequence[ClusterNetwork]) -> list[dict[str, Any]]:
+    """Every address of each family the cluster CIDRs name, except those networks."""
+    blocks = []
+    for everything, version in (("0.0.0.0/0", 4), ("::/0", 6)):
+        excepted = [str(n) for n in cluster_cidrs if n.version == version]
+        if excepted:
+            blocks.append({"ipBlock": {"cidr": everything, "except": excepted}})
+    return blocks
+
+
+def build_network_policy(pool: PoolRef, *, cluster_cidrs: Sequence[ClusterNetwork] = ()) -> dict[str, Any]:
+    """Deny all ingress; allow egress only to DNS (53) and HTTPS (443, and 6443 for API servers).
+
+    DNS goes to any address (the cluster's DNS is a pod). HTTPS goes to any address when
+    ``cluster_cidrs`` is empty; otherwise to every address of the families they name except
+    those networks, so no pod in them answers a runner there. A family none of them is in gets no
+    HTTPS egress at all (fail closed: its pod network is unknown).
+    """
+    https: dict[str, Any] = {"ports": [dict(p) for p in HTTPS_PORTS]}
+    if cluster_cidrs:
+        https = {"to": _https_destinations(cluster_cidrs), **https}
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -264,10 +350,7 @@ def build_network_policy(pool: PoolRef) -> dict[str, Any]:
             "podSelector": {"matchLabels": _selector(pool.name)},
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [],
-            "egress": [
-                {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
-                {"ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}]},
-            ],
+            "egress": [{"ports": [dict(p) for p in DNS_PORTS]}, https],
         },
     }
 
@@ -284,14 +367,23 @@ def build_pod_disruption_budget(pool: PoolRef, spec: RunnerPoolSpec) -> dict[str
     }
 
 
-def build_pool_objects(pool: PoolRef, spec: RunnerPoolSpec, *, credential_generation: int) -> list[dict[str, Any]]:
-    """Every object the pool owns, in apply order (identity and RBAC before the pods)."""
+def build_pool_objects(
+    pool: PoolRef,
+    spec: RunnerPoolSpec,
+    *,
+    credential_generation: int,
+    cluster_cidrs: Sequence[ClusterNetwork] = (),
+) -> list[dict[str, Any]]:
+    """Every object the pool owns, in apply order (identity and RBAC before the pods).
+
+    ``cluster_cidrs`` is the operator's setting, the same for every pool (:func:`build_network_policy`).
+    """
     objects = [
         build_service_account(pool),
         build_role(pool, replicas=spec.replicas),
         build_role_binding(pool),
         build_config_map(pool, spec),
-        build_network_policy(pool),
+        build_network_policy(pool, cluster_cidrs=cluster_cidrs),
         build_stateful_set(pool, spec, credential_generation=credential_generation),
     ]
     objects += [build_sessions_secret(pool, i) for i in range(spec.replicas)]
