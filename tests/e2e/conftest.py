@@ -11,6 +11,7 @@ would make a cluster of its own, so the Makefile runs this tier in one process.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -66,9 +67,13 @@ def helm_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def rig(kind_env: KindEnv, helm_bin: Path) -> Rig:
     """The release, installed once per session: two operator replicas from the local image."""
     rig = Rig(env=kind_env, helm_bin=helm_bin)
+    # The pod networks, as a platform team sets them: the runners' HTTPS egress excepts them.
+    pod_cidrs = sorted({n["spec"]["podCIDR"] for n in rig.get("nodes")["items"]})
     rig.helm(
         "upgrade", "--install", RELEASE, CHART, "-n", SYSTEM_NS, "--create-namespace",
-        *rig.install_values(), "--set", "operator.replicas=2", "--wait", "--timeout", "5m",
+        *rig.install_values(), "--set", "operator.replicas=2",
+        "--set-json", f"runnerNetworkPolicy.clusterCIDRs={json.dumps(pod_cidrs)}",
+        "--wait", "--timeout", "5m",
     )  # fmt: skip
     return rig
 

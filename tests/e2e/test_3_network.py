@@ -22,6 +22,15 @@ from harness.wait import wait_for
 from helmhive.devcluster.demo_manifests import DEMO_POOL
 
 OTHER_NS = "elsewhere-e2e"
+# A web server on 8080, and on 6443: a port the pool's policy allows, but only outside the pod networks.
+_SERVE_8080_AND_6443 = (
+    "import functools, http.server, threading\n"
+    "handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory='/')\n"
+    "for port in (8080, 6443):\n"
+    "    server = http.server.ThreadingHTTPServer(('', port), handler)\n"
+    "    threading.Thread(target=server.serve_forever, daemon=True).start()\n"
+    "threading.Event().wait()\n"
+)
 RUNNER_POD = f"{DEMO_POOL}-0"
 
 
@@ -87,9 +96,7 @@ def targets(runners: Rig) -> dict[str, str]:
     worker = next(n for n in rig.env.nodes if not n.endswith("control-plane"))
     rig.kubectl("create", "namespace", OTHER_NS)
     image = rig.env.images.runner
-    server = _pod(
-        "target", image, ["python3", "-m", "http.server", "8080", "-d", "/"], node=cp, labels={"app": "target"}
-    )
+    server = _pod("target", image, ["python3", "-c", _SERVE_8080_AND_6443], node=cp, labels={"app": "target"})
     probe = _pod(
         "free-probe", image, ["python3", "-c", "import time; time.sleep(10**9)"], node=worker, labels={"app": "probe"}
     )
@@ -111,6 +118,10 @@ def test_the_pools_policy_is_the_one_enforced(runners: Rig) -> None:
     policy = runners.get("networkpolicy", "-n", RUNNERS_NS, f"helmhive-runner-{DEMO_POOL}")
     assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
     assert policy["spec"]["podSelector"]["matchLabels"]["helmhive.dev/pool"] == DEMO_POOL
+    # The chart's runnerNetworkPolicy.clusterCIDRs (the nodes' pod CIDRs) reached the policy.
+    pod_cidrs = {n["spec"]["podCIDR"] for n in runners.get("nodes")["items"]}
+    https = next(rule for rule in policy["spec"]["egress"] if {"protocol": "TCP", "port": 443} in rule["ports"])
+    assert https["to"] == [{"ipBlock": {"cidr": "0.0.0.0/0", "except": sorted(pod_cidrs)}}], https
     router = runners.get("daemonset", "-n", "kube-system", "kube-router")
     assert router["status"]["numberReady"] == len(runners.env.nodes)
 
@@ -125,8 +136,15 @@ def test_a_runner_pod_reaches_the_api_server_and_https_and_nothing_else(runners:
         # The runner pod: the API server and an outside HTTPS address are allowed …
         assert rig.probe(RUNNERS_NS, RUNNER_POD, "kubernetes.default.svc", 443) == "open"
         assert rig.probe(RUNNERS_NS, RUNNER_POD, gateway, 443) == "open"
-        # … another pod, another namespace's Service and an outside address on another port are not.
-        for host, port in ((targets["target_ip"], 8080), (targets["service"], 8080), (gateway, 8443)):
+        # … another pod, another namespace's Service and an outside address on another port are
+        # not; nor is a pod on an allowed port, since the pod networks are excepted (clusterCIDRs).
+        assert rig.probe(OTHER_NS, "free-probe", targets["target_ip"], 6443) == "open"
+        for host, port in (
+            (targets["target_ip"], 8080),
+            (targets["service"], 8080),
+            (gateway, 8443),
+            (targets["target_ip"], 6443),
+        ):
             seen = rig.probe(RUNNERS_NS, RUNNER_POD, host, port)
             assert seen.startswith("closed"), f"runner pod reached {host}:{port}: {seen}"
 

@@ -131,7 +131,7 @@ class _BuildLog(io.TextIOWrapper):
         self._reporter = reporter
 
     def write(self, text: str, /) -> int:
-        if text.startswith("building ") and self._reporter is not None:
+        if text.startswith(("building ", "  … still ", "done: go build")) and self._reporter is not None:
             self._reporter.write_line(f"helmhive: {text.rstrip()} (a cold build takes minutes; log {self.name})")
         return super().write(text)
 

@@ -18,8 +18,6 @@ import io
 import json
 import shlex
 import shutil
-import threading
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -62,14 +60,9 @@ class _ProgressLog(io.TextIOWrapper):
         super().__init__(path.open("ab"), encoding="utf-8", line_buffering=True)
 
     def write(self, text: str, /) -> int:
-        if text.startswith("building "):
+        if text.startswith(("building ", "  … still ", "done: go build")):
             _err(f"helmhive: {text.rstrip()} (log: {self.name})")
         return super().write(text)
-
-
-def _heartbeat(stop: threading.Event, started: float) -> None:
-    while not stop.wait(30.0):
-        _err(f"helmhive: still building ({time.monotonic() - started:.0f} s so far)")
 
 
 @cluster_app.command("up")
@@ -82,18 +75,13 @@ def up(
     """Build or reuse the binaries, then start the control plane (no-op if it already runs)."""
     layout = StateLayout(state_dir or default_state_dir())
     layout.root.mkdir(parents=True, exist_ok=True)
-    stop = threading.Event()
-    started = time.monotonic()
-    beat = threading.Thread(target=_heartbeat, args=(stop, started), daemon=True)
-    beat.start()
+    # A cold build reports each component and, every 30 s, how long it has run (progress.step).
     try:
         with _ProgressLog(layout.build_log) as log:
             binaries = ensure_binaries(kube_version=kube_version, etcd_version=etcd_version, log=log)
     except BuildError as err:
         _err(f"helmhive: build failed: {err}\n{log_tail(layout.build_log)}")
         raise typer.Exit(1) from err
-    finally:
-        stop.set()
     _err(f"helmhive: binaries ready (etcd {binaries.etcd_version}, kubernetes {binaries.kube_version})")
     try:
         info = cluster.start(binaries, layout.root, timeout=timeout)

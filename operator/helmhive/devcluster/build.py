@@ -32,6 +32,7 @@ from helmhive.devcluster.gomod import (
     build_kube_wrapper_gomod,
     parse_kube_release,
 )
+from helmhive.devcluster.progress import step
 
 __all__ = [
     "DEFAULT_ETCD_VERSION",
@@ -197,7 +198,8 @@ def ensure_binaries(
             log.write(f"building {', '.join(names)} {version} into {directory}\n")
             log.flush()
             started = time.monotonic()
-            builder(version, directory, log)
+            with step(log, f"go build {', '.join(names)} {version}"):
+                builder(version, directory, log)
             _write_stamp(directory, time.monotonic() - started, version)
             shutil.rmtree(directory / "src", ignore_errors=True)
     return Binaries(
@@ -227,7 +229,8 @@ def ensure_node_binaries(*, kube_version: str = DEFAULT_KUBE_VERSION, log: TextI
             log.write(f"building {', '.join(NODE_BINARIES)} {kube_version} into {directory}\n")
             log.flush()
             started = time.monotonic()
-            _build_node(kube_version, directory, log)
+            with step(log, f"go build {', '.join(NODE_BINARIES)} {kube_version}"):
+                _build_node(kube_version, directory, log)
             _write_stamp(directory, time.monotonic() - started, kube_version)
             shutil.rmtree(directory / "src", ignore_errors=True)
     return directory

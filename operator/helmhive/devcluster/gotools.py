@@ -18,6 +18,7 @@ from typing import TextIO
 
 from helmhive.devcluster.build import BuildError, cache_root
 from helmhive.devcluster.cachelock import cache_entry_lock
+from helmhive.devcluster.progress import step
 
 __all__ = ["GO_TOOLS", "GoTool", "ensure_go_tool"]
 
@@ -68,7 +69,7 @@ def ensure_go_tool(tool: GoTool, *, log: TextIO, root: Path | None = None) -> Pa
         log.flush()
         started = time.monotonic()
         logfile = directory / "build.log"
-        with logfile.open("w", encoding="utf-8") as out:
+        with logfile.open("w", encoding="utf-8") as out, step(log, f"go install {tool.name} {tool.version}"):
             proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=directory, check=False)
         if proc.returncode != 0 or not binary.is_file():
             tail = logfile.read_text(encoding="utf-8", errors="replace")[-2000:]
