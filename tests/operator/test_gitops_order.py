@@ -7,11 +7,13 @@ namespace per order: all at once in one ``kubectl apply`` (dependants first in t
 dependencies first, and in reverse (jobs and memory first, seen waiting by the operator, the
 Workspace last). Every order must end in the same conditions and reasons on every object,
 the same profile bindings, the same routing outcome (``NoEligibleRunner``, as the README
-promises for ``check-anthropic-login`` when no runner serves the provider), the same audit
-trail, and nothing failed for an ordering reason.
+promises for ``check-anthropic-login`` when no runner serves the provider, once the job has
+waited for one until its deadline: a runner is a reference too), the same audit trail, and
+nothing failed for an ordering reason.
 
-This module's operator waits :data:`WAIT_SECONDS` for a missing reference (not the default
-600 s), so the test of a Workspace that never appears ends in about a minute.
+This module's operator waits :data:`WAIT_SECONDS` for a missing reference and for a runner (not
+the default 600 s and 900 s), so the test of a Workspace that never appears ends in about a
+minute, and the jobs no runner serves fail closed about a minute after they were bound.
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ from helmhive.policy.audit.routing import iter_routing_decisions
 
 GROUP, VERSION = "helmhive.dev", "v1alpha1"
 WAIT_SECONDS = 60
-OPERATOR_ENV = {"HELMHIVE_REFERENCE_WAIT_SECONDS": str(WAIT_SECONDS)}
+OPERATOR_ENV = {
+    "HELMHIVE_REFERENCE_WAIT_SECONDS": str(WAIT_SECONDS),
+    "HELMHIVE_ROUTING_CAPACITY_DEADLINE_SECONDS": str(WAIT_SECONDS),
+}
 # Generous: the machine is shared, and convergence is waited for, never timed.
 CONVERGE = 180
 
@@ -308,8 +313,14 @@ def reverse(kube: Kube, kubectl: Kubectl, ns: str) -> None:
     assert _get(kube, ns, "AgentJob", "check-anthropic-login")["status"].get("profile") is None
 
     apply(kubectl, ns, profiles())
-    # The job that names its profile binds (and is routed) without the Workspace.
-    wait_for(reason_is(kube, ns, "AgentJob", "review-diff", "Routed", "NoEligibleRunner"), timeout=CONVERGE)
+
+    # The job that names its profile binds (and is routed: it waits for a runner, then fails closed)
+    # without the Workspace.
+    def routed_without_workspace() -> Any:
+        cond = _condition(_get(kube, ns, "AgentJob", "review-diff"), "Routed")
+        return cond if cond and cond["reason"] in ("WaitingForCapacity", "NoEligibleRunner") else None
+
+    wait_for(routed_without_workspace, timeout=CONVERGE, describe="review-diff routed without the Workspace")
     assert _condition(_get(kube, ns, "AgentJob", "check-anthropic-login"), "Routed")["reason"] == (
         "WaitingForWorkspace"
     )

@@ -38,7 +38,14 @@ def _docs() -> list[dict[str, Any]]:
         *pool_docs(token="metrics-stand-in", provider=PROVIDER, lease_seconds=5, renew_seconds=1),
         workspace_doc("shop", {"connection-test": "ref-check"}),
         profile_doc("ref-check", "connection-test", purpose="Metrics test.", provider=PROVIDER),
-        profile_doc("nobody-check", "connection-test", purpose="Metrics test.", provider="nobody"),
+        # Its provider's runner lacks the placement label it requires: it fails closed at once.
+        profile_doc(
+            "nobody-check",
+            "connection-test",
+            purpose="Metrics test.",
+            provider=PROVIDER,
+            requiredLabels={"zone": "none"},
+        ),
     ]
 
 

@@ -2,7 +2,9 @@
 
 ``decide_route`` in :mod:`helmhive.policy.routing.route` was rewritten for speed (issue 9: at most
 1 ms over 1,000 runners). This is the earlier, straightforward implementation, copied
-unchanged but for its imports; ``test_routing_fast_path.py`` checks that both return the same
+unchanged but for its imports and one later rule: a job that no runner can serve *yet* waits for
+a runner until its deadline instead of failing closed at once (:func:`_wait_for_runner`, as
+``docs/routing.md`` says); ``test_routing_fast_path.py`` checks that both return the same
 decision, candidate table included, on generated inputs. Tests only.
 """
 
@@ -217,6 +219,16 @@ def decide_route(
             capacity_deadline=deadline,
             avoided_provider=avoid_provider,
         )
+    if options and all(r.rank in (_PROVIDER, _NAMESPACE, _UNSCHEDULABLE) for r in results.values()):
+        return _wait_for_runner(
+            binding=binding,
+            results=list(results.values()),
+            table=table,
+            considered_runners=considered,
+            avoided_provider=avoid_provider,
+            policy=policy,
+            now=now,
+        )
     return _failed(
         job=job,
         binding=binding,
@@ -225,6 +237,50 @@ def decide_route(
         table=table,
         considered_runners=considered,
         avoided_provider=avoid_provider,
+    )
+
+
+def _wait_for_runner(
+    *,
+    binding: ProfileBinding,
+    results: Sequence[_Result],
+    table: tuple[Candidate, ...],
+    considered_runners: int,
+    avoided_provider: str | None,
+    policy: RoutingPolicy,
+    now: dt.datetime,
+) -> RoutingDecision:
+    """No runner of the job's providers serving its namespace is schedulable: wait, then fail at the deadline."""
+    deadline = binding.bound_at + dt.timedelta(seconds=policy.capacity_deadline_seconds)
+    if results:
+        closest = min(r.rank for r in results)
+        summary = ", ".join(sorted({r.reason for r in results if r.rank == closest}))
+        count = len(results)
+        why = f"none of {count} runner{'s' if count != 1 else ''} can take it (closest: {summary})"
+    else:
+        why = "no runner is registered"
+    common: dict[str, Any] = {
+        "candidates": table,
+        "considered_runners": considered_runners,
+        "avoided_provider": avoided_provider,
+        "capacity_deadline": deadline,
+    }
+    if now < deadline:
+        return RoutingDecision(
+            outcome=RouteOutcome.WAITING,
+            reason=Reason.WAITING_FOR_CAPACITY,
+            message=_truncate(f"no runner is eligible yet: {why}; waiting for one until {_iso(deadline)}", 1024),
+            **common,
+        )
+    return RoutingDecision(
+        outcome=RouteOutcome.FAILED,
+        reason=Reason.NO_ELIGIBLE_RUNNER,
+        message=_truncate(
+            f"{why}; nothing can run the job: no runner became eligible from {_iso(binding.bound_at)} "
+            f"until the deadline {_iso(deadline)}",
+            1024,
+        ),
+        **common,
     )
 
 

@@ -107,9 +107,14 @@ def test_routing_waits_for_held_runners_instead_of_failing_closed() -> None:
     assert decision.capacity_blocked == frozenset({("team", "a"), ("team", "b")})
     assert decision.retry_after == 2.0
 
+    # A runner that is really Offline is no held runner: the job waits for a runner that can take it
+    # (no backoff: the runner coming back re-decides it), and fails closed at the deadline.
     dead = route([runner("a", schedulable=False, reason="HeartbeatStale")])
-    assert decision.outcome is RouteOutcome.WAITING and dead.outcome is RouteOutcome.FAILED
-    assert dead.reason is Reason.NO_ELIGIBLE_RUNNER, "a runner that is really Offline still fails the job closed"
+    assert dead.outcome is RouteOutcome.WAITING and dead.waits_for_runner
+    assert dead.capacity_blocked == frozenset() and dead.retry_after is None
+    assert "NotSchedulable/HeartbeatStale" in dead.message
+    gone = route([runner("a", schedulable=False, reason="HeartbeatStale")], now=BOUND_AT + dt.timedelta(seconds=900))
+    assert gone.reason is Reason.NO_ELIGIBLE_RUNNER, "a runner that stays Offline fails the job closed at the deadline"
 
     late = route(held, now=BOUND_AT + dt.timedelta(seconds=900))
     assert late.outcome is RouteOutcome.FAILED and late.reason is Reason.CAPACITY_DEADLINE_EXCEEDED

@@ -216,18 +216,77 @@ def test_every_rejection_has_its_named_reason() -> None:
     ]
 
 
-def test_no_runner_at_all_fails_closed_with_a_reason() -> None:
+def test_no_runner_at_all_waits_for_one_until_the_deadline_then_fails_closed() -> None:
+    """GitOps order: a job applied with its RunnerPool is decided before the pool's runner registers."""
     decision = route([])
-    assert decision.outcome is RouteOutcome.FAILED
-    assert decision.reason is Reason.NO_ELIGIBLE_RUNNER
-    assert decision.candidates == ()
+    assert decision.outcome is RouteOutcome.WAITING and decision.waits_for_runner
+    assert decision.reason is Reason.WAITING_FOR_CAPACITY
+    assert decision.message == (
+        "no runner is eligible yet: no runner is registered; waiting for one until 2026-06-01T12:14:30Z"
+    )
+    assert decision.retry_after is None, "no backoff: a runner becoming eligible (an event) re-decides it"
+    assert decision.capacity_deadline == BOUND_AT + dt.timedelta(seconds=900)
+    assert decision.candidates == () and decision.capacity_blocked == frozenset()
+
+    late = route([], now=BOUND_AT + dt.timedelta(seconds=900))
+    assert late.outcome is RouteOutcome.FAILED and late.reason is Reason.NO_ELIGIBLE_RUNNER
+    assert late.message.startswith("no runner is registered; nothing can run the job")
+    assert "until the deadline 2026-06-01T12:14:30Z" in late.message
 
 
 def test_a_non_schedulable_runner_is_never_chosen_even_if_it_is_the_only_match() -> None:
     decision = route([runner("a", schedulable=False, reason="Draining")])
-    assert decision.outcome is RouteOutcome.FAILED
-    assert decision.reason is Reason.NO_ELIGIBLE_RUNNER
+    assert decision.outcome is RouteOutcome.WAITING and decision.waits_for_runner
     assert "NotSchedulable/Draining" in decision.message
+    assert decision.choice is None
+    assert reasons(decision) == {"a": "NotSchedulable/Draining"}
+
+
+@pytest.mark.parametrize(
+    ("fleet", "closest"),
+    [
+        pytest.param([runner("r", schedulable=False, reason="NeverReported")], "NotSchedulable/NeverReported",
+                     id="registering"),
+        pytest.param([runner("r", serves=False)], "NamespaceNotServed", id="pool-not-serving-yet"),
+        pytest.param([runner("r", "openai", models=["gpt-5"])], "ProviderNotInMappings", id="other-provider-only"),
+        pytest.param([runner("r", "openai"), runner("s", schedulable=False, reason="LeaseMissing")],
+                     "ProviderNotInMappings", id="closest-of-several"),
+    ],
+)  # fmt: skip
+def test_a_job_no_runner_of_its_providers_can_serve_yet_waits_for_one(fleet: list[RunnerView], closest: str) -> None:
+    decision = route(fleet)
+    assert decision.outcome is RouteOutcome.WAITING and decision.waits_for_runner
+    count = len(fleet)
+    assert decision.message == (
+        f"no runner is eligible yet: none of {count} runner{'s' if count != 1 else ''} can take it "
+        f"(closest: {closest}); waiting for one until 2026-06-01T12:14:30Z"
+    )
+    late = route(fleet, now=BOUND_AT + dt.timedelta(seconds=901))
+    assert (late.outcome, late.reason) == (RouteOutcome.FAILED, Reason.NO_ELIGIBLE_RUNNER)
+    assert f"(closest: {closest}); nothing can run the job" in late.message
+
+
+@pytest.mark.parametrize(
+    "fleet",
+    [
+        pytest.param([runner("r", capabilities=[])], id="missing-capability"),
+        pytest.param([runner("r", capabilities=["diff-review"], labels={"domain": "docs"})], id="missing-label"),
+        pytest.param([runner("r", schedulable=False, reason="NeverReported"), runner("s", capabilities=[])],
+                     id="a-live-runner-found-wanting-is-closer-than-one-registering"),
+    ],
+)  # fmt: skip
+def test_a_live_runner_of_its_provider_found_wanting_fails_the_job_closed_at_once(fleet: list[RunnerView]) -> None:
+    profile = binding(mapping("anthropic", "sonnet"), capabilities=["diff-review"], labels={"domain": "code"})
+    decision = route(fleet, profile=profile)
+    assert (decision.outcome, decision.reason) == (RouteOutcome.FAILED, Reason.NO_ELIGIBLE_RUNNER)
+    assert not decision.waits_for_runner
+
+
+def test_a_profile_no_runner_could_ever_serve_fails_closed_at_once() -> None:
+    profile = binding(mapping("anthropic", "sonnet"), allow_override=True)
+    decision = route([], profile=profile, the_job=job(model={"provider": "google"}))
+    assert (decision.outcome, decision.reason) == (RouteOutcome.FAILED, Reason.NO_ELIGIBLE_RUNNER)
+    assert "not one of profile" in decision.message
 
 
 # Capacity ---------------------------------------------------------------------------------------------

@@ -5,7 +5,9 @@ says which (runner, option) pairs satisfy every requirement; the properties comp
 decide_route against it:
 
 - fail closed: nothing is assigned when no pair satisfies every requirement, and something is
-  assigned whenever one does;
+  assigned whenever one does; the job waits for a runner exactly when no runner of its
+  providers that serves its namespace is schedulable (GitOps order: none is there yet), and
+  fails closed at its deadline;
 - a non-schedulable runner is never chosen, and the choice satisfies every requirement;
 - an explicit model is honoured or refused, never swapped;
 - the first eligible option wins (review diversity first for a review);
@@ -285,13 +287,17 @@ def satisfies(r: RunnerView, option: RouteOption, profile: ProfileBinding, activ
     )
 
 
-def eligible_pairs(case: dict[str, Any]) -> list[tuple[RunnerView, RouteOption]]:
-    override_blocked = (
-        case["job"].spec.model is not None
-        and (case["job"].spec.model.provider or case["job"].spec.model.model)
+def override_forbidden(case: dict[str, Any]) -> bool:
+    override = case["job"].spec.model
+    return bool(
+        override is not None
+        and (override.provider or override.model)
         and not case["binding"].snapshot.allow_model_override
     )
-    if override_blocked:
+
+
+def eligible_pairs(case: dict[str, Any]) -> list[tuple[RunnerView, RouteOption]]:
+    if override_forbidden(case):
         return []
     options = oracle_options(case["job"], case["binding"], case["avoid"])
     return [(r, o) for o in options for r in case["runners"] if satisfies(r, o, case["binding"], case["active"])]
@@ -302,6 +308,15 @@ def eligible_pairs(case: dict[str, Any]) -> list[tuple[RunnerView, RouteOption]]
 # the share test below can count them.
 
 
+def none_can_serve_yet(case: dict[str, Any]) -> bool:
+    """No runner of the job's providers that serves its namespace is schedulable (and the job may run at all)."""
+    if override_forbidden(case):
+        return False
+    providers = {o.provider for o in oracle_options(case["job"], case["binding"], case["avoid"])}
+    live = [r for r in case["runners"] if r.schedulable and r.serves_namespace and r.provider in providers]
+    return bool(providers) and not live
+
+
 def check_fails_closed(case: dict[str, Any]) -> str:
     decision = decide(case)
     pairs = eligible_pairs(case)
@@ -309,6 +324,7 @@ def check_fails_closed(case: dict[str, Any]) -> str:
         assert decision.outcome is not RouteOutcome.ASSIGNED
         assert decision.choice is None
         assert decision.reason is not Reason.ASSIGNED
+        assert decision.waits_for_runner == none_can_serve_yet(case)
         reached = "fail-closed"
     else:
         assert decision.outcome is RouteOutcome.ASSIGNED
@@ -401,11 +417,6 @@ def check_waiting(case: dict[str, Any]) -> str | None:
     decision = decide(case)
     if decision.outcome is not RouteOutcome.WAITING:
         return None
-    assert decision.capacity_blocked
-    unlimited = {key: 0 for key in case["active"]}
-    relaxed = dict(case, active=unlimited)
-    # With every slot free, some blocked runner satisfies every requirement.
-    assert {r.key for r, _ in eligible_pairs(relaxed)} & decision.capacity_blocked
     later = decide_route(
         job=case["job"],
         binding=case["binding"],
@@ -414,6 +425,18 @@ def check_waiting(case: dict[str, Any]) -> str | None:
         now=case["binding"].bound_at + dt.timedelta(hours=1),
         avoid_provider=case["avoid"],
     )
+    if decision.waits_for_runner:
+        # Nothing could run it now, whatever the loads; no backoff, and it fails closed at its deadline.
+        assert none_can_serve_yet(case)
+        assert not decision.capacity_blocked and decision.retry_after is None
+        assert decision.capacity_deadline == case["binding"].bound_at + dt.timedelta(seconds=900)
+        assert later.outcome is RouteOutcome.FAILED and later.reason is Reason.NO_ELIGIBLE_RUNNER
+        return "waiting for a runner"
+    assert decision.capacity_blocked
+    unlimited = {key: 0 for key in case["active"]}
+    relaxed = dict(case, active=unlimited)
+    # With every slot free, some blocked runner satisfies every requirement.
+    assert {r.key for r, _ in eligible_pairs(relaxed)} & decision.capacity_blocked
     assert later.reason is Reason.CAPACITY_DEADLINE_EXCEEDED
     return "waiting"
 
@@ -472,6 +495,7 @@ MIN_SHARES = {
     "review diversity": 0.15,  # [0.27, 0.45]
     "review fallback": 0.06,  # [0.11, 0.20]: only the avoided provider is eligible
     "waiting": 0.03,  # [0.06, 0.10]
+    "waiting for a runner": 0.02,  # 0.057 at the fixed seed: no fitting runner is schedulable, serving, of a provider
     "runner filled": 0.40,  # [0.67, 0.75]: a runner reached its concurrency in the sequence
 }
 SAMPLE = 600  # fewer cases spread the shares more from one seed to another

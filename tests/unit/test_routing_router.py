@@ -7,6 +7,8 @@ indexes; nothing here talks to a cluster (the cluster tests cover the writes).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -276,3 +278,216 @@ def test_a_runner_event_changes_the_topology_only_when_it_changes_what_routing_s
     assert r.runner_view_changed(held, deleted=False), "seen again after its deletion"
     unreadable = {**held, "spec": {"poolRef": {}}}
     assert r.runner_view_changed(unreadable, deleted=False), "an unusable spec drops it from the views"
+
+
+# Waiting for a runner (GitOps order: the job is decided before its pool's runner registers) -----------
+
+RUNNER_WAIT = RoutingDecision(
+    outcome=RouteOutcome.WAITING,
+    reason=Reason.WAITING_FOR_CAPACITY,
+    message="no runner is eligible yet: no runner is registered; waiting for one until 2026-06-01T12:15:00Z",
+    capacity_deadline=dt.datetime(2026, 6, 1, 12, 15, tzinfo=dt.UTC),
+)
+
+
+def _bound(name: str, namespace: str = "runners") -> dict[str, Any]:
+    """An AgentJob in ``namespace``, bound at queue time to a profile mapped to provider anthropic."""
+    return {
+        "apiVersion": "helmhive.dev/v1alpha1",
+        "kind": "AgentJob",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}", "resourceVersion": "1",
+                     "generation": 1},
+        "spec": {"workspace": "shop", "jobKind": "connection-test", "request": {"title": "t", "prompt": "p"}},
+        "status": {
+            "profile": {
+                "name": "p",
+                "revision": "p-1",
+                "hash": "sha256:0",
+                "boundAt": "2026-06-01T12:00:00Z",
+                "snapshot": {
+                    "envelope": "connection-test",
+                    "tools": [],
+                    "filesystem": "none",
+                    "network": "disabled",
+                    "outputContract": {"format": "text"},
+                    "session": {"policy": "fresh"},
+                    "memory": {"enabled": False},
+                    "requiredLabels": {},
+                    "requiredCapabilities": [],
+                    "providerMappings": [{"provider": "anthropic"}],
+                    "allowModelOverride": False,
+                    "instructions": "",
+                    "purpose": "p",
+                },
+            },
+        },
+    }  # fmt: skip
+
+
+class _StatusWrites:
+    """The one API call routing makes for a decision: a conditional PUT of the job's status subresource.
+
+    As the API server does, it keeps the rest of the stored job and answers with the whole job.
+    """
+
+    def __init__(self, *jobs: dict[str, Any]) -> None:
+        self.stored = {(j["metadata"]["namespace"], j["metadata"]["name"]): j for j in jobs}
+        self.written: list[dict[str, Any]] = []
+
+    async def replace_status(self, kind: Any, name: str, body: dict[str, Any], *, namespace: str) -> dict[str, Any]:
+        before = self.stored[(namespace, name)]
+        assert body["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"], "a stale write"
+        version = str(int(before["metadata"]["resourceVersion"]) + 1)
+        after = {**before, "metadata": {**before["metadata"], "resourceVersion": version}, "status": body["status"]}
+        self.stored[(namespace, name)] = after
+        self.written.append(after)
+        return after
+
+
+def _routed(body: dict[str, Any]) -> tuple[str, str, str]:
+    routed = next(c for c in body["status"]["conditions"] if c["type"] == "Routed")
+    return routed["status"], routed["reason"], routed["message"]
+
+
+async def _route_queued(r: Router) -> list[str]:
+    """Decide every queued job once, as the workers would; the triggers handled."""
+    triggers = []
+    while r.queued:
+        key, trigger = await r._next()
+        triggers.append(trigger)
+        try:
+            await r.route(key, trigger)
+        finally:
+            r._done(key)
+    return triggers
+
+
+async def test_a_job_decided_before_its_runner_registered_is_routed_when_the_runner_becomes_schedulable() -> None:
+    from test_routing_inputs import pool, runner_body
+
+    kube = _StatusWrites(_bound("hello"))
+    clock = dt.datetime(2026, 6, 1, 12, 0, 5, tzinfo=dt.UTC)
+    r = Router(Runtime(kube=kube, clock=lambda: clock), RouterSettings())  # type: ignore[arg-type]
+    r.bind({"routing_runners": {}, "routing_pools": {}, "routing_namespaces": {}, "routing_memory": {},
+            "routing_sessions": {}})  # fmt: skip
+    key = ("runners", "hello")
+    try:
+        # Applied together with its RunnerPool: the pool is indexed, its runner not registered yet.
+        r.pools = {"runners": [pool(namespace="runners", generation=1)]}
+        r.fleet_changed()
+        r.observe_job(None, _bound("hello"))
+        assert await _route_queued(r) == ["event"]
+        (waiting,) = kube.written
+        assert _routed(waiting)[:2] == ("False", "WaitingForCapacity")
+        assert "no runner is registered" in _routed(waiting)[2]
+        assert "nextAttemptAt" not in waiting["status"]["routing"]
+        assert r.waiting[key].for_runner and r.waiting[key].timer is None, "no timer: events end the wait"
+        assert r.runtime.deadlines.when(("AgentJobRouting", *key)) == dt.datetime(2026, 6, 1, 12, 15, tzinfo=dt.UTC)
+
+        # Its own watch event re-decides it: still waiting, nothing written again.
+        r.observe_job("MODIFIED", waiting)
+        assert await _route_queued(r) == ["event"]
+        assert len(kube.written) == 1
+
+        # The runner registers (not schedulable yet): re-decided, still waiting, and the message says why.
+        registering = runner_body(conditions=[{"type": "Schedulable", "status": "False", "reason": "NeverReported",
+                                               "lastTransitionTime": "2026-06-01T12:00:06Z"}])  # fmt: skip
+        registering["metadata"]["resourceVersion"] = "10"
+        facts = r.runner_facts(registering)
+        assert facts is not None
+        r.runners = {"runners": [facts]}
+        if r.runner_view_changed(registering, deleted=False):  # as the Runner event handler does
+            r.fleet_changed()
+        r.observe_runner(registering)
+        assert await _route_queued(r) == ["wake"]
+        registered = kube.written[-1]
+        assert len(kube.written) == 2 and _routed(registered)[:2] == ("False", "WaitingForCapacity")
+        assert "(closest: NotSchedulable/NeverReported)" in _routed(registered)[2]
+        r.observe_job("MODIFIED", registered)  # its own watch event: the same wait, nothing written
+        assert await _route_queued(r) == ["event"]
+        assert len(kube.written) == 2
+
+        # It is Online and Schedulable: the job is woken and assigned to it.
+        online = runner_body()
+        online["metadata"]["resourceVersion"] = "11"
+        facts = r.runner_facts(online)
+        assert facts is not None
+        r.runners = {"runners": [facts]}
+        if r.runner_view_changed(online, deleted=False):
+            r.fleet_changed()
+        r.observe_runner(online)
+        assert await _route_queued(r) == ["wake"]
+        assigned = kube.written[-1]
+        assert _routed(assigned)[:2] == ("True", "Assigned")
+        assert assigned["status"]["assignment"]["runner"] == "p-0"
+        assert key not in r.waiting
+        assert r.runtime.deadlines.when(("AgentJobRouting", *key)) is None, "its deadline went with the wait"
+    finally:
+        await r.runtime.deadlines.stop()
+
+
+async def test_a_job_waiting_for_a_runner_fails_closed_at_its_deadline() -> None:
+    now = [dt.datetime(2026, 6, 1, 12, 0, 5, tzinfo=dt.UTC)]
+    kube = _StatusWrites(_bound("hello"))
+    r = Router(Runtime(kube=kube, clock=lambda: now[0]), RouterSettings())  # type: ignore[arg-type]
+    r.bind({"routing_runners": {}, "routing_pools": {}, "routing_namespaces": {}, "routing_memory": {},
+            "routing_sessions": {}})  # fmt: skip
+    key = ("runners", "hello")
+    try:
+        r.observe_job(None, _bound("hello"))
+        await _route_queued(r)
+        assert r.runtime.deadlines.when(("AgentJobRouting", *key)) == dt.datetime(2026, 6, 1, 12, 15, tzinfo=dt.UTC)
+        queued = asyncio.Event()
+        enqueue = r.enqueue
+
+        def enqueue_and_tell(job: tuple[str, str], trigger: str) -> None:
+            enqueue(job, trigger)
+            queued.set()
+
+        r.enqueue = enqueue_and_tell  # type: ignore[method-assign]
+        now[0] = dt.datetime(2026, 6, 1, 12, 15, tzinfo=dt.UTC)  # the clock the scheduler reads
+        r.runtime.deadlines.poke()
+        await asyncio.wait_for(queued.wait(), timeout=30)
+        assert await _route_queued(r) == ["deadline"]
+        status, reason, message = _routed(kube.written[-1])
+        assert (status, reason) == ("False", "NoEligibleRunner")
+        assert "until the deadline 2026-06-01T12:15:00Z" in message
+        assert key not in r.waiting
+    finally:
+        await r.runtime.deadlines.stop()
+
+
+async def test_a_runner_wait_has_no_timer_and_its_deadline_is_one_entry_of_the_operators_scheduler() -> None:
+    r = router()
+    key = ("team", "a")
+    try:
+        r._wait(key, RUNNER_WAIT)
+        assert r.waiting[key].timer is None and r.waiting[key].for_runner
+        assert r.runtime.deadlines.when(("AgentJobRouting", *key)) == RUNNER_WAIT.capacity_deadline
+        # Busy runners now: a wait for a slot, on its backoff timer, without the runner deadline.
+        busy = dataclasses.replace(RUNNER_WAIT, capacity_blocked=frozenset({("runners", "r1")}), retry_after=60.0)
+        r._wait(key, busy)
+        assert r.waiting[key].timer is not None and not r.waiting[key].for_runner
+        assert r.runtime.deadlines.when(("AgentJobRouting", *key)) is None
+        r._wait(key, RUNNER_WAIT)
+        assert r.waiting[key].timer is None
+        r._stop_waiting(key)
+        assert r.runtime.deadlines.when(("AgentJobRouting", *key)) is None
+    finally:
+        await r.runtime.deadlines.stop()
+
+
+async def test_fleet_changes_wake_the_jobs_waiting_for_a_runner_and_only_those() -> None:
+    r = router()
+    try:
+        r._wait(("team", "no-runner"), RUNNER_WAIT)
+        r._wait(("other", "no-runner"), RUNNER_WAIT)
+        r.waiting[("team", "busy")] = _Waiting(blocked=frozenset({("runners", "r1")}), since=1.0, timer=None)
+        r.fleet_changed(namespace="team")  # that namespace's labels changed: only its jobs see other pools
+        assert list(r.queued.items()) == [(("team", "no-runner"), "wake")]
+        r.queued.clear()
+        r.fleet_changed()  # a pool or a runner's view changed
+        assert set(r.queued) == {("team", "no-runner"), ("other", "no-runner")}
+        assert all(trigger == "wake" for trigger in r.queued.values())
+    finally:
+        await r.runtime.deadlines.stop()

@@ -11,10 +11,12 @@ Owns, for one operator process (:class:`Capacity`, the base of
 - **held slots** (``holding``): which runner each assigned, unfinished job holds, so a job that
   finishes or is deleted frees exactly that runner's slot;
 - **waiting jobs** (``waiting``): the runners each job is blocked by, since when (on the injected
-  monotonic clock) and its backoff timer;
+  monotonic clock) and its backoff timer; a job that waits for a runner that can serve it at all
+  (:attr:`~helmhive.policy.routing.route.RoutingDecision.waits_for_runner`) has no timer;
 - **wake-ups**: each freed slot re-decides the job that has waited longest for that runner, a
   different job per slot; a woken job that does not take the slot hands it on. A runner that
-  becomes schedulable re-decides every waiting job;
+  becomes schedulable re-decides every waiting job; a change of the fleet (a runner's view, a
+  pool, a namespace) re-decides the jobs waiting for a runner (:meth:`Capacity.wake_runner_waits`);
 - **each runner's parsed facts** (:meth:`Capacity.runner_facts`), kept for its resourceVersion, so
   a Runner event is parsed once for the index, the views and the wake-ups.
 
@@ -44,6 +46,8 @@ class _Waiting:
     timer: asyncio.TimerHandle | None = None
     woken_by: RunnerKey | None = None
     """The runner whose freed slot this job was queued to take (one job per freed slot)."""
+    for_runner: bool = False
+    """It waits for a runner that can serve it at all (no timer: fleet events and its deadline end it)."""
 
 
 class Capacity(WorkQueue):
@@ -147,9 +151,12 @@ class Capacity(WorkQueue):
         if waiting is None:
             waiting = self.waiting[key] = _Waiting(blocked=decision.capacity_blocked, since=self.monotonic())
         waiting.blocked = decision.capacity_blocked
+        waiting.for_runner = decision.waits_for_runner
         if waiting.timer is not None:
             waiting.timer.cancel()
-        waiting.timer = self._later(key, decision.retry_after or 0.0, "backoff")
+        # A wait for a runner has no backoff: the events that can end it wake it (wake_runner_waits).
+        retry = decision.retry_after
+        waiting.timer = self._later(key, retry, "backoff") if retry is not None else None
 
     def _stop_waiting(self, key: JobKey) -> None:
         waiting = self.waiting.pop(key, None)
@@ -163,6 +170,20 @@ class Capacity(WorkQueue):
         for waiting in self.waiting.values():
             if waiting.timer is not None:
                 waiting.timer.cancel()
+
+    def wake_runner_waits(self, namespace: str | None = None) -> int:
+        """Re-decide the jobs waiting for a runner (in ``namespace``, or all): the fleet changed. Returns how many.
+
+        A runner registered or changed, a pool or a namespace's labels changed: any of them may
+        make a runner eligible for a job no runner could serve. Jobs waiting for a free slot are
+        not woken here (freed slots and their backoff do).
+        """
+        woken = 0
+        for key, waiting in self.waiting.items():
+            if waiting.for_runner and (namespace is None or key[0] == namespace):
+                self.enqueue(key, "wake")
+                woken += 1
+        return woken
 
     def _capacity_freed(self, runner: RunnerKey) -> None:
         """A slot on ``runner`` freed: re-decide the job that has waited longest for it.

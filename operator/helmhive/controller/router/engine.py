@@ -31,6 +31,13 @@ A worker:
 3. queues the audit of the decision (written in batches by a background task, see
    :mod:`~helmhive.controller.router.audits`) and takes the next job.
 
+A job that waits for a free slot is re-decided on its backoff timer and when a slot frees; a job
+that waits for a runner that can serve it at all (none is registered or schedulable yet: a
+RunnerPool applied with the job, a runner registering or coming back) has no timer: the fleet's
+events re-decide it (:meth:`~helmhive.controller.router.capacity.Capacity.wake_runner_waits`), and
+its deadline is an entry of the operator's one
+:class:`~helmhive.controller.deadlines.DeadlineScheduler`, where it fails closed.
+
 Durations (the token bucket, how long a job has waited, when a decision was audited) are read
 from an injected monotonic clock (``monotonic``, :func:`time.monotonic` by default), so tests
 drive them without sleeping; wall-clock times in status come from the runtime's clock.
@@ -41,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable, Coroutine, Mapping
@@ -209,6 +217,27 @@ class Router(RouterIndexes):
                 self._done(key)
 
     # Decisions ------------------------------------------------------------------------------
+    # Waiting for a runner ---------------------------------------------------------------------
+    def _wait(self, key: JobKey, decision: RoutingDecision) -> None:
+        """Record the wait; a wait for a runner gets its deadline in the operator's one scheduler (no timer)."""
+        before = self.waiting.get(key)
+        was_for_runner = before is not None and before.for_runner
+        super()._wait(key, decision)
+        deadline = decision.capacity_deadline
+        if decision.waits_for_runner and deadline is not None:
+            self.runtime.deadlines.at(_deadline_entry(key), deadline, functools.partial(self._deadline_came, key))
+        elif was_for_runner:
+            self.runtime.deadlines.cancel(_deadline_entry(key))
+
+    def _stop_waiting(self, key: JobKey) -> None:
+        waiting = self.waiting.get(key)
+        if waiting is not None and waiting.for_runner:
+            self.runtime.deadlines.cancel(_deadline_entry(key))
+        super()._stop_waiting(key)
+
+    async def _deadline_came(self, key: JobKey) -> None:
+        self.enqueue(key, "deadline")  # the decision now fails it closed (or finds a runner after all)
+
     def _forget_body(self, key: JobKey) -> None:
         self.bodies.pop(key, None)
         self.unwritten.pop(key, None)
@@ -263,9 +292,9 @@ class Router(RouterIndexes):
                 self._reserve(key, decision.choice.runner_key)
         if decision.outcome is RouteOutcome.WAITING:
             self._wait(key, decision)
-            if waiting_already and not backoff:
+            if waiting_already and not backoff and _waits_as_written(job, decision):
                 self._pass_wake(woke, decision, written=False)
-                return  # already visibly waiting; only backoff attempts are written
+                return  # already visibly waiting so; only backoff attempts are written
         else:
             self._stop_waiting(key)
         memory_ids = self.memory_ids(job) if decision.choice is not None else []
@@ -365,6 +394,31 @@ class Router(RouterIndexes):
 def _waiting_reason(job: QueuedJob) -> bool:
     routed = find_condition(job.conditions, ConditionType.ROUTED)
     return routed is not None and routed.get("reason") == Reason.WAITING_FOR_CAPACITY.value
+
+
+def _waits_as_written(job: QueuedJob, decision: RoutingDecision) -> bool:
+    """The job's status already shows this wait, so a re-decision that still waits writes nothing.
+
+    A wait for a slot is written when it starts and at each backoff attempt, not at each early
+    re-decision (a busy fleet frees slots all the time). A job that waited for a slot and now waits
+    for a runner (its runner went away), or the other way round, is written again: its message and
+    ``nextAttemptAt`` would tell the wrong story. A wait for a runner is written whenever what it
+    waits for changed (its message: no runner registered, one registering, one disabled...); it is
+    re-decided only when the fleet changes, which is seldom.
+    """
+    routing = job.state.raw_status.get("routing")
+    backoff = isinstance(routing, Mapping) and bool(routing.get("nextAttemptAt"))
+    if backoff == decision.waits_for_runner:
+        return False
+    if not decision.waits_for_runner:
+        return True
+    routed = find_condition(job.conditions, ConditionType.ROUTED)
+    return routed is not None and routed.get("message") == decision.message[:1024]
+
+
+def _deadline_entry(key: JobKey) -> tuple[str, str, str]:
+    """The job's entry in the operator's deadline scheduler (the queue step's entries are ``("AgentJob", …)``)."""
+    return ("AgentJobRouting", *key)
 
 
 def _ref(key: JobKey) -> dict[str, Any]:

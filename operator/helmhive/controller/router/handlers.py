@@ -14,8 +14,10 @@ The routing engine (work queue, reservations, waiting and backoff, audit recover
   router queues every job that awaits a decision (profile bound, no assignment, not failed
   closed), and notices a job finishing: the job waiting longest on that runner is re-decided at
   once.
-- **Runner events** re-decide waiting jobs when a runner becomes schedulable; a change to pools
-  or namespaces drops the cached runner views.
+- **Runner events** re-decide waiting jobs when a runner becomes schedulable; a change of what
+  routing sees of a runner, of a pool or of a namespace drops the cached runner views and
+  re-decides the jobs waiting for a runner (none could serve them yet: GitOps order, a runner
+  registering or coming back). Events only: no waiting job is polled.
 
 ``Router``, ``RouterSettings``, ``RouterStats`` and ``RateLimiter`` are re-exported from here
 for the callers that name them by this module.
@@ -107,16 +109,16 @@ def register(runtime: Runtime, router: Router | None = None) -> Router:
     async def wake_on_runners(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         deleted = event.get("type") == "DELETED"
         if router.runner_view_changed(body, deleted=deleted):
-            router.changed_topology()
+            router.fleet_changed()
         if not deleted:
             router.observe_runner(body)
 
     @kopf.on.event(GROUP, VERSION, "runnerpools")
     async def pools_changed(**_: Any) -> None:
-        router.changed_topology()
+        router.fleet_changed()
 
     @kopf.on.event("", "v1", "namespaces")
-    async def namespaces_changed(**_: Any) -> None:
-        router.changed_topology()
+    async def namespaces_changed(name: str, **_: Any) -> None:
+        router.fleet_changed(namespace=name)
 
     return router

@@ -7,7 +7,8 @@ runner views per job namespace, cached until a runner, pool or namespace changes
 (:meth:`RouterIndexes.changed_topology`; a Runner event changes them only when it changes what
 routing sees of that runner, :meth:`RouterIndexes.runner_view_changed`: a runner's periodic
 report alone does not, so a fleet of 1,000 reporting runners does not rebuild the views over
-and over), and which provider a change's implementation ran on
+and over; such a change also re-decides the jobs waiting for a runner,
+:meth:`RouterIndexes.fleet_changed`), and which provider a change's implementation ran on
 (the operator's AgentJob store, :class:`~helmhive.policy.routing.job_store.JobStore`, or this process's
 own write, known before its watch event). Jobs are not in Kopf's indexes: an index on a kind
 with thousands of objects makes Kopf's start-up O(N²).
@@ -59,6 +60,16 @@ class RouterIndexes(Capacity):
 
     def changed_topology(self) -> None:
         self.topology += 1
+
+    def fleet_changed(self, *, namespace: str | None = None) -> None:
+        """A runner's view, a pool or namespace ``namespace``'s labels changed (call after Kopf's index took it in).
+
+        Drops the cached views and re-decides the jobs waiting for a runner: the change may make one
+        eligible for them. A namespace's labels only change what its own jobs see (which pools serve
+        it), so only those are re-decided.
+        """
+        self.changed_topology()
+        self.wake_runner_waits(namespace)
 
     def runner_view_changed(self, body: Mapping[str, Any], *, deleted: bool) -> bool:
         """Whether a Runner event changes what routing sees of that runner (call after Kopf's index took it in).

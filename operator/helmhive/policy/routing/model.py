@@ -151,6 +151,8 @@ class RoutingDecision:
 
     ``capacity_blocked`` lists (unbounded, for the router's wake-ups) the runners that
     failed only on free concurrency; ``candidates`` is the bounded table for status.
+    ``retry_after`` is the backoff of a wait for capacity (or for held runners); a wait for a
+    runner (:attr:`waits_for_runner`) has none: only events and its deadline end it.
     """
 
     outcome: RouteOutcome
@@ -167,3 +169,12 @@ class RoutingDecision:
     @property
     def routed(self) -> bool:
         return self.outcome is RouteOutcome.ASSIGNED
+
+    @property
+    def waits_for_runner(self) -> bool:
+        """Waits for a runner that can serve the job at all (none is eligible *yet*), not for a free slot.
+
+        No backoff: the router re-decides it when a runner becomes schedulable or the fleet changes
+        (an event), and at ``capacity_deadline``, when it fails closed ``NoEligibleRunner``.
+        """
+        return self.outcome is RouteOutcome.WAITING and self.retry_after is None

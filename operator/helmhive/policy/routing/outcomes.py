@@ -18,6 +18,7 @@ from helmhive.policy.envelopes import is_governed
 from helmhive.policy.routing.candidates import (
     _ELIGIBLE,
     _MODEL,
+    _PROVIDER,
     _SELECTED,
     _SELECTED_REASON,
     _candidates,
@@ -211,13 +212,27 @@ def _failed(
     table: tuple[Candidate, ...],
     considered_runners: int,
     avoided_provider: str | None,
+    policy: RoutingPolicy,
+    now: dt.datetime,
 ) -> RoutingDecision:
+    """No runner is eligible, busy or held: wait for one that can serve the job, or fail closed.
+
+    The job **waits** (:func:`_wait_for_runner`) while no runner of one of its providers that serves
+    its namespace is schedulable: no runner at all, or every runner's closest rejection is
+    ``NotSchedulable/…``, ``NamespaceNotServed`` or ``ProviderNotInMappings``. Those are runners
+    and pools that are not there *yet* (applied together with the job, registering, coming back)
+    as much as misconfiguration, which only the deadline tells apart; so GitOps order does not
+    matter. A live runner of its provider found wanting (a capability, a label, the model) fails
+    it closed at once, as does a job or profile no runner could ever serve (no options).
+    """
     common: dict[str, Any] = {
         "considered_runners": considered_runners,
         "avoided_provider": avoided_provider,
         "candidates": table,
         "outcome": RouteOutcome.FAILED,
     }
+    if options and (not results or min(r[0] for r in results) >= _PROVIDER):
+        return _wait_for_runner(binding=binding, results=results, common=common, policy=policy, now=now)
     if not options:
         override = _override(job.spec)
         wanted = override.provider if override is not None and override.provider else None
@@ -261,4 +276,47 @@ def _failed(
             1024,
         ),
         **common,
+    )
+
+
+def _wait_for_runner(
+    *,
+    binding: ProfileBinding,
+    results: Sequence[_Result],
+    common: dict[str, Any],
+    policy: RoutingPolicy,
+    now: dt.datetime,
+) -> RoutingDecision:
+    """No runner can serve the job yet (see :func:`_failed`): wait until the capacity deadline, then fail closed.
+
+    The wait has no backoff (``retry_after`` None: :attr:`RoutingDecision.waits_for_runner`);
+    the router re-decides it when a runner becomes schedulable or the fleet changes, and at the
+    deadline, counted from queue time as for capacity. After it the job fails ``NoEligibleRunner``.
+    """
+    deadline = binding.bound_at + dt.timedelta(seconds=policy.capacity_deadline_seconds)
+    if not results:
+        why = "no runner is registered"
+    else:
+        count = len(results)
+        closest = min(r[0] for r in results)
+        summary = ", ".join(sorted({r[4] for r in results if r[0] == closest}))
+        why = f"none of {count} runner{'s' if count != 1 else ''} can take it (closest: {summary})"
+    if now >= deadline:
+        return RoutingDecision(
+            reason=Reason.NO_ELIGIBLE_RUNNER,
+            message=_truncate(
+                f"{why}; nothing can run the job: no runner became eligible from "
+                f"{format_timestamp(binding.bound_at)} until the deadline {format_timestamp(deadline)}",
+                1024,
+            ),
+            capacity_deadline=deadline,
+            **common,
+        )
+    return RoutingDecision(
+        **{**common, "outcome": RouteOutcome.WAITING},
+        reason=Reason.WAITING_FOR_CAPACITY,
+        message=_truncate(
+            f"no runner is eligible yet: {why}; waiting for one until {format_timestamp(deadline)}", 1024
+        ),
+        capacity_deadline=deadline,
     )

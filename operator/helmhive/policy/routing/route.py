@@ -24,8 +24,12 @@ The algorithm (``docs/routing.md`` explains each choice):
    (active / concurrency), then by namespace and name.
 5. No option eligible: if some runner failed *only* on concurrency the job waits
    (``WaitingForCapacity``, retried with exponential backoff) until its capacity deadline,
-   then fails ``CapacityDeadlineExceeded``; otherwise it fails closed with
-   ``ModelNotAdvertised``, ``NoDefaultModel`` or ``NoEligibleRunner``.
+   then fails ``CapacityDeadlineExceeded``. If no runner of its providers serving its
+   namespace is schedulable (none registered yet, none schedulable yet, none of its providers
+   or serving its namespace yet), it waits for one (``WaitingForCapacity``, no backoff: the
+   router re-decides it when a runner becomes eligible) until the same deadline, then fails
+   ``NoEligibleRunner``. Otherwise it fails closed with ``ModelNotAdvertised``,
+   ``NoDefaultModel`` or ``NoEligibleRunner``.
 
 The candidate table has one row per runner, closest first, bounded to 20.
 
@@ -233,4 +237,6 @@ def decide_route(
         table=table,
         considered_runners=considered,
         avoided_provider=avoid_provider,
+        policy=policy,
+        now=now,
     )
