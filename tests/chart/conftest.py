@@ -9,20 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from harness.helm import helm_binary
 from helmhive.devcluster import cluster as devcluster
-from helmhive.devcluster.build import BuildError, ensure_binaries
-from helmhive.devcluster.helm import ensure_helm
+from helmhive.devcluster.build import ensure_binaries
 
 
 @pytest.fixture(scope="session")
 def helm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The ``helm`` binary; the first run builds it (a few minutes), later runs reuse the cache."""
-    log_path = tmp_path_factory.mktemp("helm") / "build.log"
-    with log_path.open("w", encoding="utf-8") as log:
-        try:
-            return ensure_helm(log=log)
-        except BuildError as err:
-            pytest.fail(f"{err}\n{log_path.read_text()[-4000:]}", pytrace=False)
+    """The ``helm`` binary (built once from the Go module proxy, then cached)."""
+    return helm_binary(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from e2e_rig import CHART, RELEASE, RUNNERS_NS, SYSTEM_NS, Rig, reference_documents
 
+from harness.helm import helm_binary
 from harness.kind import KindEnv, kind_cluster
 from helmhive.devcluster.build import BuildError
-from helmhive.devcluster.helm import ensure_helm
 from helmhive.devcluster.kind.cluster import KindError
 from helmhive.devcluster.kind.engine import EngineError
 
@@ -55,12 +55,8 @@ def kind_env(request: pytest.FixtureRequest) -> Iterator[KindEnv]:
 
 @pytest.fixture(scope="session")
 def helm_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    log_path = tmp_path_factory.mktemp("helm") / "build.log"
-    with log_path.open("w", encoding="utf-8") as log:
-        try:
-            return ensure_helm(log=log)
-        except BuildError as err:
-            pytest.fail(f"{err}\n{log_path.read_text()[-4000:]}", pytrace=False)
+    """The ``helm`` binary (built once from the Go module proxy, then cached)."""
+    return helm_binary(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,8 @@
 """The demo's own objects, on top of the examples: a reference runner pool and a job it can run.
 
 The examples describe production pools (Anthropic, Google) whose logins the demo does not
-have, so their connection test fails closed with a reason, which the demo shows. The
+have, so their connection test waits for a runner with a visible reason (and fails closed
+``NoEligibleRunner`` at the capacity deadline), which the demo shows. The
 reference pool runs ``helmhive-reference-agent`` (a deterministic ACP agent, not a model)
 with a stand-in credential, so one job really runs end to end. Pure.
 """

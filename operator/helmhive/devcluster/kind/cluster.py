@@ -181,25 +181,21 @@ def ensure_cluster(name: str = DEFAULT_NAME, *, log: TextIO, workers: int = 1, t
     state = kind_state_dir()
     state.mkdir(parents=True, exist_ok=True)
     kubeconfig = state / f"{name}.kubeconfig"
-    reused = False
+
+    def made(nodes: tuple[str, ...], *, reused: bool) -> KindCluster:
+        return KindCluster(
+            name=name, kubeconfig=kubeconfig, kind=kind, kubectl=kubectl, node_image=images.node,
+            debian_image=images.debian, engine=engine, nodes=nodes, reused=reused,
+        )  # fmt: skip
+
     if name in _clusters(kind):
         _run(
             [str(kind), "export", "kubeconfig", "--name", name, "--kubeconfig", str(kubeconfig)],
             what="kind export kubeconfig",
         )
-        if (nodes := _nodes_ready(kubectl, kubeconfig)) is not None and len(nodes) == workers + 1:
-            log.write(f"kind cluster {name!r} is running: reused ({len(nodes)} nodes Ready)\n")
-            return KindCluster(
-                name=name,
-                kubeconfig=kubeconfig,
-                kind=kind,
-                kubectl=kubectl,
-                node_image=images.node,
-                debian_image=images.debian,
-                engine=engine,
-                nodes=nodes,
-                reused=True,
-            )
+        if (ready := _nodes_ready(kubectl, kubeconfig)) is not None and len(ready) == workers + 1:
+            log.write(f"kind cluster {name!r} is running: reused ({len(ready)} nodes Ready)\n")
+            return made(ready, reused=True)
         log.write(f"kind cluster {name!r} exists but is not healthy: deleting it\n")
         _run([str(kind), "delete", "cluster", "--name", name], what="kind delete cluster")
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="kind-config-") as config:
@@ -224,17 +220,7 @@ def ensure_cluster(name: str = DEFAULT_NAME, *, log: TextIO, workers: int = 1, t
             )
     load_images(name, [router], kind=kind, log=log)
     nodes = install_network(kubectl, kubeconfig, router, expect_nodes=workers + 1, log=log, timeout=timeout)
-    return KindCluster(
-        name=name,
-        kubeconfig=kubeconfig,
-        kind=kind,
-        kubectl=kubectl,
-        node_image=images.node,
-        debian_image=images.debian,
-        engine=engine,
-        nodes=nodes,
-        reused=reused,
-    )
+    return made(nodes, reused=False)
 
 
 def install_network(
