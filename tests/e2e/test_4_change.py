@@ -25,6 +25,23 @@ def _ready(rig: Rig) -> str:
     return f"{cond.get('status')} {cond.get('reason')}: {cond.get('message', '')}"
 
 
+def _runner_schedulable(rig: Rig, pool: str) -> bool:
+    runners = [r for r in rig.get("runners", "-n", RUNNERS_NS)["items"] if r["metadata"]["name"] == f"{pool}-0"]
+    conditions = [c for r in runners for c in r.get("status", {}).get("conditions", [])]
+    return any(c["type"] == "Schedulable" and c["status"] == "True" for c in conditions)
+
+
+def _routes(jobs: list[dict[str, Any]]) -> list[tuple[str, Any, Any]]:
+    """Each job's pool and routing message, for a failure to say where a job went and why."""
+    routed = [
+        (j["metadata"]["name"], j.get("status", {}).get("assignment", {}).get("pool"), c.get("message"))
+        for j in jobs
+        for c in j.get("status", {}).get("conditions", [])
+        if c["type"] == "Routed"
+    ]
+    return routed
+
+
 def _helmhive(rig: Rig, *args: str) -> str:
     proc = subprocess.run(
         [sys.executable, "-m", "helmhive", *args, "-n", RUNNERS_NS, "--kubeconfig", str(rig.env.kubeconfig)],
@@ -66,6 +83,12 @@ def test_a_governed_change_runs_end_to_end_on_real_pods(runners: Rig, change: di
     status = rig.get("change", "-n", RUNNERS_NS, DEMO_CHANGE)["status"]
     assert not status.get("patch"), "implemented before approval"
     digest = status["plan"]["digest"]
+    # The review prefers the second pool's provider when its runner can take it: have it ready.
+    wait_for(
+        lambda: _runner_schedulable(rig, DEMO_REVIEW_POOL),
+        timeout=300,
+        describe=f"runner {DEMO_REVIEW_POOL}-0 Schedulable",
+    )
     _helmhive(rig, "change", "approve", DEMO_CHANGE, "--digest", digest)
     final = wait_for(
         lambda: (r := _ready(rig)).startswith("True") and r,
@@ -80,9 +103,10 @@ def test_a_governed_change_runs_end_to_end_on_real_pods(runners: Rig, change: di
     # The review ran on the second pool's runner, with another provider.
     jobs = rig.get("agentjobs", "-n", RUNNERS_NS)["items"]
     review = [j for j in jobs if j["spec"]["jobKind"] == "change-review"]
-    assert review and all(j["status"]["assignment"]["pool"] == DEMO_REVIEW_POOL for j in review)
     implementation = [j for j in jobs if j["spec"]["jobKind"] == "change-implementation"]
+    assert review and all(j["status"]["assignment"]["pool"] == DEMO_REVIEW_POOL for j in review), _routes(jobs)
     assert implementation and all(j["status"]["assignment"]["pool"] != DEMO_REVIEW_POOL for j in implementation)
+    assert status["review"]["providerDiffers"] is True, status["review"]
     # The patch, taken as a user takes it, applies to the exact commit.
     patch = _helmhive(rig, "change", "patch", DEMO_CHANGE)
     assert "def refund_once" in patch
