@@ -5,10 +5,12 @@ annotations under the ``helmhive.dev/`` prefix, so the strict CRD schemas never 
 (status fields outside the schema would be dropped by the API server). Logs are JSON.
 
 Without leader election one Kopf operator runs every handler. With ``--leader-election``
-(:mod:`helmhive.controller.leader`, ``docs/ha.md``) a standby first runs a Kopf operator with
-only the admission webhooks (and the liveness endpoint); once this process holds the Lease it
-stops that one and runs the whole operator, exactly as without leader election. Losing the
-Lease exits the process (code 1).
+(:mod:`helmhive.controller.leader`, ``docs/ha.md``) the process runs a Kopf operator with only
+the admission webhooks and the liveness endpoint for its whole life; once it holds the Lease it
+runs a second one, beside it, with every other handler. The webhook port therefore never closes
+when a standby becomes the leader (stopping the first run there left the API server's calls
+refused for seconds, and with ``failurePolicy: Fail`` users' writes failed). Losing the Lease
+exits the process (code 1).
 """
 
 from __future__ import annotations
@@ -264,10 +266,11 @@ async def _run_elected(
     elector: LeaderElector,
     liveness: str | None,
 ) -> int:
-    """Serve the webhooks as a standby; once elected, run the whole operator. Return the exit code.
+    """Serve the webhooks from the start; once elected, run every other handler too. Return the exit code.
 
-    Only one Kopf operator runs at a time: the standby's (webhooks, liveness) is stopped before
-    the full one (every handler, the webhooks again, liveness) starts on the same ports.
+    Two Kopf runs share the loop once elected: ``standby`` (webhooks, liveness, the ``leader``
+    probe) runs from the start to the end, ``full`` (every other handler, no webhook server, no
+    liveness endpoint) from the election to the end, and is stopped first.
     """
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -278,14 +281,14 @@ async def _run_elected(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
 
-    waiting = _Kopf(standby, liveness)
-    await waiting.started()
+    serving = _Kopf(standby, liveness)
+    await serving.started()
     own_signals()
     acquiring = asyncio.ensure_future(elector.acquire())
-    done = await _until_first(acquiring, waiting.task, stopping)
-    crashed = waiting.task in done
-    await waiting.stop()
+    done = await _until_first(acquiring, serving.task, stopping)
     if acquiring not in done:
+        crashed = serving.task in done
+        await serving.stop()
         acquiring.cancel()
         await asyncio.gather(acquiring, stopping, return_exceptions=True)
         elector.close()
@@ -294,11 +297,11 @@ async def _run_elected(
             return 1
         return 0
     log.info("leader election: %s leads; starting the operator", elector.identity)
-    acting = _Kopf(full, liveness)
-    await _until_first(asyncio.ensure_future(acting.ready.wait()), acting.task, stopping)
+    acting = _Kopf(full, None)  # the serving run keeps the webhooks and the liveness endpoint
+    await _until_first(asyncio.ensure_future(acting.ready.wait()), acting.task, serving.task, stopping)
     own_signals()
     holding = asyncio.ensure_future(elector.hold())
-    done = await _until_first(holding, acting.task, stopping)
+    done = await _until_first(holding, acting.task, serving.task, stopping)
     code = 0
     if holding in done:
         # client-go exits here; a standby may take over once lease_duration has passed since the
@@ -307,12 +310,13 @@ async def _run_elected(
         grace = max(elector.config.lease_duration - elector.config.renew_deadline, 1.0)
         log.error("leader election: %s lost the Lease; exiting within %.0f s", elector.identity, grace)
         loop.call_later(grace, os._exit, 1)
-    elif acting.task in done and not stop.is_set():
+    elif (acting.task in done or serving.task in done) and not stop.is_set():
         code = 1
         log.error("the operator stopped unexpectedly; exiting")
     holding.cancel()
     await acting.stop()
     await elector.release()
+    await serving.stop()
     stopping.cancel()
     await asyncio.gather(holding, stopping, return_exceptions=True)
     elector.close()
@@ -353,17 +357,19 @@ def run_operator(
         webhook = WebhookConfig(addr=config.webhook_addr, port=config.webhook_port, host=config.webhook_host)
     leader = leader or LeaderConfig()
     metrics.serve_metrics(addr=config.metrics_addr, port=config.metrics_port)
-    register_handlers(runtime, webhook=webhook)
+    # Elected, the webhooks are served by the standby's run alone: the full run gets no server.
+    register_handlers(runtime, webhook=None if leader.enabled else webhook)
     full = kopf.get_default_registry()
-    _prepare_webhooks(full, webhook)
     if not leader.enabled:
+        _prepare_webhooks(full, webhook)
         _set_leader_metric(True)
         asyncio.run(_closing(runtime, kopf.operator(clusterwide=True, standalone=True, liveness_endpoint=liveness)))
         return
     _set_leader_metric(False)
     # Its own small connection pool: the elector never queues behind routing's API calls.
     elector = LeaderElector(leader, load_api_client(kubeconfig, connections=2), on_change=_set_leader_metric)
-    standby = split_webhooks(full, keep=True)
+    standby = split_webhooks(full)  # the full run keeps none: the standby's run serves them all along
+    _prepare_webhooks(standby, webhook)
     _register_standby(standby, runtime, webhook, elector)
     code = asyncio.run(_closing(runtime, _run_elected(full=full, standby=standby, elector=elector, liveness=liveness)))
     if code:
