@@ -26,18 +26,28 @@ demo: $(STAMP)
 ## Everything CI checks: generated CRDs, lint, types, import layering, then the whole test suite.
 ## Two workers (pytest-xdist), one test file each at a time: most tests wait on a real API server,
 ## an operator or an agent, so two of them share the machine's 2 cores well. Each worker starts
-## its own control plane. The 25 slowest tests are listed at the end. Then the e2e tier on kind.
+## its own control plane. The 25 slowest tests are listed at the end.
+## The e2e tier on kind runs beside them: its parts are built (or reused) first, with progress on
+## the terminal; then its pytest process runs in the background, its output kept in $(E2E_LOG)
+## and printed when the main suite ends. Either failing fails the target.
+E2E_LOG ?= $(CURDIR)/.e2e.log
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=25 --ignore=tests/e2e
-	$(MAKE) e2e
+	$(BIN)/helmhive dev kind build
+	@echo "e2e tier: running beside the main suite; its output goes to $(E2E_LOG) and is printed at the end"
+	@( $(E2E_PYTEST) > $(E2E_LOG) 2>&1; echo $$? > $(E2E_LOG).rc ) & \
+	main=0; $(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=25 \
+		--ignore=tests/e2e || main=$$?; \
+	wait; echo "===== the e2e tier's output ($(E2E_LOG)) ====="; cat $(E2E_LOG); e2e=$$(cat $(E2E_LOG).rc 2>/dev/null || echo 1); \
+	echo "main suite: exit $$main; e2e tier: exit $$e2e"; test $$main -eq 0 && test $$e2e -eq 0
 
-## The e2e tier: Helmhive installed with Helm on a two-node kind cluster (tests/e2e). First the node
-## image, kind, kube-router and Helmhive's images are built or reused, with progress on the terminal
-## (cold: minutes of Go builds; warm: seconds); then one pytest process makes the cluster through
-## pytest-kind and runs the tier against it.
+## The e2e tier alone: Helmhive installed with Helm on a two-node kind cluster (tests/e2e). First the
+## node image, kind, kube-router and Helmhive's images are built or reused, with progress on the
+## terminal (cold: minutes of Go builds; warm: seconds); then one pytest process makes the cluster
+## through pytest-kind and runs the tier against it.
+E2E_PYTEST = $(BIN)/python -m pytest -p no:cacheprovider --durations=10 tests/e2e
 e2e: $(STAMP)
 	$(BIN)/helmhive dev kind build
-	$(BIN)/python -m pytest -p no:cacheprovider --durations=10 tests/e2e
+	$(E2E_PYTEST)
 
 lint: $(STAMP)
 	$(BIN)/helmhive crds check
