@@ -209,6 +209,14 @@ class Reason(enum.StrEnum):
     # Per-job resource limits on the agent (``helmhive.runner.sandbox.limits``); the detail names the limit:
     # ``ResourceLimitExceeded:memory|cpu|processes|files|disk``
     RESOURCE_LIMIT_EXCEEDED = "ResourceLimitExceeded"
+    # Job pods (``RunnerPool.spec.execution.mode: JobPod``; ``helmhive.policy.jobpods.outcome``); with TIMED_OUT
+    # and ``ResourceLimitExceeded:memory`` (the agent's container killed at its memory limit)
+    JOB_POD_LOST = "JobPodLost"
+    """The job's pod was evicted, preempted, disrupted, rejected by its node, or deleted while the job ran:
+    an infrastructure failure, like RunnerLost. The detail names the cause (``JobPodLost:Evicted``)."""
+    JOB_POD_FAILED = "JobPodFailed"
+    """The job's pod cannot start a container; the detail is the container's reason
+    (``JobPodFailed:ImagePullBackOff``). Final: it fails the same way again."""
 
 
 _DETAIL_RE = re.compile(r"[^A-Za-z0-9_,:]+")

@@ -3,8 +3,9 @@
 The pool's spec says what its pods run (the adapter and its image), which login they hold
 (``credential``) and where it stays while agents run (``credentialIsolation``, ``egress``), what
 they offer to routing (placement labels, capabilities, concurrency), how many there are, and the
-limits they put on every job. The operator derives the pool's status; the Runner kind each pod
-registers is :mod:`helmhive.api.runner`.
+limits they put on every job, and where those jobs run (``execution``: in the runner pod, or each
+in a Pod of its own, :mod:`helmhive.api.execution`). The operator derives the pool's status; the
+Runner kind each pod registers is :mod:`helmhive.api.runner`.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from helmhive.api.common import (
     SecretKeyRef,
     StatusBase,
 )
-from helmhive.api.egress import CredentialIsolation, EgressSpec, decide_isolation_problems
+from helmhive.api.egress import CredentialIsolation, EgressSpec, decide_isolation, decide_isolation_problems
 from helmhive.api.envelope import Capability
+from helmhive.api.execution import ExecutionSpec, decide_execution_problems
 from helmhive.api.pod_settings import (
     DEFAULT_JOB_MEMORY_BYTES,
     ContainerResources,
@@ -369,6 +371,15 @@ class RunnerPoolSpec(ApiModel):
         JobLimits,
         Field(description="Per-job limits on the agent and its checks (goes into runner.json); safe defaults."),
     ] = JobLimits()
+    execution: Annotated[
+        ExecutionSpec,
+        Field(
+            description=(
+                "Where each job's agent runs: in the runner pod (mode InRunner, the default) or in a Pod of its own "
+                "(mode JobPod, which needs credentialIsolation Proxy)."
+            )
+        ),
+    ] = ExecutionSpec()
     compaction: Annotated[
         CompactionSettings,
         Field(description="When resumed session chains are compacted (goes into runner.json); safe defaults."),
@@ -394,7 +405,7 @@ class RunnerPoolSpec(ApiModel):
 
     @model_validator(mode="after")
     def _pool_rules(self) -> RunnerPoolSpec:
-        """POOL_RULES and RESOURCE_RULES at once: every broken one is reported, as by the API server."""
+        """POOL_RULES, RESOURCE_RULES and EXECUTION_RULES: every broken one is reported, as by the API server."""
         problems = decide_isolation_problems(
             provider=self.provider,
             requested=self.credential_isolation,
@@ -404,6 +415,13 @@ class RunnerPoolSpec(ApiModel):
         own_limits = "resources" in self.model_fields_set and "limits" in self.resources.model_fields_set
         job_memory = self.job_limits.memory_bytes if own_limits else None  # see RESOURCE_RULES
         problems += decide_resource_problems(self.resources, job_memory_bytes=job_memory)
+        isolation = decide_isolation(
+            requested=self.credential_isolation,
+            volume=self.credential.volume is not None,
+            provider=self.provider,
+            upstream=self.egress.upstream,
+        )
+        problems += decide_execution_problems(execution=self.execution, isolation=isolation)
         if problems:
             raise ValueError("; ".join(problems))
         return self
