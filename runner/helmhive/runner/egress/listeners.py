@@ -17,6 +17,11 @@ the listener serves that job only:
   to exit and long before any grace period ends: a process the job left behind spends nothing.
   The listener itself goes with :meth:`JobEgress.close`.
 
+Job pods share one listener instead (:mod:`helmhive.runner.egress.pods`: a job's phantom key and
+its pod's address say whose request it is). Either way, what a request may do once it is known to
+be a job's is a :class:`Grant`: the authorities that name the proxy, the job's limiter, the token
+its credential replaces, and the connections its revocation cuts.
+
 Nothing here is pure but :func:`decide_peer`; the listener's state lives in the proxy's event loop.
 """
 
@@ -26,20 +31,48 @@ import asyncio
 import contextlib
 import socket
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from helmhive.runner.egress.limits import JobLimiter
+import h11
 
-__all__ = ["JobEgress", "Listener", "decide_peer", "own_authorities", "peer_pid"]
+from helmhive.runner.egress.limits import JobLimiter
+from helmhive.runner.egress.rules import PLACEHOLDER, Refusal
+
+__all__ = ["Gate", "Grant", "JobEgress", "Listener", "authority", "decide_peer", "own_authorities", "peer_pid"]
 
 _UCRED = struct.Struct("3i")
 
 
-def own_authorities(port: int) -> frozenset[str]:
-    """The ``Host`` values that name the proxy itself on ``port``."""
-    return frozenset({f"127.0.0.1:{port}", f"localhost:{port}"})
+def authority(host: str, port: int) -> str:
+    """``host:port`` as a ``Host`` header names it (an IPv6 literal in brackets)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def own_authorities(port: int, *, also: Iterable[str] = ()) -> frozenset[str]:
+    """The ``Host`` values that name the proxy itself on ``port`` -- the loopback's -- and ``also``
+    (``host:port``): a job pod's agent names the shim's relay, ``127.0.0.1:<relay port>`` (whose
+    requests arrive unchanged), and a client in the pod network the runner pod's ``IP:port``."""
+    return frozenset({f"127.0.0.1:{port}", f"localhost:{port}", *(a.lower() for a in also)})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Grant:
+    """What one request of a known job may use: which ``Host`` values name the proxy, the job's
+    limiter, the token in its auth headers (and ``key`` parameter) that the credential replaces,
+    and the set of connections the job's revocation cuts (the request's joins it)."""
+
+    own: frozenset[str]
+    limiter: JobLimiter
+    connections: set[asyncio.StreamWriter]
+    token: str = PLACEHOLDER
+    job: str = ""
+    """The job's name, for the log (the job pods' listener)."""
+
+
+Gate = Callable[[h11.Request], Grant | Refusal]
+"""One connection's check of each request before the rules see it: the job's grant, or why not."""
 
 
 @dataclass(slots=True)

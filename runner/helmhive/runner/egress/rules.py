@@ -1,7 +1,12 @@
 """The egress proxy's pure rules: where a request goes, which headers it carries, what the agent is told.
 
 :mod:`helmhive.runner.egress.proxy` does the I/O; everything here is pure and shared with the tests. See
-that module for what the proxy is; :mod:`helmhive.runner.egress.limits` for its per-job bounds.
+that module for what the proxy is; :mod:`helmhive.runner.egress.limits` for its per-job bounds and
+:mod:`helmhive.runner.egress.pods` for which job a job pod's request is.
+
+What the agent holds in place of the key -- the *token* the proxy swaps for the credential -- is
+:data:`PLACEHOLDER` on a job's own listener (the listener says whose request it is) and the job's
+phantom key on the job pods' shared listener (the key says whose request it is).
 """
 
 from __future__ import annotations
@@ -12,8 +17,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import httpx
+from pydantic import SecretStr
 
 from helmhive.api.egress import EgressSpec, provider_egress
+from helmhive.api.jobpod import EGRESS_RELAY_PORT
 from helmhive.runner.egress.limits import RequestLimits, decide_path
 
 __all__ = [
@@ -29,6 +36,7 @@ __all__ = [
     "RefusalReason",
     "Route",
     "build_injected_url",
+    "build_pod_proxy_env",
     "build_proxy_env",
     "build_request_limits",
     "build_upstream_headers",
@@ -75,10 +83,14 @@ class RefusalReason(enum.StrEnum):
     """The job sent more than ``egress.requestsPerMinute`` (beyond its ``burst``)."""
     CONCURRENCY = "concurrency"
     """The job already had ``egress.maxConcurrentRequests`` requests in flight."""
+    KEY = "key"
+    """On the job pods' listener: no phantom key, one no open job holds (the placeholder included), or two."""
     PEER = "peer"
-    """A connection to a job's socket from a process that is not that job's (``SO_PEERCRED``)."""
+    """A connection to a job's socket from a process that is not that job's (``SO_PEERCRED``), or a
+    job's phantom key from an address that is not its job pod's (another pod replaying it)."""
     REVOKED = "revoked"
-    """The job has ended (cancelled, timed out, or its agent's last turn is over): its placeholder is void."""
+    """The job has ended (cancelled, timed out, or its agent's last turn is over): its placeholder
+    (or phantom key) is void."""
 
 
 REFUSAL_STATUS = {
@@ -103,32 +115,53 @@ class Refusal:
     reason: RefusalReason
     host: str = ""
     """The host asked for, for the log (cut short; never a credential: the agent holds none)."""
+    job: str = ""
+    """The job whose request it was, when the listener knows (the job pods' listener), for the log."""
+    peer: str = ""
+    """The job pod's address that sent it (the job pods' listener), for the log."""
 
 
 @dataclass(frozen=True, slots=True)
 class EgressEndpoint:
-    """How an agent reaches the proxy."""
+    """How an agent reaches the proxy: the runner's loopback, or (a job pod's agent) the shim's
+    loopback relay, ``127.0.0.1:``:data:`~helmhive.api.jobpod.EGRESS_RELAY_PORT` in the job pod."""
 
     port: int
+    host: str = "127.0.0.1"
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 literal
+        return f"http://{host}:{self.port}"
 
 
 BASE_URL_ENV = "HELMHIVE_PROVIDER_BASE_URL"
 """Always set with Proxy: the proxy's URL, for agents that read no provider-specific variable."""
 
 
-def build_proxy_env(*, provider: str, credential_env_name: str, endpoint: EgressEndpoint) -> dict[str, str]:
+def build_proxy_env(
+    *, provider: str, credential_env_name: str, endpoint: EgressEndpoint, key: SecretStr | None = None
+) -> dict[str, str]:
     """The agent's variables with Proxy: the proxy's URL in every base-URL variable its provider's
     tools read (:data:`helmhive.api.egress.PROVIDER_EGRESS`), and the placeholder in the pool's
-    ``credential.envName`` (the variable that decides how the agent sends its key)."""
+    ``credential.envName`` (the variable that decides how the agent sends its key) -- or ``key``,
+    a job pod's phantom key, which the agent must hold since its key alone says which job it is."""
     defaults = provider_egress(provider)
-    env = {BASE_URL_ENV: endpoint.base_url, credential_env_name: PLACEHOLDER}
+    token = key.get_secret_value() if key is not None else PLACEHOLDER
+    env = {BASE_URL_ENV: endpoint.base_url, credential_env_name: token}
     if defaults is not None:
         env.update({name: endpoint.base_url + defaults.base_url_suffix for name in defaults.base_url_env})
     return env
+
+
+def build_pod_proxy_env(
+    *, provider: str, credential_env_name: str, key: SecretStr, relay_port: int = EGRESS_RELAY_PORT
+) -> dict[str, str]:
+    """A job pod's agent's variables: the shim's loopback relay (which carries each request, bytes
+    unchanged, to the runner's job pod listener) as the base URL, and the job's phantom key."""
+    return build_proxy_env(
+        provider=provider, credential_env_name=credential_env_name, endpoint=EgressEndpoint(port=relay_port), key=key
+    )
 
 
 def build_request_limits(egress: EgressSpec) -> RequestLimits:
@@ -207,10 +240,11 @@ def decide_egress_route(
 
 
 def build_upstream_headers(
-    headers: Iterable[tuple[bytes, bytes]], *, inject: bool, credential: str
+    headers: Iterable[tuple[bytes, bytes]], *, inject: bool, credential: str, token: str = PLACEHOLDER
 ) -> list[tuple[bytes, bytes]]:
-    """The request's headers for the upstream: hop-by-hop ones dropped, and auth headers carrying the
-    placeholder given the credential when ``inject`` (every other auth header dropped)."""
+    """The request's headers for the upstream: hop-by-hop ones dropped, and auth headers carrying
+    ``token`` (the placeholder, or the job's phantom key) given the credential when ``inject``
+    (every other auth header dropped: on the job pods' listener, one carrying the placeholder too)."""
     out = []
     for raw_name, value in headers:
         name = raw_name.lower()
@@ -218,15 +252,16 @@ def build_upstream_headers(
             continue
         if name.decode("latin-1") in AUTH_HEADERS:
             text = value.decode("latin-1")
-            if inject and PLACEHOLDER in text:
-                out.append((name, text.replace(PLACEHOLDER, credential).encode("latin-1")))
+            if inject and token and token in text:
+                out.append((name, text.replace(token, credential).encode("latin-1")))
             continue
         out.append((name, value))
     return out
 
 
-def build_injected_url(url: httpx.URL, credential: str) -> httpx.URL:
+def build_injected_url(url: httpx.URL, credential: str, *, token: str = PLACEHOLDER) -> httpx.URL:
+    """``url`` with ``token`` in its query (the ``key`` parameter's) replaced by ``credential``."""
     query = url.query.decode("ascii", errors="replace")
-    if PLACEHOLDER not in query:
+    if not token or token not in query:
         return url
-    return url.copy_with(query=query.replace(PLACEHOLDER, urllib.parse.quote(credential, safe="")).encode("ascii"))
+    return url.copy_with(query=query.replace(token, urllib.parse.quote(credential, safe="")).encode("ascii"))
