@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import hashlib
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -31,7 +30,7 @@ from helmhive.runner.jobpod.frames import Check, CheckReport
 from helmhive.runner.jobpod.trees import clear_dir
 from helmhive.runner.sandbox.plan import SYSTEM_READ_PATHS, runtime_read_paths
 from helmhive.runner.sandbox.workdir import build_launcher
-from helmhive.runner.source.checks import CHECK_PATH, OutputCapture, resolve_command
+from helmhive.runner.source.checks import CHECK_PATH, OutputCapture, drain_output, kill_group, resolve_command
 
 __all__ = ["build_shim_check_env", "build_shim_check_policy", "carve_read_paths", "run_check"]
 
@@ -106,24 +105,6 @@ def _fresh_dir(path: Path) -> None:
     clear_dir(path)
 
 
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
-async def _drain(read_fd: int, capture: OutputCapture) -> None:
-    loop = asyncio.get_running_loop()
-    stream = asyncio.StreamReader(limit=64 * 1024)
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(stream), os.fdopen(read_fd, "rb", buffering=0)
-    )
-    try:
-        while chunk := await stream.read(64 * 1024):
-            capture.feed(chunk)
-    finally:
-        transport.close()
-
-
 async def run_check(
     request: Check,
     *,
@@ -165,13 +146,13 @@ async def run_check(
     finally:
         os.close(write_fd)
     capture = OutputCapture()
-    reader = asyncio.create_task(_drain(read_fd, capture))
+    reader = asyncio.create_task(drain_output(read_fd, capture))
     try:
         code: int | None = await asyncio.wait_for(asyncio.shield(proc.wait()), timeout=request.timeout_seconds)
     except TimeoutError:
         code = None
     finally:
-        _kill_group(proc.pid)  # at the timeout, on cancellation, and whatever it left running in its group
+        kill_group(proc.pid)  # at the timeout, on cancellation, and whatever it left running in its group
     await proc.wait()
     duration = max(clock() - started, 0.0)
     with contextlib.suppress(TimeoutError):

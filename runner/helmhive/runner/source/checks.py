@@ -49,6 +49,8 @@ __all__ = [
     "build_check_env",
     "build_checks_message",
     "decide_checks_reason",
+    "drain_output",
+    "kill_group",
     "resolve_command",
     "run_checks",
 ]
@@ -162,12 +164,14 @@ def _not_run(spec: CheckSpec, why: str) -> CheckEvidence:
     )
 
 
-def _kill_group(pid: int) -> None:
+def kill_group(pid: int) -> None:
+    """SIGKILL a check's process group (gone already, or not ours: nothing to do)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
 
 
-async def _drain(read_fd: int, capture: OutputCapture) -> None:
+async def drain_output(read_fd: int, capture: OutputCapture) -> None:
+    """Feed everything read from ``read_fd`` to ``capture`` until end of file."""
     loop = asyncio.get_running_loop()
     stream = asyncio.StreamReader(limit=64 * 1024)
     transport, _ = await loop.connect_read_pipe(
@@ -208,7 +212,7 @@ async def _run_check(
     finally:
         os.close(write_fd)
     capture = OutputCapture()
-    reader = asyncio.create_task(_drain(read_fd, capture))
+    reader = asyncio.create_task(drain_output(read_fd, capture))
     waiter = asyncio.create_task(proc.wait())
     cancelled = asyncio.create_task(cancel.wait())
     try:
@@ -216,7 +220,7 @@ async def _run_check(
     finally:
         cancelled.cancel()
     exited = waiter in done
-    _kill_group(proc.pid)  # at the timeout or a cancel, and whatever the check left running in its group
+    kill_group(proc.pid)  # at the timeout or a cancel, and whatever the check left running in its group
     code = await waiter
     duration = max(clock() - started, 0.0)
     with contextlib.suppress(TimeoutError):
