@@ -48,6 +48,7 @@ from helmhive.policy.jobpods.identity import (
     label_value,
 )
 from helmhive.policy.jobpods.view import PodView
+from helmhive.policy.runners.pod import build_pod_placement
 from helmhive.policy.timestamps import as_utc
 
 __all__ = [
@@ -155,13 +156,7 @@ def _volumes(pool: str, spec: RunnerPoolSpec) -> list[dict[str, Any]]:
 
 def _placement(spec: RunnerPoolSpec) -> dict[str, Any]:
     """The pod spec's fields the pool sets: the runner pods' placement and pull secrets, and the RuntimeClass."""
-    placement: dict[str, Any] = {}
-    if spec.node_selector:
-        placement["nodeSelector"] = dict(spec.node_selector)
-    if spec.tolerations:
-        placement["tolerations"] = [t.to_wire() for t in spec.tolerations]
-    if spec.priority_class_name:
-        placement["priorityClassName"] = spec.priority_class_name
+    placement = build_pod_placement(spec)
     if spec.image_pull_secrets:
         placement["imagePullSecrets"] = [{"name": ref.name} for ref in spec.image_pull_secrets]
     if spec.execution.runtime_class_name:

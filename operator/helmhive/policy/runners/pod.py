@@ -20,6 +20,7 @@ __all__ = [
     "GENERATION_ANNOTATION",
     "METRICS_PORT",
     "SOURCE_CREDENTIALS_DIR",
+    "build_pod_placement",
     "build_pod_spec",
 ]
 
@@ -71,7 +72,7 @@ def build_pod_spec(*, pool: str, spec: RunnerPoolSpec, service_account: str, con
         },
         "containers": [container],
         "volumes": volumes,
-        **_scheduling(spec),
+        **build_pod_placement(spec),
         **(
             {"imagePullSecrets": [{"name": ref.name} for ref in spec.image_pull_secrets]}
             if spec.image_pull_secrets
@@ -156,8 +157,8 @@ def _volumes(spec: RunnerPoolSpec, config_map: str) -> tuple[list[dict[str, Any]
     return volumes, mounts
 
 
-def _scheduling(spec: RunnerPoolSpec) -> dict[str, Any]:
-    """The pod spec's placement fields the pool sets (none by default)."""
+def build_pod_placement(spec: RunnerPoolSpec) -> dict[str, Any]:
+    """The pod spec's placement fields the pool sets (none by default), for its runner and job pods."""
     placement: dict[str, Any] = {}
     if spec.node_selector:
         placement["nodeSelector"] = dict(spec.node_selector)
