@@ -34,7 +34,7 @@ from helmhive.api.reasons import Reason
 from helmhive.api.runnerpool import RunnerPoolSpec
 from helmhive.policy.envelopes import ENVELOPES
 from helmhive.policy.profiles.narrowing import decide_profile
-from helmhive.policy.runners.pool import build_runner_config
+from helmhive.policy.runners.pool import PoolRef, build_runner_config
 from helmhive.runner.adapters import AcpAdapter, AcpAdapterConfig, TurnOutcome, TurnRequest
 from helmhive.runner.config import ENV, ConfigError, load_config
 from helmhive.runner.jobs.context import parse_assigned_job
@@ -50,7 +50,8 @@ CANARY = "hh-canary-credential-7f3a9c"
 
 def runner_json_seeds() -> list[dict[str, Any]]:
     pools = yaml.safe_load_all((EXAMPLES / "runnerpools.yaml").read_text(encoding="utf-8"))
-    return [build_runner_config(RunnerPoolSpec.model_validate(p["spec"])) for p in pools]
+    pool = PoolRef(name="pool-a", namespace="team-a", uid="0b9e6a4e-0000-4000-8000-00000000000a")
+    return [build_runner_config(pool, RunnerPoolSpec.model_validate(p["spec"])) for p in pools]
 
 
 def _environ(config: Path, credential: Path) -> dict[str, str]:

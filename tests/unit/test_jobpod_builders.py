@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 from typing import Any
 
@@ -38,11 +39,20 @@ from helmhive.policy.jobpods.identity import (
 )
 from helmhive.policy.jobpods.link import build_link_secret
 from helmhive.policy.jobpods.network import build_job_pod_network_policy, build_runner_job_pod_rules
-from helmhive.policy.jobpods.pod import DEADLINE_MARGIN_SECONDS, build_job_pod, job_pod_name_prefix
+from helmhive.policy.jobpods.pod import (
+    DEADLINE_MARGIN_SECONDS,
+    build_claim_patch,
+    build_cold_job_pod,
+    build_job_pod,
+    job_pod_name_prefix,
+)
+from helmhive.policy.jobpods.view import PodView
 from helmhive.policy.runners.pool import PoolRef, build_owner_reference, build_pool_labels, build_stateful_set
 
 POOL = PoolRef(name="claude", namespace="team-a", uid="0b9e6a4e-0000-4000-8000-000000000002")
 JOB = JobRef(name="review-42", uid="5d0c1f6e-0000-4000-8000-000000000042")
+NOW_UNUSED = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
+"""A claim of a pod not started yet: its deadline does not depend on the clock."""
 CANARY = "canary-provider-key-3f9c1e"
 """The pool's credential Secret: its name must appear nowhere in a job pod."""
 GIT_CANARY = "canary-git-credentials-8d2b"
@@ -268,6 +278,51 @@ def test_a_cold_pod_is_created_claimed_by_its_job() -> None:
     assert pod["spec"]["activeDeadlineSeconds"] == 600 + DEADLINE_MARGIN_SECONDS == 720
 
 
+def test_the_warm_template_made_cold_is_the_pod_the_builder_makes_for_the_job() -> None:
+    template = warm()
+    before = json.dumps(template, sort_keys=True)
+    made = build_cold_job_pod(template, job=JOB, runner="claude-0", timeout_seconds=1800)
+    assert made == cold(timeout=1800)  # the runner's cold pod is the operator's, field for field
+    assert json.dumps(template, sort_keys=True) == before  # the template is not changed
+
+
+def test_the_cold_pod_is_the_warm_pod_with_the_claim_applied() -> None:
+    template = warm()
+    read = PodView.parse({"metadata": template["metadata"]})
+    patch = build_claim_patch(
+        pod=read, job_name=JOB.name, job_uid=JOB.uid, runner="claude-0", timeout_seconds=600, now=NOW_UNUSED
+    )
+    made = build_cold_job_pod(template, job=JOB, runner="claude-0", timeout_seconds=600)
+    assert made["metadata"]["ownerReferences"] == patch["metadata"]["ownerReferences"]
+    assert made["metadata"]["labels"] == {
+        **{k: v for k, v in template["metadata"]["labels"].items() if k != LABEL_WARM},
+        LABEL_JOB: JOB.name,
+        LABEL_RUNNER: "claude-0",
+    }
+    assert made["spec"]["activeDeadlineSeconds"] == patch["spec"]["activeDeadlineSeconds"] == 600 + 120
+    assert made["metadata"]["generateName"] == "claude-job-" and "name" not in made["metadata"]
+
+
+@pytest.mark.parametrize(
+    ("template", "match"),
+    [
+        ({"kind": "Secret", "spec": {}}, "not a Pod"),
+        ({"kind": "Pod"}, "not a Pod"),
+        ({"kind": "Pod", "metadata": {"labels": {}}, "spec": {}}, "not a warm job pod"),
+        (cold, "not a warm job pod"),
+    ],
+    ids=["not-a-pod", "no-spec", "not-warm", "claimed"],
+)
+def test_only_a_warm_pod_template_makes_a_cold_pod(template: Any, match: str) -> None:
+    body = template() if callable(template) else template
+    with pytest.raises(ValueError, match=match):
+        build_cold_job_pod(body, job=JOB, runner="claude-0", timeout_seconds=60)
+    with pytest.raises(ValueError):
+        build_cold_job_pod(warm(), job=JOB, runner="", timeout_seconds=60)
+    with pytest.raises(ValueError):
+        build_cold_job_pod(warm(), job=JOB, runner="claude-0", timeout_seconds=0)
+
+
 @pytest.mark.parametrize(
     ("job", "runner", "timeout"),
     [(None, "claude-0", None), (None, None, 60), (JOB, None, 60), (JOB, "claude-0", None), (JOB, "claude-0", 0)],
@@ -390,6 +445,7 @@ def test_the_public_names_are_pinned() -> None:
         "SHIM_RESOURCES",
         "TERMINATION_GRACE_SECONDS",
         "build_claim_patch",
+        "build_cold_job_pod",
         "build_job_pod",
         "decide_claim_deadline",
         "job_pod_name_prefix",

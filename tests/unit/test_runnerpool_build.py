@@ -235,7 +235,9 @@ def test_a_git_credentials_secret_is_mounted_read_only_for_the_runner() -> None:
     mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "source-credentials")
     assert mount == {"name": "source-credentials", "mountPath": SOURCE_CREDENTIALS_DIR, "readOnly": True}
     # Apart from the one mount and its variable, the pod is the same, and runner.json does not change.
-    assert build_runner_config(spec(source={"credentialsSecret": {"name": "git-login"}})) == build_runner_config(spec())
+    assert build_runner_config(POOL, spec(source={"credentialsSecret": {"name": "git-login"}})) == build_runner_config(
+        POOL, spec()
+    )
 
 
 def test_stable_identities_and_parallel_pods() -> None:
@@ -267,7 +269,7 @@ def test_template_changes_with_the_credential_generation_and_the_config() -> Non
 
 def test_runner_json_holds_the_pool_settings_in_camel_case() -> None:
     config = json.loads(build_config_map(POOL, spec())["data"]["runner.json"])
-    assert config == build_runner_config(spec())
+    assert config == build_runner_config(POOL, spec())
     assert config == {
         "provider": "anthropic",
         "adapter": {"type": "claude-cli", "claudeCli": {"path": "claude", "extraArgs": [], "models": []}},
@@ -298,18 +300,19 @@ def test_runner_json_holds_the_pool_settings_in_camel_case() -> None:
             "maxConcurrentRequests": 16,
             "networkNamespace": "Preferred",
         },
+        "execution": {"mode": "InRunner", "warmPods": 0},
     }
-    compacting = build_runner_config(spec(compaction={"watermarkPercent": 60}))["compaction"]
+    compacting = build_runner_config(POOL, spec(compaction={"watermarkPercent": 60}))["compaction"]
     assert compacting == {"watermarkPercent": 60, "commandTimeoutSeconds": 180}
-    assert build_runner_config(spec(VOLUME_SPEC))["credentialDirEnvName"] == "CLAUDE_CONFIG_DIR"
+    assert build_runner_config(POOL, spec(VOLUME_SPEC))["credentialDirEnvName"] == "CLAUDE_CONFIG_DIR"
     pinned = {"type": "claude-cli", "claudeCli": {"models": ["sonnet", "claude-sonnet-5-5"], "defaultModel": "sonnet"}}
-    assert build_runner_config(spec(adapter=pinned))["adapter"]["claudeCli"] == {
+    assert build_runner_config(POOL, spec(adapter=pinned))["adapter"]["claudeCli"] == {
         "path": "claude",
         "extraArgs": [],
         "models": ["sonnet", "claude-sonnet-5-5"],
         "defaultModel": "sonnet",
     }
-    limited = build_runner_config(spec(jobLimits={"memoryBytes": 268435456, "processes": 64}))["jobLimits"]
+    limited = build_runner_config(POOL, spec(jobLimits={"memoryBytes": 268435456, "processes": 64}))["jobLimits"]
     assert limited == {
         "memoryBytes": 268435456,
         "cpuSeconds": 3600,
@@ -460,6 +463,7 @@ def test_the_runner_program_accepts_the_operators_runner_json_and_environment(wi
         "HELMHIVE_RUNNER_NAME": "claude-0",
         "HELMHIVE_NAMESPACE": "team-a",
         "HELMHIVE_CREDENTIAL_GENERATION": "3",
+        "HELMHIVE_POD_IP": "10.244.0.7",
     }
     environ = {e["name"]: e.get("value") or downward[e["name"]] for e in container["env"]}
     text = build_config_map(POOL, pool_spec)["data"]["runner.json"]
@@ -474,13 +478,13 @@ def test_the_runner_program_accepts_the_operators_runner_json_and_environment(wi
 
 
 def test_credential_isolation_defaults_to_proxy_for_a_key_and_in_sandbox_for_a_login_volume() -> None:
-    assert build_runner_config(spec())["credentialIsolation"] == "Proxy"
-    assert build_runner_config(spec(VOLUME_SPEC))["credentialIsolation"] == "InSandbox"
-    assert build_runner_config(spec(credentialIsolation="InSandbox"))["credentialIsolation"] == "InSandbox"
+    assert build_runner_config(POOL, spec())["credentialIsolation"] == "Proxy"
+    assert build_runner_config(POOL, spec(VOLUME_SPEC))["credentialIsolation"] == "InSandbox"
+    assert build_runner_config(POOL, spec(credentialIsolation="InSandbox"))["credentialIsolation"] == "InSandbox"
     pinned = spec(
         egress={"upstream": "https://llm-gateway.internal:8443/anthropic", "allowedHosts": ["statsig.anthropic.com"]}
     )
-    assert build_runner_config(pinned)["egress"] == {
+    assert build_runner_config(POOL, pinned)["egress"] == {
         "upstream": "https://llm-gateway.internal:8443/anthropic",
         "allowedHosts": ["statsig.anthropic.com"],
         "requestsPerMinute": 600,
@@ -510,10 +514,10 @@ def test_bad_isolation_settings_are_refused_with_the_field(changes: dict[str, An
 
 
 def test_a_provider_without_defaults_runs_in_sandbox_unless_it_names_an_upstream() -> None:
-    assert build_runner_config(spec({**SECRET_SPEC, "provider": "acme"}))["credentialIsolation"] == "InSandbox"
+    assert build_runner_config(POOL, spec({**SECRET_SPEC, "provider": "acme"}))["credentialIsolation"] == "InSandbox"
     upstream = {"upstream": "https://api.acme.example"}
     proxied = spec({**SECRET_SPEC, "provider": "acme", "egress": upstream, "credentialIsolation": "Proxy"})
-    assert build_runner_config(proxied)["credentialIsolation"] == "Proxy"
-    assert build_runner_config(spec({**SECRET_SPEC, "provider": "acme", "egress": upstream}))[
+    assert build_runner_config(POOL, proxied)["credentialIsolation"] == "Proxy"
+    assert build_runner_config(POOL, spec({**SECRET_SPEC, "provider": "acme", "egress": upstream}))[
         "credentialIsolation"
     ] == ("Proxy")

@@ -50,17 +50,18 @@ class ExecutionSpec(ApiModel):
         ExecutionMode,
         Field(
             description=(
-                "Not yet acted on: the operator and the runners do not read this field yet, and every pool's jobs run "
-                "InRunner (the pod builders exist; the wiring is issue 37). "
                 "InRunner (default): each job's agent runs as a sandboxed process inside the runner pod. JobPod: "
-                "each job runs in a Pod of its own, with two containers (the shim, the runner's end of an "
-                "authenticated link on port 7470, and the agent), restricted Pod Security, no ServiceAccount token "
-                "and no provider credential: memory and CPU requests equal to their limits from "
+                "each job runs in a Pod of its own, which the job's runner drives: it claims one of the pool's warm "
+                "pods or creates one, and sends the job over an authenticated link to the pod's shim (port 7470). "
+                "The pod has two containers (the shim and the agent), restricted Pod Security, no ServiceAccount "
+                "token and no provider credential: memory and CPU requests equal to their limits from "
                 "jobLimits.memoryBytes and jobLimits.cpuMillicores, and its workspace, home and tmp on one emptyDir "
-                "of jobLimits.diskBytes. Its NetworkPolicy admits only the pool's runner pods (to the link) and lets "
-                "it reach only them (their proxy, port 7471; no DNS). A job's pod is owned by its AgentJob and ends "
-                "at the latest 120 s after the job's timeoutSeconds (activeDeadlineSeconds). Needs credentialIsolation "
-                "Proxy: the credential stays in the runner."
+                "of jobLimits.diskBytes. The operator keeps the pool's link-key Secret (<pool>-jobpod-link, made "
+                "once, never rotated by it) and the job pods' NetworkPolicy (helmhive-job-<pool>): it admits only "
+                "the pool's runner pods (to the link) and lets the pods reach only them (their proxy, port 7471; no "
+                "DNS). A job's pod is owned by its AgentJob and ends at the latest 120 s after the job's "
+                "timeoutSeconds (activeDeadlineSeconds). Needs credentialIsolation Proxy: the credential stays in "
+                "the runner."
             )
         ),
     ] = ExecutionMode.IN_RUNNER
@@ -70,11 +71,11 @@ class ExecutionSpec(ApiModel):
             ge=0,
             le=MAX_WARM_PODS,
             description=(
-                "Not yet acted on (no warm pod is made yet). "
                 "With mode JobPod: how many started, unclaimed job pods the operator keeps for the pool (owned by "
                 "the pool, labelled helmhive.dev/warm), so that a job claims one instead of waiting for a pod to "
-                "start; a claimed pod becomes the job's and the operator starts another. Failed and surplus warm "
-                "pods are deleted, a claimed one never. 0 (default): each job's pod is created when the job starts."
+                "start; a claimed pod becomes the job's and the operator starts another. Warm pods that ended and "
+                "those beyond the count (also every one, when the pool goes back to InRunner) are deleted, a claimed "
+                "one never. 0 (default): each job's pod is created when the job starts."
             ),
         ),
     ] = 0
@@ -82,9 +83,9 @@ class ExecutionSpec(ApiModel):
         Name | None,
         Field(
             description=(
-                "With mode JobPod: the RuntimeClass of the job pods (for example gVisor or Kata Containers, for a "
-                "stronger boundary around the agent); it must exist when the pods are created. The runner pods "
-                "keep the cluster's default runtime. Unset (default): the job pods use it too."
+                "With mode JobPod: the RuntimeClass set on every job pod, warm or not (for example gVisor or Kata "
+                "Containers, for a stronger boundary around the agent); it must exist when the pods are created. "
+                "The runner pods keep the cluster's default runtime. Unset (default): the job pods use it too."
             )
         ),
     ] = None

@@ -15,6 +15,7 @@ from helmhive.api.audit import AuditRecordSpec
 from helmhive.api.change import ChangeSpec, ChangeStatus
 from helmhive.api.egress import POOL_RULES
 from helmhive.api.envelope import EnvelopeSpec, EnvelopeStatus
+from helmhive.api.execution import EXECUTION_RULES
 from helmhive.api.job import AgentJobSpec, AgentJobStatus
 from helmhive.api.memory import MemoryRecordSpec, MemoryRecordStatus, WorkspaceSpec, WorkspaceStatus
 from helmhive.api.pod_settings import RESOURCE_RULES
@@ -167,7 +168,7 @@ KINDS: tuple[KindDef, ...] = (
         spec=RunnerPoolSpec,
         status=RunnerPoolStatus,
         description="A managed set of runner pods that hold one provider login.",
-        root_validations=POOL_RULES + RESOURCE_RULES,
+        root_validations=POOL_RULES + RESOURCE_RULES + EXECUTION_RULES,
         columns=(
             PrinterColumn(name="Provider", json_path=".spec.provider"),
             PrinterColumn(name="Adapter", json_path=".spec.adapter.type"),

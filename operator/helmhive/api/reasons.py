@@ -217,6 +217,10 @@ class Reason(enum.StrEnum):
     JOB_POD_FAILED = "JobPodFailed"
     """The job's pod cannot start a container; the detail is the container's reason
     (``JobPodFailed:ImagePullBackOff``). Final: it fails the same way again."""
+    JOB_POD_CLAIMED = "JobPodClaimed"
+    """An Event: the runner claimed a warm pod of its pool for the job (the message names the pod)."""
+    JOB_POD_CREATED = "JobPodCreated"
+    """An Event: no warm pod was free, so the runner created the job's pod (the message names it)."""
 
 
 _DETAIL_RE = re.compile(r"[^A-Za-z0-9_,:]+")

@@ -56,15 +56,15 @@ class EventOnlyDiffBase(kopf.AnnotationsDiffBaseStorage):
     """Kopf's diff base, except for the busy kinds that only event handlers watch.
 
     Kopf builds every event's "essence" (a deep copy of the object) to detect changes, even for
-    a kind with no change handler. Runners and Leases have none (their handlers are
-    ``on.event``), so their essence is empty: no copy per event (issue 9: CPU per routed job).
+    a kind with no change handler. Runners, Leases and job Pods have none (their handlers are
+    ``on.event`` and indexes), so their essence is empty: no copy per event (issue 9: CPU per routed job).
     Kopf no longer watches AgentJobs at all (the operator's own watch,
     :mod:`helmhive.controller.jobs.watch`); they stay listed so a Kopf handler added on them later
     costs no copy either. A change handler added on one of these kinds must remove it from
     :attr:`EVENT_ONLY_KINDS`.
     """
 
-    EVENT_ONLY_KINDS = frozenset({"AgentJob", "Runner", "Lease"})
+    EVENT_ONLY_KINDS = frozenset({"AgentJob", "Runner", "Lease", "Pod"})
 
     def build(self, *, body: kopf.Body, extra_fields: Iterable[kopf.FieldSpec] | None = None) -> kopf.BodyEssence:
         if body.get("kind") in self.EVENT_ONLY_KINDS:

@@ -68,7 +68,8 @@ def build_operator_rbac(identity: OperatorIdentity) -> list[dict[str, Any]]:
         _rule([""], ["events"], ["create", "patch", "update"]),
         _rule(["events.k8s.io"], ["events"], ["create", "patch", "update"]),
         _rule([""], ["secrets", "configmaps", "serviceaccounts", "services"], _ALL),
-        _rule([""], ["pods"], [*_READ, "delete"]),
+        # Warm job pods; and what runners of JobPod pools get (JOB_POD_ROLE_RULES).
+        _rule([""], ["pods"], [*_READ, "create", "patch", "delete"]),
         _rule(["apps"], ["statefulsets", "controllerrevisions"], _ALL),
         _rule(["policy"], ["poddisruptionbudgets"], _ALL),
         _rule(["networking.k8s.io"], ["networkpolicies"], _ALL),

@@ -8,7 +8,8 @@ Two sources, both read once at startup (see ``docs/runner-program.md``):
   ``HELMHIVE_SOURCE_CREDENTIALS_DIR``), the credential generation, and a few tunables;
 - **runner.json**, written by the operator into the ConfigMap ``helmhive-runner-<pool>``: the
   pool-derived settings (provider, adapter, placement labels, capabilities, concurrency,
-  heartbeat settings, per-job limits), in the API's camelCase.
+  heartbeat settings, per-job limits, where jobs run and, for ``execution.mode: JobPod``, the
+  warm job pod the runner claims or copies: ``jobPodTemplate``), in the API's camelCase.
 
 :func:`load_config` is pure given its inputs (a mapping and the file's text); it gathers every
 problem, each named by the variable or field path, and raises them together as one
@@ -18,16 +19,19 @@ problem, each named by the variable or field path, and raises them together as o
 from __future__ import annotations
 
 import enum
+import ipaddress
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from helmhive.api.common import ApiModel, LabelMap, Name
 from helmhive.api.egress import CredentialIsolation, EgressSpec, decide_isolation, decide_isolation_problems
 from helmhive.api.envelope import Capability
+from helmhive.api.execution import ExecutionMode, ExecutionSpec, decide_execution_problems
+from helmhive.api.jobpod import LINK_KEY_FILE
 from helmhive.api.profile import ProviderName
 from helmhive.api.runnerpool import AdapterSpec, AdapterType, CompactionSettings, HeartbeatSettings, JobLimits
 
@@ -44,6 +48,13 @@ __all__ = [
 
 EnvName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 AbsolutePath = Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=r"^/")]
+
+
+def _ip_address(text: str) -> str:
+    return str(ipaddress.ip_address(text))  # ValueError: pydantic names the variable
+
+
+IPAddressText = Annotated[str, StringConstraints(max_length=64), AfterValidator(_ip_address)]
 
 ENV = {
     "runner_name": "HELMHIVE_RUNNER_NAME",
@@ -64,6 +75,8 @@ ENV = {
     "metrics_addr": "HELMHIVE_METRICS_ADDR",
     "api_patience_seconds": "HELMHIVE_API_PATIENCE_SECONDS",
     "watch_round_seconds": "HELMHIVE_WATCH_ROUND_SECONDS",
+    "pod_ip": "HELMHIVE_POD_IP",
+    "jobpod_link_key_file": "HELMHIVE_JOBPOD_LINK_KEY_FILE",
 }
 """Field of :class:`RunnerEnvironment` -> the environment variable it is read from."""
 
@@ -110,6 +123,11 @@ class RunnerEnvironment(BaseModel):
     watch_round_seconds: Annotated[int, Field(ge=5, le=1800)] = 300
     """The longest one watch request lasts (its Runner's, its jobs'); the next resumes from the
     last version seen, without a list (:meth:`helmhive.runner.kube.RunnerKube.watch_objects`)."""
+    pod_ip: IPAddressText | None = None
+    """The runner pod's IP (downward API ``status.podIP``); with ``execution.mode: JobPod`` its job pods'
+    agents reach its proxy there (:data:`~helmhive.api.jobpod.RUNNER_PROXY_PORT`), so it is required then."""
+    jobpod_link_key_file: Path = Path(LINK_KEY_FILE)
+    """The pool's job pod link key (JobPod mode): the contract's mount; set only where that is elsewhere (tests)."""
 
 
 class LandlockMode(enum.StrEnum):
@@ -155,6 +173,16 @@ class RunnerFileConfig(ApiModel):
     credential file whose upstream is known, InSandbox for a login directory)."""
     egress: EgressSpec = EgressSpec()
     """Where the egress proxy forwards (``helmhive.runner.egress.proxy``), with ``Proxy``."""
+    execution: ExecutionSpec = ExecutionSpec()
+    """The pool's ``spec.execution``: each job's agent in the runner (InRunner) or in a pod of its own (JobPod)."""
+    job_pod_template: Annotated[dict[str, Any] | None, Field(max_length=16)] = None
+    """JobPod only: a warm job pod of the pool as the operator builds it
+    (:func:`helmhive.policy.jobpods.pod.build_job_pod` with no job), which the runner makes cold
+    (:func:`~helmhive.policy.jobpods.pod.build_cold_job_pod`) when no warm pod is free."""
+
+    @property
+    def job_pods(self) -> bool:
+        return self.execution.mode is ExecutionMode.JOB_POD
 
 
 class RunnerConfig(BaseModel):
@@ -188,6 +216,57 @@ def _env_problems(error: ValidationError) -> list[str]:
     for item in error.errors():
         field = str(item["loc"][0]) if item["loc"] else ""
         problems.append(f"{ENV.get(field, field)}: {item['msg']}")
+    return problems
+
+
+def _template_problems(template: Mapping[str, Any], namespace: str | None) -> list[str]:
+    """What makes ``jobPodTemplate`` no warm job pod the runner could create in its namespace."""
+    where = "runner.json.jobPodTemplate"
+    problems = []
+    if template.get("apiVersion") != "v1" or template.get("kind") != "Pod":
+        problems.append(f"{where}: must be a v1 Pod")
+    metadata = template.get("metadata")
+    if not isinstance(metadata, Mapping) or not metadata.get("generateName"):
+        problems.append(f"{where}.metadata.generateName: required (each job's pod gets a name of its own)")
+    elif namespace is not None and metadata.get("namespace") not in (None, namespace):
+        problems.append(f"{where}.metadata.namespace: must be the runner's namespace {namespace}")
+    spec = template.get("spec")
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("containers"), list) or not spec["containers"]:
+        problems.append(f"{where}.spec.containers: required")
+    return problems
+
+
+def _execution_problems(file: RunnerFileConfig, env: RunnerEnvironment | None) -> list[str]:
+    """The rules of ``execution`` across runner.json and the environment, each named by its field."""
+    problems = []
+    if env is not None:
+        isolation = decide_isolation(
+            requested=file.credential_isolation,
+            volume=env.credential_dir is not None,
+            provider=file.provider,
+            upstream=file.egress.upstream,
+        )
+        # The API's messages name spec.execution.*: here the same fields are runner.json's.
+        problems += [
+            "runner.json." + p.removeprefix("spec.")
+            for p in decide_execution_problems(execution=file.execution, isolation=isolation)
+        ]
+    if not file.job_pods:
+        if file.job_pod_template is not None:
+            problems.append("runner.json.jobPodTemplate: forbidden when execution.mode is InRunner")
+        return problems
+    if file.adapter.type is AdapterType.CLAUDE_CLI:
+        # A job pod starts its agent once; the Claude CLI is one process per turn (and per repair turn).
+        problems.append(
+            "runner.json.execution.mode: JobPod needs adapter.type acp (the Claude CLI starts a process per "
+            "turn, and a job pod starts one agent)"
+        )
+    if file.job_pod_template is None:
+        problems.append("runner.json.jobPodTemplate: required when execution.mode is JobPod")
+    else:
+        problems += _template_problems(file.job_pod_template, env.namespace if env is not None else None)
+    if env is not None and env.pod_ip is None:
+        problems.append(f"{ENV['pod_ip']}: required when runner.json.execution.mode is JobPod")
     return problems
 
 
@@ -243,6 +322,7 @@ def load_config(*, environ: Mapping[str, str], read_text: Callable[[Path], str])
             problems.append("runner.json.adapter.acp: required when adapter.type is acp")
         if adapter.type is AdapterType.CLAUDE_CLI and adapter.acp is not None:
             problems.append("runner.json.adapter.acp: forbidden when adapter.type is claude-cli")
+        problems.extend(_execution_problems(file, env))
     if problems or env is None or file is None:
         raise ConfigError(problems or ["configuration incomplete"])
     return RunnerConfig(env=env, file=file)

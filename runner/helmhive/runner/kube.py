@@ -6,10 +6,11 @@ shared door ``helmhive.kubeclient`` (the client, the error translation), and
 calls a runner makes -- its own Runner (get, create, watch, server-side apply of
 ``status.report``), its own Lease (get, create, update, delete), Events, and for the jobs it
 runs: a watch of the AgentJobs assigned to it (a field selector, never a list of everything),
-their status, the MemoryRecords they name, SessionBindings, its sessions Secret and the
-artifact ConfigMaps -- as async methods that run the synchronous client in a thread, each
-bounded by a request timeout. API and network errors are mapped onto the operator's tree too
-(:mod:`helmhive.api.kubeerrors`), chained with ``from exc``::
+their status, the MemoryRecords they name, SessionBindings, its sessions Secret, the
+artifact ConfigMaps and its job pods (:class:`~helmhive.runner.kube_pods.PodCalls`, a base) --
+as async methods that run the synchronous client in a thread, each bounded by a request timeout.
+API and network errors are mapped onto the operator's tree too (:mod:`helmhive.api.kubeerrors`),
+chained with ``from exc``::
 
     KubeError
      ├── NotFound      (404)
@@ -38,6 +39,7 @@ from helmhive.api.kinds import API_VERSION, GROUP, VERSION
 from helmhive.api.kubeerrors import Conflict, Forbidden, Invalid, KubeError, NotFound, Unavailable
 from helmhive.kubeclient import NETWORK_ERRORS, load_api_client, translate_api_error
 from helmhive.policy.audit.events import build_event
+from helmhive.runner.kube_pods import PodCalls
 from helmhive.runner.logs import fields
 from helmhive.runner.watch_thread import WatchThread
 
@@ -87,7 +89,7 @@ def _answered_by(handle: WatchThread, list_objects: Callable[..., Any]) -> Calla
     return watch_request
 
 
-class RunnerKube:
+class RunnerKube(PodCalls):
     """The runner's API calls, scoped to one namespace. Every method may raise a :class:`KubeError`."""
 
     def __init__(self, api_client: Any, *, namespace: str) -> None:
@@ -200,8 +202,38 @@ class RunnerKube:
         and ``DELETED``. Errors go to ``on_error`` and are retried with a doubling backoff. The
         returned handle stops the thread and waits for it (:meth:`WatchThread.join`).
         """
+        return self._watch(
+            self._custom.list_namespaced_custom_object,
+            (GROUP, VERSION, self.namespace, plural),
+            field_selector=field_selector,
+            on_event=on_event,
+            on_list=on_list,
+            on_error=on_error,
+            stop=stop,
+            timeout_s=timeout_s,
+            backoff_s=backoff_s,
+            max_backoff_s=max_backoff_s,
+            thread_name=thread_name,
+        )
+
+    def _watch(
+        self,
+        list_objects: Callable[..., Any],
+        args: tuple[Any, ...],
+        *,
+        field_selector: str,
+        on_event: Callable[[str, dict[str, Any]], None],
+        on_list: Callable[[list[dict[str, Any]]], None],
+        on_error: Callable[[KubeError], None],
+        stop: threading.Event,
+        timeout_s: int,
+        backoff_s: float,
+        max_backoff_s: float,
+        thread_name: str,
+    ) -> WatchThread:
+        """:meth:`watch_objects` of any list call (``list_objects(*args, ...)``: custom objects, pods)."""
         handle = WatchThread(name=thread_name, stop=stop, join_timeout=WATCH_JOIN_S)
-        watch_request = _answered_by(handle, self._custom.list_namespaced_custom_object)
+        watch_request = _answered_by(handle, list_objects)
 
         def loop() -> None:
             delay = backoff_s
@@ -212,17 +244,11 @@ class RunnerKube:
                         version = None
                         _log_relist(thread_name, "asked")
                     if version is None:
-                        listed: dict[str, Any] = self._custom.list_namespaced_custom_object(  # type: ignore[assignment]
-                            GROUP,
-                            VERSION,
-                            self.namespace,
-                            plural,
-                            field_selector=field_selector,
-                            _request_timeout=REQUEST_TIMEOUT,
-                        )
+                        answer = list_objects(*args, field_selector=field_selector, _request_timeout=REQUEST_TIMEOUT)
+                        listed: dict[str, Any] = self._plain(answer)  # a typed list (pods) in the wire's shape
                         delay = backoff_s
-                        on_list(list(listed.get("items", [])))
-                        version = listed.get("metadata", {}).get("resourceVersion")
+                        on_list(list(listed.get("items") or []))
+                        version = (listed.get("metadata") or {}).get("resourceVersion")
                         if stop.is_set():
                             break
                     stream = watch.Watch()  # type: ignore[no-untyped-call]
@@ -231,10 +257,7 @@ class RunnerKube:
                         continue
                     for event in stream.stream(  # type: ignore[no-untyped-call]
                         watch_request,
-                        GROUP,
-                        VERSION,
-                        self.namespace,
-                        plural,
+                        *args,
                         field_selector=field_selector,
                         resource_version=version,
                         allow_watch_bookmarks=True,
@@ -325,6 +348,10 @@ class RunnerKube:
     # Lease -----------------------------------------------------------------------------
     def _wire(self, obj: Any) -> dict[str, Any]:
         return cast(dict[str, Any], self.api_client.sanitize_for_serialization(obj))
+
+    def _plain(self, obj: Any) -> dict[str, Any]:
+        """A typed answer (a pod, a pod list) as the API serves it; a custom object's dict as it is."""
+        return obj if isinstance(obj, dict) else self._wire(obj)
 
     async def get_lease(self, name: str) -> dict[str, Any]:
         return self._wire(await self._call(self._leases.read_namespaced_lease, name, self.namespace))

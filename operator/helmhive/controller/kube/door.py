@@ -3,8 +3,8 @@
 In the operator (``helmhive.controller``) only this module imports the ``kubernetes`` client;
 an import-linter contract in ``pyproject.toml`` enforces it. It offers small typed async
 methods -- custom objects, ControllerRevisions, server-side apply of the kinds a pool owns,
-Secrets, Services, Namespaces, Events and the leader-election Lease -- that run the
-synchronous client in a thread (the default pool, or an executor of the caller's, so the
+Secrets, Services, Namespaces, warm job pods, Events and the leader-election Lease -- that run
+the synchronous client in a thread (the default pool, or an executor of the caller's, so the
 leader elector never queues behind routing), and raises only the error tree of
 :mod:`helmhive.api.kubeerrors`, the runner's too (``helmhive.runner.kube``)::
 
@@ -64,6 +64,7 @@ _BUILTIN_KINDS: dict[tuple[str, str], tuple[str, str]] = {
     ("v1", "ConfigMap"): ("core", "config_map"),
     ("v1", "Secret"): ("core", "secret"),
     ("v1", "Service"): ("core", "service"),
+    ("v1", "Pod"): ("core", "pod"),
     ("coordination.k8s.io/v1", "Lease"): ("coordination", "lease"),
     ("rbac.authorization.k8s.io/v1", "Role"): ("rbac", "role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): ("rbac", "role_binding"),
@@ -206,6 +207,16 @@ class Kube(JsonKube):
         """Delete a namespaced built-in object; already gone counts as done."""
         try:
             await self._write(kind, "delete", self._builtin(api_version, kind, "delete"), name, namespace)
+        except NotFound:
+            return
+
+    async def delete_pod(self, name: str, namespace: str, *, uid: str, resource_version: str) -> None:
+        """Delete a pod only as it was read (Conflict if it changed since, e.g. a warm pod claimed); gone is done."""
+        options = client.V1DeleteOptions(
+            preconditions=client.V1Preconditions(uid=uid, resource_version=resource_version)
+        )
+        try:
+            await self._write("Pod", "delete", self.core.delete_namespaced_pod, name, namespace, body=options)
         except NotFound:
             return
 

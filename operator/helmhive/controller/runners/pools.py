@@ -10,7 +10,9 @@ disagreement), or when the credential check or object resync is due -- never on 
    ``status.credentialGeneration``, is audited, and is stamped into the pod template so the
    StatefulSet rolls (the hash is stored, the Secret's content never is);
 3. server-side apply the owned objects when the desired set changed, and every
-   ``objects_resync_seconds`` to undo drift; delete the PodDisruptionBudget below two replicas;
+   ``objects_resync_seconds`` to undo drift; delete the PodDisruptionBudget below two replicas
+   (in mode JobPod, the link-key Secret is made first, once, and the warm pods kept after:
+   :mod:`helmhive.controller.runners.jobpods`, woken by their pods' events);
 4. derive the runners that changed or are due from the Kopf indexes (all of them when the
    pool's facts changed) and keep each one's result, for the counts and its next review;
 5. patch the pool's status when it changed.
@@ -34,23 +36,17 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from helmhive.api.audit import AuditAction
 from helmhive.api.kinds import GROUP, VERSION, kind_by_name
 from helmhive.api.reasons import ConditionType, Reason
 from helmhive.api.runnerpool import RunnerPoolSpec
-from helmhive.controller.audit import ensure_audit_unless_terminating
-from helmhive.controller.kube.door import KubeError, NotFound
+from helmhive.controller.kube.door import KubeError
+from helmhive.controller.runners import jobpods
+from helmhive.controller.runners.credentials import check_credential
 from helmhive.controller.runners.derived import ParsedRunner, RunnerWakes, WriteMemo, patch_runners
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.conditions import find_condition, set_condition
-from helmhive.policy.runners.credentials import (
-    CredentialDecision,
-    build_credential_hash,
-    build_credential_verdict,
-    build_pool_object,
-    build_rotation_record,
-    decide_credential,
-)
+from helmhive.policy.jobpods.view import PodView
+from helmhive.policy.runners.credentials import CredentialDecision, build_credential_verdict
 from helmhive.policy.runners.pool import PoolRef, build_pool_objects, decide_pool_name_problem, decide_pruned_objects
 from helmhive.policy.runners.state import (
     ConditionVerdict,
@@ -86,6 +82,8 @@ class PoolLoop:
     derived: dict[str, RunnerDerived] = field(default_factory=dict)
     reviews: DeadlineHeap[str] = field(default_factory=DeadlineHeap)
     facts: PoolFacts | None = None
+    job_pods: jobpods.JobPodKeeper = field(default_factory=jobpods.JobPodKeeper)
+    spec: RunnerPoolSpec | None = None
 
     @classmethod
     def resume(cls, *, runtime: Runtime, ref: PoolRef, status: dict[str, Any], wakes: RunnerWakes) -> PoolLoop:
@@ -103,6 +101,9 @@ class PoolLoop:
     def next_wake(self, clock: float) -> float:
         """Seconds until the loop has something to do without an event."""
         due = min(self.next_credential_check, self.next_apply) - clock
+        job_pods = self.job_pods.next_due(mode=self.spec.execution.mode if self.spec else None)
+        if job_pods is not None:
+            due = min(due, job_pods - clock)
         review = self.reviews.next_at()
         if review is not None:
             due = min(due, (review - self.runtime.clock()).total_seconds())
@@ -114,18 +115,24 @@ class PoolLoop:
         body: kopf.Body,
         runners: kopf.Index[tuple[str, str], ParsedRunner],
         leases: kopf.Index[tuple[str, str], LeaseView],
+        job_pods: kopf.Index[tuple[str, str], PodView],
         logger: kopf.Logger,
     ) -> None:
         status = dict(body.get("status") or {})
         meta = body.get("metadata") or {}
         clock = time.monotonic()
         counts: PoolCounts | None = None
-        spec = self._parse(dict(body.get("spec") or {}))
+        spec = self.spec = self._parse(dict(body.get("spec") or {}))
         if spec is not None:
             if clock >= self.next_credential_check:
                 await self._check_credential(spec, logger=logger)
                 self.next_credential_check = clock + self.runtime.config.credential_check_seconds
+            kube, ref, resync = self.runtime.kube, self.ref, self.runtime.config.objects_resync_seconds
+            await self.job_pods.ensure_link(kube, pool=ref, spec=spec, clock=clock, resync=resync, logger=logger)
             await self._apply_objects(spec, clock=clock, logger=logger)
+            if self.ready.reason is Reason.RECONCILED:  # warm pods only behind their NetworkPolicy
+                pods = job_pods.get((ref.namespace, ref.name), ())
+                await self.job_pods.keep_warm(kube, pool=ref, spec=spec, pods=pods, clock=clock, logger=logger)
             facts = PoolFacts(
                 control_state=spec.control_state,
                 credential_generation=self.credential.generation,
@@ -215,44 +222,9 @@ class PoolLoop:
 
     async def _check_credential(self, spec: RunnerPoolSpec, *, logger: kopf.Logger) -> None:
         """Hash the credential Secret; on a new hash, audit it and store the new generation."""
-        ref = spec.credential.secret_ref
-        digest: str | None = None
-        if ref is not None:
-            try:
-                digest = build_credential_hash(
-                    data=await self.runtime.kube.read_secret_data(ref.name, self.ref.namespace), key=ref.key
-                )
-            except NotFound:
-                digest = None
-            except KubeError as err:
-                logger.warning("credential Secret %s not read (will retry): %s", ref.name, err.message)
-                return
-        decision = decide_credential(
-            uses_secret=ref is not None,
-            observed_hash=self.credential.hash,
-            observed_generation=self.credential.generation,
-            digest=digest,
-        )
-        if decision.available != self.credential.available:
-            logger.warning(
-                "credential Secret of pool %s is %s", self.ref.name, "back" if decision.available else "missing"
-            )
-        if decision.changed and ref is not None:
-            await self._audit_rotation(ref.name, decision)
-            patch = {"status": {"credentialHash": decision.hash, "credentialGeneration": decision.generation}}
-            await self.runtime.kube.patch_status(POOL, self.ref.name, patch, namespace=self.ref.namespace)
-        self.credential = decision
-
-    async def _audit_rotation(self, secret: str, decision: CredentialDecision) -> None:
-        now = self.runtime.clock()
-        record = build_rotation_record(self.ref, secret=secret, decision=decision, now=now)
-        await ensure_audit_unless_terminating(
-            self.runtime.kube,
-            record,
-            involved=build_pool_object(self.ref),
-            event_reason=AuditAction.RUNNER_CREDENTIAL_ROTATED.value,
-            now=now,
-        )
+        decision = await check_credential(self.runtime, pool=self.ref, spec=spec, known=self.credential, logger=logger)
+        if decision is not None:
+            self.credential = decision
 
     async def _apply_objects(self, spec: RunnerPoolSpec, *, clock: float, logger: kopf.Logger) -> None:
         objects = build_pool_objects(
@@ -335,6 +307,7 @@ class PoolLoop:
 def register(runtime: Runtime, wakes: RunnerWakes) -> None:
     """Register one long-running loop per RunnerPool, woken by ``wakes`` and by changes to the pool."""
     pool_wakes: dict[tuple[str, str], asyncio.Event] = {}
+    jobpods.register(wakes)  # the loop reads the job-pod index
 
     @kopf.on.event(GROUP, VERSION, "runnerpools")
     async def pool_event(*, name: str, namespace: str | None, **_: Any) -> None:  # async: no thread hop
@@ -356,6 +329,7 @@ def register(runtime: Runtime, wakes: RunnerWakes) -> None:
         # Kopf passes each index by its handler's name; they are live views of the watch streams.
         runners_by_pool: kopf.Index[tuple[str, str], ParsedRunner] = kwargs["runners_by_pool"]
         runner_leases: kopf.Index[tuple[str, str], LeaseView] = kwargs["runner_leases"]
+        job_pods: kopf.Index[tuple[str, str], PodView] = kwargs[jobpods.JOB_POD_INDEX]
         key = (namespace or "", name)
         wake = pool_wakes[key] = asyncio.Event()
         wakes.attach(key, wake.set)
@@ -371,7 +345,9 @@ def register(runtime: Runtime, wakes: RunnerWakes) -> None:
                 wake.clear()
                 started = time.monotonic()
                 try:
-                    await loop.tick(body=body, runners=runners_by_pool, leases=runner_leases, logger=logger)
+                    await loop.tick(
+                        body=body, runners=runners_by_pool, leases=runner_leases, job_pods=job_pods, logger=logger
+                    )
                 except KubeError as err:
                     logger.warning("runner pool %s/%s: tick failed (will retry): %s", namespace, name, err)
                 except Exception:

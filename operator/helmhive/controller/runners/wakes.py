@@ -1,6 +1,7 @@
 """Which runners changed since their pool's loop last derived them, and how to wake that loop.
 
-Fed by the watch events :mod:`helmhive.controller.runners.derived` registers. No I/O, no Kopf: plain
+Fed by the watch events :mod:`helmhive.controller.runners.derived` registers (and the job-pod
+events of :mod:`helmhive.controller.runners.jobpods`, which only wake). No I/O, no Kopf: plain
 dicts and sets, used only on Kopf's event loop.
 """
 
@@ -46,6 +47,12 @@ class RunnerWakes:
 
     def mark(self, pool: PoolKey, runner: str) -> None:
         self._dirty.setdefault(pool, set()).add(runner)
+        wake = self._wake.get(pool)
+        if wake is not None:
+            wake()
+
+    def wake(self, pool: PoolKey) -> None:
+        """Wake the pool's loop without marking a runner (its warm job pods changed)."""
         wake = self._wake.get(pool)
         if wake is not None:
             wake()

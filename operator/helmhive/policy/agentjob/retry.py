@@ -3,8 +3,9 @@
 The rule (``docs/execution.md``):
 
 * Only failures of the *infrastructure* are retried: the runner died (``RunnerLost``), the
-  runner stopped or was disabled mid-job (``Interrupted``), the agent process crashed
-  (``AgentCrashed``) or stopped answering (``AgentUnresponsive``). Everything else -- the
+  job's pod was taken away (``JobPodLost:<cause>``, a pool in mode JobPod), the runner stopped or
+  was disabled mid-job (``Interrupted``), the agent process crashed (``AgentCrashed``) or stopped
+  answering (``AgentUnresponsive``). Everything else -- the
   agent's own answer (``OutputContractViolated``), the requester (``Cancelled``), the budget
   (``TimedOut``), a missing session or capability -- fails the same way again and is final.
 * A job that **may have had side effects** is never re-run automatically: it started (its
@@ -42,7 +43,9 @@ __all__ = [
 MAX_AUTOMATIC_RETRIES = 1
 """A job is re-run automatically at most this many times."""
 
-RETRYABLE_REASONS = frozenset({Reason.RUNNER_LOST, Reason.INTERRUPTED, Reason.AGENT_CRASHED, Reason.AGENT_UNRESPONSIVE})
+RETRYABLE_REASONS = frozenset(
+    {Reason.RUNNER_LOST, Reason.JOB_POD_LOST, Reason.INTERRUPTED, Reason.AGENT_CRASHED, Reason.AGENT_UNRESPONSIVE}
+)
 """Failures of the infrastructure, not of the job: the only ones worth running again."""
 
 

@@ -7,7 +7,7 @@ A job pod talks to the pool's runner pods and nothing else:
 
 No DNS (the runner dials the pod's IP, and the pod the runner's IP it was given), no other pod, no
 address outside the cluster. The runner pods' side (:func:`build_runner_job_pod_rules`) is the mirror
-image, for :func:`helmhive.policy.runners.pool.build_network_policy` to add for a pool in mode JobPod (not yet).
+image, which :func:`helmhive.policy.runners.pool.build_network_policy` adds for a pool in mode JobPod.
 """
 
 from __future__ import annotations

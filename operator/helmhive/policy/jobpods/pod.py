@@ -11,15 +11,18 @@ shim's copy of the tree are ``emptyDir`` volumes of ``jobLimits.diskBytes``.
 A **warm** pod (``job`` None) is owned by its RunnerPool and labelled :data:`~helmhive.api.jobpod.LABEL_WARM`;
 it has no deadline. A **cold** pod is created already claimed: owned by its AgentJob, labelled with the
 job and its runner, and ended by the kubelet :data:`DEADLINE_MARGIN_SECONDS` after the job's timeout.
-:func:`build_claim_patch` turns a warm pod into a claimed one.
+:func:`build_claim_patch` turns a warm pod into a claimed one; :func:`build_cold_job_pod` turns the warm
+pod the operator hands its runners (runner.json's ``jobPodTemplate``) into a cold one with the same claim.
 
 Must not do I/O or read the clock: the claim's ``now`` is the caller's.
 """
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from helmhive.api.execution import ExecutionMode
@@ -57,6 +60,7 @@ __all__ = [
     "SHIM_RESOURCES",
     "TERMINATION_GRACE_SECONDS",
     "build_claim_patch",
+    "build_cold_job_pod",
     "build_job_pod",
     "decide_claim_deadline",
     "job_pod_name_prefix",
@@ -238,6 +242,31 @@ def decide_claim_deadline(*, started: dt.datetime | None, timeout_seconds: int, 
     return elapsed + _positive(timeout_seconds, "timeout_seconds") + DEADLINE_MARGIN_SECONDS
 
 
+def _claim(*, job_name: str, job_uid: str, runner: str, deadline: int) -> dict[str, Any]:
+    """What a claim writes (a JSON merge patch): the warm label removed (null), the job's and its
+    runner's labels, the AgentJob as the only (controller) owner, and the deadline."""
+    return {
+        "metadata": {
+            "labels": {LABEL_WARM: None, LABEL_JOB: label_value(job_name), LABEL_RUNNER: label_value(runner)},
+            "ownerReferences": [build_job_owner_reference(name=job_name, uid=job_uid)],
+        },
+        "spec": {"activeDeadlineSeconds": deadline},
+    }
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """``patch`` applied to ``target`` as RFC 7386 says (null removes, objects merge, the rest replaces)."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    merged = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = _merge(merged.get(key), value)
+    return merged
+
+
 def build_claim_patch(
     *, pod: PodView, job_name: str, job_uid: str, runner: str, timeout_seconds: int, now: dt.datetime
 ) -> dict[str, Any]:
@@ -253,11 +282,30 @@ def build_claim_patch(
         raise ValueError(f"pod {pod.name} is not a warm job pod (claimed, or not of a warm set)")
     if not runner:
         raise ValueError(f"the claim of pod {pod.name} needs the runner that drives it")
-    metadata: dict[str, Any] = {
-        "labels": {LABEL_WARM: None, LABEL_JOB: label_value(job_name), LABEL_RUNNER: label_value(runner)},
-        "ownerReferences": [build_job_owner_reference(name=job_name, uid=job_uid)],
-    }
-    if pod.metadata.resource_version:
-        metadata["resourceVersion"] = pod.metadata.resource_version
     deadline = decide_claim_deadline(started=pod.status.start_time, timeout_seconds=timeout_seconds, now=now)
-    return {"metadata": metadata, "spec": {"activeDeadlineSeconds": deadline}}
+    patch = _claim(job_name=job_name, job_uid=job_uid, runner=runner, deadline=deadline)
+    if pod.metadata.resource_version:
+        patch["metadata"]["resourceVersion"] = pod.metadata.resource_version
+    return patch
+
+
+def build_cold_job_pod(
+    template: Mapping[str, Any], *, job: JobRef, runner: str, timeout_seconds: int
+) -> dict[str, Any]:
+    """The pod to create for ``job`` when no warm pod is free: ``template`` (a warm pod as
+    :func:`build_job_pod` makes it, ``job=None``) claimed as :func:`build_claim_patch` claims one.
+
+    The warm label goes, the job's and ``runner``'s labels come, the AgentJob is the only owner,
+    and the kubelet ends the pod ``timeout_seconds`` + :data:`DEADLINE_MARGIN_SECONDS` after it
+    starts. ``template`` is not changed. Raises ValueError for a template that is not a warm job pod.
+    """
+    if template.get("kind") != "Pod" or not isinstance(template.get("spec"), Mapping):
+        raise ValueError("the job pod template is not a Pod")
+    view = PodView.parse({"metadata": template.get("metadata") or {}})
+    if not view.warm:
+        raise ValueError("the job pod template is not a warm job pod (no warm label, or claimed)")
+    if not runner:
+        raise ValueError(f"the job pod of AgentJob {job.name} needs the runner that drives it")
+    deadline = _positive(timeout_seconds, "timeout_seconds") + DEADLINE_MARGIN_SECONDS  # counted from its start
+    pod: dict[str, Any] = _merge(template, _claim(job_name=job.name, job_uid=job.uid, runner=runner, deadline=deadline))
+    return pod

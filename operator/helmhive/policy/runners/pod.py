@@ -4,20 +4,25 @@ Pod Security Standards ``restricted``: non-root (uid 65532), no privilege escala
 capability dropped, ``RuntimeDefault`` seccomp and a read-only root filesystem, with ``emptyDir``
 volumes for the runner's state, home and ``/tmp``. The pool's ``runner.json`` is mounted read-only
 at :data:`CONFIG_PATH`, its credential at :data:`CREDENTIAL_DIR` (a Secret) or its own mount path
-(a login volume). The StatefulSet around the pod, and the pool's other objects, are
-:mod:`helmhive.policy.runners.pool`.
+(a login volume). In ``execution.mode: JobPod`` the runner drives its jobs' pods: it also mounts
+the pool's link key (:data:`~helmhive.api.jobpod.RUNNER_LINK_KEY_DIR`) and serves their provider
+requests on the port named :data:`JOB_POD_EGRESS_PORT_NAME`. The StatefulSet around the pod, and
+the pool's other objects, are :mod:`helmhive.policy.runners.pool`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from helmhive.api.execution import ExecutionMode
+from helmhive.api.jobpod import LINK_SECRET_KEY, RUNNER_LINK_KEY_DIR, RUNNER_PROXY_PORT, link_secret_name
 from helmhive.api.runnerpool import RunnerPoolSpec
 
 __all__ = [
     "CONFIG_PATH",
     "CREDENTIAL_DIR",
     "GENERATION_ANNOTATION",
+    "JOB_POD_EGRESS_PORT_NAME",
     "METRICS_PORT",
     "SOURCE_CREDENTIALS_DIR",
     "build_pod_placement",
@@ -36,18 +41,28 @@ HOME_DIR = "/home/runner"
 RUNNER_UID = 65532
 METRICS_PORT = 9090
 """The runner's Prometheus ``/metrics`` port: the container port named ``metrics`` and ``HELMHIVE_METRICS_PORT``."""
+JOB_POD_EGRESS_PORT_NAME = "jobpod-egress"
+"""The container port (:data:`~helmhive.api.jobpod.RUNNER_PROXY_PORT`) where job pods' provider requests arrive."""
 
 
 def build_pod_spec(*, pool: str, spec: RunnerPoolSpec, service_account: str, config_map: str) -> dict[str, Any]:
     """The pod template's spec: one ``runner`` container running ``helmhive runner run``."""
     volumes, mounts = _volumes(spec, config_map)
+    ports = [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
+    if spec.execution.mode is ExecutionMode.JOB_POD:
+        ports.append({"name": JOB_POD_EGRESS_PORT_NAME, "containerPort": RUNNER_PROXY_PORT, "protocol": "TCP"})
+        # 0440 with the pod's fsGroup: the runner (gid 65532) reads it; the shim mounts its own copy.
+        key = {"key": LINK_SECRET_KEY, "path": LINK_SECRET_KEY}
+        secret = {"secretName": link_secret_name(pool), "defaultMode": 0o440, "items": [key]}
+        volumes.append({"name": "jobpod-link", "secret": secret})
+        mounts.append({"name": "jobpod-link", "mountPath": RUNNER_LINK_KEY_DIR, "readOnly": True})
     container = {
         "name": "runner",
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
         "command": ["helmhive", "runner", "run"],
         "env": _env(pool, spec),
-        "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
+        "ports": ports,
         "resources": spec.resources.to_wire(),
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -100,6 +115,8 @@ def _env(pool: str, spec: RunnerPoolSpec) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "HELMHIVE_RUNNER_NAME", "valueFrom": field("metadata.name")},
         {"name": "HELMHIVE_NAMESPACE", "valueFrom": field("metadata.namespace")},
+        # Where its job pods reach the runner's proxy (mode JobPod); set for every pool, as it costs nothing.
+        {"name": "HELMHIVE_POD_IP", "valueFrom": field("status.podIP")},
         {"name": "HELMHIVE_POOL", "value": pool},
         {"name": "HELMHIVE_RUNNER_CONFIG", "value": CONFIG_PATH},
         {

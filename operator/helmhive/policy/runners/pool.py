@@ -3,11 +3,13 @@
 A pool ``P`` in namespace ``N`` becomes (names and labels are the contract in ``docs/runners.md``):
 ServiceAccount, Role, RoleBinding, ConfigMap (``runner.json``) and NetworkPolicy
 ``helmhive-runner-P``; StatefulSet ``P``; and PodDisruptionBudget ``P`` when replicas > 1.
-Every object carries an ownerReference to the pool, so the garbage collector removes them.
+In ``execution.mode: JobPod`` also the job pods' NetworkPolicy ``helmhive-job-P``
+(:mod:`helmhive.policy.jobpods`), and its runners may drive pods. Every object carries an
+ownerReference to the pool, so the garbage collector removes them.
 
 The NetworkPolicy's HTTPS egress excepts the cluster's pod networks when the platform names them
-(:func:`parse_cluster_cidrs`, the operator's ``--runner-cluster-cidrs``); the operator does not
-discover them.
+(:func:`~helmhive.policy.runners.cidrs.parse_cluster_cidrs`, the operator's ``--runner-cluster-cidrs``,
+re-exported here); the operator does not discover them.
 
 Nothing here does I/O. The runner pod itself (container, environment, volumes, placement) is
 :mod:`helmhive.policy.runners.pod`; the credential's hash and generation are
@@ -17,19 +19,23 @@ Nothing here does I/O. The runner pod itself (container, environment, volumes, p
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from helmhive.api.egress import decide_isolation
+from helmhive.api.execution import ExecutionMode
 from helmhive.api.kinds import API_VERSION, GROUP
 from helmhive.api.runnerpool import AdapterType, RunnerPoolSpec
+from helmhive.policy.jobpods.network import build_job_pod_network_policy, build_runner_job_pod_rules
+from helmhive.policy.jobpods.pod import build_job_pod
+from helmhive.policy.runners.cidrs import MAX_CLUSTER_CIDRS, ClusterCidrError, ClusterNetwork, parse_cluster_cidrs
 from helmhive.policy.runners.pod import GENERATION_ANNOTATION, build_pod_spec
 
 __all__ = [
     "EXECUTION_ROLE_RULES",
+    "JOB_POD_ROLE_RULES",
     "MAX_CLUSTER_CIDRS",
     "MAX_POOL_NAME",
     "RUNNER_NAME_PREFIX",
@@ -85,6 +91,13 @@ EXECUTION_ROLE_RULES: tuple[dict[str, Any], ...] = (
 )
 """What a runner needs to run its jobs. Each pod's writes are narrowed further by the
 ``helmhive-runner-execution`` admission policy (its own jobs, bindings, Secret, artifacts)."""
+
+JOB_POD_ROLE_RULES: tuple[dict[str, Any], ...] = (
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
+    # A claimed or cold job pod's ownerReference to its AgentJob blocks the job's deletion: that needs this.
+    {"apiGroups": [GROUP], "resources": ["agentjobs/finalizers"], "verbs": ["update"]},
+)
+"""What a runner of a pool in mode JobPod adds: it claims, creates, watches and deletes its jobs' pods."""
 
 SESSIONS_SECRET_PREFIX = "helmhive-sessions-"
 
@@ -151,13 +164,15 @@ def build_service_account(pool: PoolRef) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(pool, runner_resource_name(pool.name))}
 
 
-def build_role(pool: PoolRef, *, replicas: int) -> dict[str, Any]:
+def build_role(pool: PoolRef, *, replicas: int, mode: ExecutionMode = ExecutionMode.IN_RUNNER) -> dict[str, Any]:
     """The runner's Role: register, heartbeat, report, run jobs, and its pods' sessions Secrets by name.
 
     RBAC cannot limit ``create`` by name, so runners cannot create Secrets at all; the operator
-    creates each empty ``helmhive-sessions-<pod>`` (:func:`build_sessions_secret`).
+    creates each empty ``helmhive-sessions-<pod>`` (:func:`build_sessions_secret`). In ``mode``
+    JobPod the runners also drive their jobs' pods (:data:`JOB_POD_ROLE_RULES`).
     """
-    rules = [dict(rule) for rule in (*RUNNER_ROLE_RULES, *EXECUTION_ROLE_RULES)]
+    job_pods = JOB_POD_ROLE_RULES if mode is ExecutionMode.JOB_POD else ()
+    rules = [dict(rule) for rule in (*RUNNER_ROLE_RULES, *EXECUTION_ROLE_RULES, *job_pods)]
     names = sessions_secret_names(pool.name, replicas)
     if names:
         rules.append({"apiGroups": [""], "resources": ["secrets"], "resourceNames": names, "verbs": ["get", "patch"]})
@@ -188,11 +203,13 @@ def build_role_binding(pool: PoolRef) -> dict[str, Any]:
     }
 
 
-def build_runner_config(spec: RunnerPoolSpec) -> dict[str, Any]:
+def build_runner_config(pool: PoolRef, spec: RunnerPoolSpec) -> dict[str, Any]:
     """The content of ``runner.json``: the pool-derived settings the runner reads at start.
 
     The keys are the runner's ``RunnerFileConfig`` (camelCase, unknown keys refused); where
     the credential is comes from the environment (``HELMHIVE_CREDENTIAL_FILE`` or ``_DIR``).
+    ``execution`` is the pool's ``spec.execution``; in mode JobPod, ``jobPodTemplate`` is the
+    warm job pod (:func:`~helmhive.policy.jobpods.pod.build_job_pod`) the runner makes a cold one from.
     """
     config: dict[str, Any] = {
         "provider": spec.provider,
@@ -211,14 +228,19 @@ def build_runner_config(spec: RunnerPoolSpec) -> dict[str, Any]:
             upstream=spec.egress.upstream,
         ).value,
         "egress": spec.egress.to_wire(),
+        "execution": spec.execution.to_wire(),
     }
     if spec.credential.volume is not None and spec.adapter.type is AdapterType.CLAUDE_CLI:
         config["credentialDirEnvName"] = CLAUDE_CONFIG_DIR_ENV
+    if spec.execution.mode is ExecutionMode.JOB_POD:
+        config["jobPodTemplate"] = build_job_pod(
+            pool=pool, pool_spec=spec, namespace=pool.namespace, job=None, runner=None, timeout_seconds=None
+        )
     return config
 
 
-def _config_text(spec: RunnerPoolSpec) -> str:
-    return json.dumps(build_runner_config(spec), sort_keys=True, indent=2) + "\n"
+def _config_text(pool: PoolRef, spec: RunnerPoolSpec) -> str:
+    return json.dumps(build_runner_config(pool, spec), sort_keys=True, indent=2) + "\n"
 
 
 def build_config_map(pool: PoolRef, spec: RunnerPoolSpec) -> dict[str, Any]:
@@ -226,7 +248,7 @@ def build_config_map(pool: PoolRef, spec: RunnerPoolSpec) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(pool, runner_resource_name(pool.name)),
-        "data": {"runner.json": _config_text(spec)},
+        "data": {"runner.json": _config_text(pool, spec)},
     }
 
 
@@ -236,7 +258,7 @@ def build_stateful_set(pool: PoolRef, spec: RunnerPoolSpec, *, credential_genera
     The template's annotations roll the pods when the credential's generation or ``runner.json`` changes;
     it also carries the pool's ``podMetadata``.
     """
-    config_hash = hashlib.sha256(_config_text(spec).encode()).hexdigest()[:16]
+    config_hash = hashlib.sha256(_config_text(pool, spec).encode()).hexdigest()[:16]
     name = runner_resource_name(pool.name)
     return {
         "apiVersion": "apps/v1",
@@ -264,61 +286,8 @@ def build_stateful_set(pool: PoolRef, spec: RunnerPoolSpec, *, credential_genera
     }
 
 
-ClusterNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-"""One of the cluster's pod networks, excepted from the runners' HTTPS egress."""
-
-MAX_CLUSTER_CIDRS = 32
 HTTPS_PORTS: tuple[dict[str, Any], ...] = ({"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443})
 DNS_PORTS: tuple[dict[str, Any], ...] = ({"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53})
-
-
-class ClusterCidrError(ValueError):
-    """The cluster CIDRs cannot be used; the message names every bad value."""
-
-
-def _parse_cidr(text: str) -> ClusterNetwork:
-    if "/" not in text:
-        raise ClusterCidrError(f"{text!r} has no prefix length (write a network as address/prefix, e.g. 10.244.0.0/16)")
-    try:
-        network = ipaddress.ip_network(text, strict=False)
-    except ValueError as err:
-        raise ClusterCidrError(f"{text!r} is not an IPv4 or IPv6 CIDR ({err})") from None
-    if network.network_address != ipaddress.ip_interface(text).ip:
-        raise ClusterCidrError(f"{text!r} has host bits set (its network is {network})")
-    if network.prefixlen == 0:
-        # Also refused by the API server: an ``except`` must be a strict subset of its ``cidr``.
-        raise ClusterCidrError(f"{text!r} is every address of its family: runners could reach no HTTPS server")
-    return network
-
-
-def parse_cluster_cidrs(text: str) -> tuple[ClusterNetwork, ...]:
-    """The cluster's pod networks from a comma-separated list (blank: none), duplicates dropped.
-
-    Raises :class:`ClusterCidrError` naming every value that is not a network in CIDR notation
-    (a bare address, host bits set, a ``/0``), and a list longer than :data:`MAX_CLUSTER_CIDRS`.
-    The networks come back in canonical form, in the order given.
-    """
-    if not text.strip():
-        return ()
-    items = [item.strip() for item in text.split(",")]
-    networks: list[ClusterNetwork] = []
-    problems: list[str] = []
-    if len(items) > MAX_CLUSTER_CIDRS:
-        problems.append(f"{len(items)} networks, at most {MAX_CLUSTER_CIDRS}")
-    for index, item in enumerate(items, start=1):
-        if not item:
-            problems.append(f"entry {index} is empty")
-            continue
-        try:
-            network = _parse_cidr(item)
-        except ClusterCidrError as err:
-            problems.append(str(err))
-            continue
-        if network not in networks:
-            networks.append(network)
-    if problems:
-        raise ClusterCidrError("; ".join(problems))
-    return tuple(networks)
 
 
 def _https_destinations(cluster_cidrs: Sequence[ClusterNetwork]) -> list[dict[str, Any]]:
@@ -331,17 +300,27 @@ def _https_destinations(cluster_cidrs: Sequence[ClusterNetwork]) -> list[dict[st
     return blocks
 
 
-def build_network_policy(pool: PoolRef, *, cluster_cidrs: Sequence[ClusterNetwork] = ()) -> dict[str, Any]:
+def build_network_policy(
+    pool: PoolRef, *, cluster_cidrs: Sequence[ClusterNetwork] = (), mode: ExecutionMode = ExecutionMode.IN_RUNNER
+) -> dict[str, Any]:
     """Deny all ingress; allow egress only to DNS (53) and HTTPS (443, and 6443 for API servers).
 
     DNS goes to any address (the cluster's DNS is a pod). HTTPS goes to any address when
     ``cluster_cidrs`` is empty; otherwise to every address of the families they name except
     those networks, so no pod in them answers a runner there. A family none of them is in gets no
-    HTTPS egress at all (fail closed: its pod network is unknown).
+    HTTPS egress at all (fail closed: its pod network is unknown). In ``mode`` JobPod the pool's
+    job pods may reach the runners' proxy, and the runners their link
+    (:func:`~helmhive.policy.jobpods.network.build_runner_job_pod_rules`).
     """
     https: dict[str, Any] = {"ports": [dict(p) for p in HTTPS_PORTS]}
     if cluster_cidrs:
         https = {"to": _https_destinations(cluster_cidrs), **https}
+    ingress: list[dict[str, Any]] = []
+    egress: list[dict[str, Any]] = [{"ports": [dict(p) for p in DNS_PORTS]}, https]
+    if mode is ExecutionMode.JOB_POD:
+        job_pods = build_runner_job_pod_rules(pool=pool.name)
+        ingress += job_pods.ingress
+        egress += job_pods.egress
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -349,8 +328,8 @@ def build_network_policy(pool: PoolRef, *, cluster_cidrs: Sequence[ClusterNetwor
         "spec": {
             "podSelector": {"matchLabels": _selector(pool.name)},
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [],
-            "egress": [{"ports": [dict(p) for p in DNS_PORTS]}, https],
+            "ingress": ingress,
+            "egress": egress,
         },
     }
 
@@ -377,13 +356,22 @@ def build_pool_objects(
     """Every object the pool owns, in apply order (identity and RBAC before the pods).
 
     ``cluster_cidrs`` is the operator's setting, the same for every pool (:func:`build_network_policy`).
+    In mode JobPod the job pods' NetworkPolicy comes before the StatefulSet; it is never pruned (a
+    job pod left running after a switch back to InRunner stays fenced), the garbage collector
+    removes it with the pool. The link key is not here: it is created once, never applied
+    (:func:`helmhive.policy.jobpods.link.build_link_secret`).
     """
+    mode = spec.execution.mode
+    job_pods = (
+        [build_job_pod_network_policy(pool=pool, namespace=pool.namespace)] if mode is ExecutionMode.JOB_POD else []
+    )
     objects = [
         build_service_account(pool),
-        build_role(pool, replicas=spec.replicas),
+        build_role(pool, replicas=spec.replicas, mode=mode),
         build_role_binding(pool),
         build_config_map(pool, spec),
-        build_network_policy(pool, cluster_cidrs=cluster_cidrs),
+        build_network_policy(pool, cluster_cidrs=cluster_cidrs, mode=mode),
+        *job_pods,
         build_stateful_set(pool, spec, credential_generation=credential_generation),
     ]
     objects += [build_sessions_secret(pool, i) for i in range(spec.replicas)]

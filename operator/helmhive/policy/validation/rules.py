@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from helmhive.api.egress import POOL_RULES
+from helmhive.api.execution import EXECUTION_RULES
 from helmhive.api.pod_settings import RESERVED_ANNOTATION_RULE, RESERVED_LABEL_RULE, RESOURCE_RULES, TOLERATION_RULE
 from helmhive.api.reasons import Reason
 from helmhive.policy.validation.apiserver import api_regex
@@ -33,7 +34,15 @@ _CEL_KEY_CHECK = re.compile(r"^size\(k\) (<=|>=) (\d+)$|^k\.matches\(r'([^']*)'\
 
 
 _MODEL_CHECKED = frozenset(
-    r["rule"] for r in (*POOL_RULES, *RESOURCE_RULES, TOLERATION_RULE, RESERVED_LABEL_RULE, RESERVED_ANNOTATION_RULE)
+    r["rule"]
+    for r in (
+        *POOL_RULES,
+        *RESOURCE_RULES,
+        *EXECUTION_RULES,
+        TOLERATION_RULE,
+        RESERVED_LABEL_RULE,
+        RESERVED_ANNOTATION_RULE,
+    )
 )
 """Rules the spec's pydantic models enforce too (step 3), with the same message: offline, the models check them."""
 

@@ -14,12 +14,20 @@ An ``openai`` runner with Proxy also gets Codex's configuration in the agent's h
 (:mod:`helmhive.runner.egress.codex_config`: ``CODEX_HOME`` and ``openai_base_url``, since Codex reads no
 base-URL variable). An ACP agent is told which variable holds the API key, so that an agent that
 requires ACP ``authenticate`` gets the method naming it (:mod:`helmhive.runner.adapters.acp_auth`).
+
+A job pod's agent (``execution.mode: JobPod``, :func:`build_pod_job_adapter`) runs under
+``helmhive-jobpod attach`` instead of the sandbox (:class:`PodAgent`: the wrapper, the pod's paths):
+HOME and TMPDIR are the pod's, the session's cwd is the pod's workspace while the wrapper runs in a
+directory of the runner's, the base URLs name the shim's relay on the pod's loopback, the key
+variable holds the job's phantom key (kept as a secret: redacted like a credential), and the ACP
+``fs/*`` methods are not offered (the runner cannot serve the pod's files).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +42,44 @@ from helmhive.runner.adapters.claude_cli import ClaudeCliAdapter, ClaudeCliConfi
 from helmhive.runner.config import RunnerConfig
 from helmhive.runner.credentials import CredentialHolder
 from helmhive.runner.egress.codex_config import ensure_codex_config
-from helmhive.runner.egress.proxy import EgressEndpoint, build_proxy_env
+from helmhive.runner.egress.proxy import EgressEndpoint, build_pod_proxy_env, build_proxy_env
 from helmhive.runner.sandbox.workdir import SandboxPlan, build_wrapper
 
-__all__ = ["AdapterFactory", "JobAdapterFactory", "agent_env", "build_adapter", "build_job_adapter"]
+__all__ = [
+    "AdapterFactory",
+    "JobAdapterFactory",
+    "PodAdapterFactory",
+    "PodAgent",
+    "agent_env",
+    "build_adapter",
+    "build_job_adapter",
+    "build_pod_job_adapter",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodAgent:
+    """Where a job's agent runs in its job pod, and how the runner's adapter starts it there."""
+
+    wrapper: tuple[str, ...]
+    """``helmhive-jobpod attach ... --``: the adapter spawns it in place of the agent."""
+    workspace: str
+    home: str
+    tmp: str
+    """The pod's paths: the session's cwd, the agent's HOME and TMPDIR."""
+    relay_port: int
+    """The shim's egress relay on the pod's loopback: the agent's provider base URL."""
+    key: SecretStr
+    """The job's phantom key (:mod:`helmhive.runner.egress.pods`)."""
+    local_cwd: Path
+    """The wrapper's working directory on the runner (the runner's own directory of the job)."""
+    local_home: Path
+    """The runner's copy of the agent's HOME, put into the pod: Codex's configuration is written there."""
+
 
 AdapterFactory = Callable[[RunnerConfig, CredentialHolder], AgentAdapter]
 JobAdapterFactory = Callable[[SandboxPlan], AgentAdapter]
+PodAdapterFactory = Callable[[PodAgent], AgentAdapter]
 
 _FS_ACCESS: dict[str, FsAccess] = {"none": "none", "read": "read", "write": "write"}
 
@@ -157,4 +196,32 @@ def build_job_adapter(config: RunnerConfig, credential: CredentialHolder, plan: 
         cwd=workdir,
         cli_extra={"cwd": workdir, "wrapper": wrapper},
         acp_extra={"wrapper": wrapper, "fs_root": workdir, "fs_access": _FS_ACCESS[plan.fs_access]},
+    )
+
+
+def build_pod_job_adapter(config: RunnerConfig, credential: CredentialHolder, agent: PodAgent) -> AgentAdapter:
+    """A fresh adapter for one job whose agent runs in its job pod (one ACP process for the job: the
+    shim starts one agent per pod). Raises ValueError for the Claude CLI (a process per turn)."""
+    if config.file.adapter.type is not AdapterType.ACP:
+        raise ValueError("a job pod's agent is driven over ACP only (the Claude CLI starts a process per turn)")
+    env, _ = agent_env(config, credential)  # Proxy (JobPod needs it): nothing secret in it
+    env["HOME"], env["TMPDIR"] = agent.home, agent.tmp
+    pod = build_pod_proxy_env(
+        provider=config.file.provider,
+        credential_env_name=config.file.credential_env_name,
+        key=agent.key,
+        relay_port=agent.relay_port,
+    )
+    secret_env = {config.file.credential_env_name: SecretStr(pod.pop(config.file.credential_env_name))}
+    env.update(pod)
+    if config.file.provider == "openai":  # the pod's CODEX_HOME, its file written in the HOME put into the pod
+        env["CODEX_HOME"] = f"{agent.home}/.codex"
+        ensure_codex_config(agent.local_home / ".codex", env["OPENAI_BASE_URL"])
+    return _make_adapter(
+        config,
+        env,
+        secret_env,
+        cwd=str(agent.local_cwd),
+        cli_extra={},
+        acp_extra={"wrapper": agent.wrapper, "fs_root": None, "fs_access": "none"},
     )

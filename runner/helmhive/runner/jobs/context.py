@@ -202,8 +202,12 @@ async def prepare_job(
     egress_port: int | None = None,
     relay_socket: Path | None = None,
     cgroup: JobCgroup | None = None,
+    job_pod: bool = False,
 ) -> PreparedJob | JobEnding:
-    """Parse, plan the sandbox, resolve the session and memory, build the prompt; or fail closed."""
+    """Parse, plan the sandbox, resolve the session and memory, build the prompt; or fail closed.
+
+    ``job_pod``: the agent runs in a pod of the job's own (``execution.mode: JobPod``), not under this
+    runner's sandbox, so what the runner's kernel could enforce does not refuse the job."""
     parsed = parse_assigned_job(job)
     if isinstance(parsed, JobEnding):
         return parsed
@@ -245,7 +249,7 @@ async def prepare_job(
         require_namespace=config.file.egress.network_namespace is NetworkNamespace.REQUIRED,
         namespace_note=_namespace_note(config, limit_support),
     )
-    if refusal is not None:
+    if refusal is not None and not job_pod:
         return JobEnding(succeeded=False, reason=Reason.SANDBOX_UNAVAILABLE, message=refusal)
     session = await resolve_session(
         sessions=sessions,
@@ -291,6 +295,8 @@ async def prepare_job(
     limits = plan.limits.describe() if plan.landlock and plan.limits is not None else "none (no launcher)"
     if plan.landlock and cgroup is not None:
         limits += f"; {cgroup.describe()}"
+    if job_pod:
+        sandbox, limits = "a job pod of its own", "the job pod's (jobLimits as its resources)"
     source = parsed.spec.source
     where = f"; source {display_repository(source.repository)} at {source.commit}" if source is not None else ""
     if review is not None:

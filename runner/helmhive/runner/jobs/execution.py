@@ -13,11 +13,16 @@
 5. run the turn with a fresh, sandboxed agent; keep the native session id in the runner's
    Secret; check the answer against the output contract, with at most one repair turn in the
    same session (``OutputContractViolated`` after that); past the pool's watermark, compact the
-   bound session with the same agent (:mod:`~helmhive.runner.sessions.compaction`);
+   bound session with the same agent (:mod:`~helmhive.runner.sessions.compaction`; all of it
+   :class:`~helmhive.runner.jobs.conversation.JobConversation`'s);
 6. for ``change-implementation``, with the agent gone: compute the patch and run the checks;
 7. write the bounded result (large parts into the job's owned ConfigMap,
    :mod:`helmhive.runner.jobs.result`) and end the job: ``Succeeded``/``Ready`` True with
    ``Completed``, or False with a named reason.
+
+With ``execution.mode: JobPod`` (:attr:`ExecutionContext.job_pods` set) step 5 and the checks run
+in a pod of the job's own instead (:mod:`helmhive.runner.jobs.podsteps`): no listener of its own on
+the proxy, no cgroup and no sandbox plan check here (the pod is the job's box); the rest is the same.
 
 ``spec.timeoutSeconds`` (``TimedOut``), ``spec.cancel`` and deletion (``Cancelled``) and the
 runner stopping (``Interrupted``) cancel the ACP turn. An agent that dies on one of the pool's
@@ -31,54 +36,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
 from typing import Any
 
-from helmhive.api.common import JobKind
-from helmhive.api.envelope import OutputFormat
 from helmhive.api.reasons import Reason, detailed
-from helmhive.policy.agentjob.prompts import MAX_REPAIR_TURNS, build_repair_prompt, check_output
-from helmhive.policy.agentjob.results import build_bounded_result
-from helmhive.policy.sessions.continuity import SessionIntent
-from helmhive.runner.adapters.base import AgentAdapter, CancelOrigin, TurnOutcome, TurnRequest, TurnResult
-from helmhive.runner.jobs.context import JobSession, PreparedJob, prepare_job
-from helmhive.runner.jobs.governed import ImplementationSteps, ensure_job_workspace, run_implementation_steps
+from helmhive.runner.adapters.base import AgentAdapter, CancelOrigin, TurnOutcome, TurnResult
+from helmhive.runner.jobs.context import PreparedJob, prepare_job
+from helmhive.runner.jobs.conversation import Accepted, Ending
+from helmhive.runner.jobs.governed import ensure_job_workspace
 from helmhive.runner.jobs.journal import JournalPhase
-from helmhive.runner.jobs.resources import disk_paths, ensure_job_resources, measure_disk_hit
-from helmhive.runner.jobs.result import ensure_job_result
-from helmhive.runner.jobs.status import (
-    CancelCause,
-    JobEnding,
-    build_running_status,
-    decide_turn_failure,
-    view_job,
-)
-from helmhive.runner.jobs.writes import AGENT_JOBS, ExecutionContext, JobWrites
+from helmhive.runner.jobs.podsteps import JobPodSteps
+from helmhive.runner.jobs.resources import JobResources, disk_paths, ensure_job_resources, measure_disk_hit
+from helmhive.runner.jobs.status import CancelCause, JobEnding, build_running_status, view_job
+from helmhive.runner.jobs.writes import AGENT_JOBS, ExecutionContext
 from helmhive.runner.kube import KubeError
-from helmhive.runner.metrics import record_turn
-from helmhive.runner.sandbox.cgroups import build_cgroup_prefix, decide_cgroup_hit, read_events
+from helmhive.runner.sandbox.cgroups import build_cgroup_prefix
 from helmhive.runner.sandbox.disk import watch_disk
 from helmhive.runner.sandbox.workdir import SandboxPlan, remove_sandbox
-from helmhive.runner.sessions.compaction import ensure_compacted
 
 __all__ = ["AGENT_JOBS", "ExecutionContext", "JobExecution"]
 
 
-@dataclass(frozen=True, kw_only=True)
-class Accepted:
-    """A turn whose answer met the output contract."""
-
-    turn: TurnResult
-    document: dict[str, Any] | None
-    turns: int
-
-
-class JobExecution(JobWrites):
+class JobExecution(JobPodSteps):
     """Runs one job; :meth:`request_cancel` may be called at any time from the job source."""
 
     # -- the job --------------------------------------------------------------------------
     async def run(self, adapter: AgentAdapter, cancel: asyncio.Event) -> TurnResult:
-        """Run the job (the slot's own adapter is not used: each job gets a sandboxed agent)."""
+        """Run the job (the slot's own adapter is not used: each job gets a sandboxed agent, or a job pod)."""
         self.started, self._cancel = True, cancel
         if self.cause is not None:
             cancel.set()
@@ -102,14 +85,17 @@ class JobExecution(JobWrites):
             return TurnResult(outcome=TurnOutcome.PROTOCOL_ERROR, message=type(exc).__name__)
 
     async def _run(self, cancel: asyncio.Event) -> TurnResult:
-        self._resources = await ensure_job_resources(
-            egress=self.ctx.egress,
-            support=self.ctx.limit_support,
-            limits=self.ctx.config.file.job_limits,
-            state_dir=self.ctx.config.env.state_dir,
-            cgroup_prefix=build_cgroup_prefix(namespace=self.ctx.config.env.namespace, runner=self.ctx.runner),
-            uid=self.uid,
-        )
+        if self._in_pod:  # its pod is its box: its key comes once the pod's address is known
+            self._resources = JobResources()
+        else:
+            self._resources = await ensure_job_resources(
+                egress=self.ctx.egress,
+                support=self.ctx.limit_support,
+                limits=self.ctx.config.file.job_limits,
+                state_dir=self.ctx.config.env.state_dir,
+                cgroup_prefix=build_cgroup_prefix(namespace=self.ctx.config.env.namespace, runner=self.ctx.runner),
+                uid=self.uid,
+            )
         try:
             return await self._run_job(cancel)
         finally:
@@ -139,6 +125,7 @@ class JobExecution(JobWrites):
             egress_port=egress.port if egress is not None else self.ctx.egress_port,
             relay_socket=egress.socket if egress is not None else None,
             cgroup=self._resources.cgroup,
+            job_pod=self._in_pod,
         )
         if isinstance(prepared, JobEnding):
             await self._finish(prepared)
@@ -202,11 +189,9 @@ class JobExecution(JobWrites):
             self.kept = True
         return last
 
-    async def _execute(
-        self, prepared: PreparedJob, *, cancel: asyncio.Event, job: dict[str, Any]
-    ) -> tuple[JobEnding, dict[str, Any], TurnResult]:
+    async def _execute(self, prepared: PreparedJob, *, cancel: asyncio.Event, job: dict[str, Any]) -> Ending:
         """Prepare the tree, run the agent, and for an implementation make the patch and run the checks."""
-        spec, plan, session = prepared.spec, prepared.plan, prepared.session
+        spec, plan = prepared.spec, prepared.plan
         problem = await ensure_job_workspace(
             plan=plan, source=spec.source, patch=prepared.review_patch, config=self.ctx.config
         )
@@ -214,51 +199,20 @@ class JobExecution(JobWrites):
             return problem, {"summary": problem.message[:4096]}, TurnResult(outcome=TurnOutcome.CANCELLED)
         if cancel.is_set():  # cancelled, timed out or stopped while the source was fetched
             return self._failed(TurnResult(outcome=TurnOutcome.CANCELLED, cancel_origin=CancelOrigin.CALLER), prepared)
+        if self._in_pod:
+            return await self._execute_in_pod(prepared, cancel=cancel, job=job)
         adapter = self.ctx.job_adapter(plan)
         if self._resources.egress is not None:  # its socket serves the process started for this agent only
             self._resources.egress.authorize(lambda pid: pid == _agent_pid(adapter))
         try:
-            base = TurnRequest(
-                prompt=prepared.prompt,
-                cwd=str(plan.workdir),
-                session_id=session.stored_id,
-                fork=session.intent is SessionIntent.FORK,
-                model=prepared.assignment.model,
-                effort=prepared.assignment.reasoning_effort.value if prepared.assignment.reasoning_effort else None,
-                allowed_tools=plan.allowed_tools,
-            )
-            outcome = await self._converse(
-                adapter=adapter, request=base, cancel=cancel, job=job, session=session, prepared=prepared
-            )
-            last = outcome.turn if isinstance(outcome, Accepted) else outcome[2]
-            if self._kept and last.ok and not cancel.is_set():
-                await self._compact(adapter=adapter, request=base, turn=last, session=session, prepared=prepared)
+            outcome = await self._talk(adapter, prepared, cancel=cancel, job=job, cwd=str(plan.workdir))
         finally:  # the agent is gone before the runner reads what it left
             self._resources.revoke()  # its last turn is over: nothing it left running may call the provider
             with contextlib.suppress(Exception):
                 await adapter.close()
         if not isinstance(outcome, Accepted):
             return outcome
-        turn, document, turns = outcome.turn, outcome.document, outcome.turns
-        steps: ImplementationSteps | None = None
-        if spec.job_kind is JobKind.CHANGE_IMPLEMENTATION:
-            found = await run_implementation_steps(
-                plan=plan, spec=spec, landlock_abi=self.ctx.landlock_abi, cancel=cancel
-            )
-            if isinstance(found, JobEnding):
-                return found, {"summary": found.message[:4096]}, turn
-            if found.checks.cancelled:
-                stopped = TurnResult(outcome=TurnOutcome.CANCELLED, cancel_origin=CancelOrigin.CALLER)
-                verdict, failed, _ = self._failed(stopped, prepared)
-                return verdict, failed, turn
-            steps = found
-        stored = await ensure_job_result(
-            kube=self.ctx.kube, job=job, text=turn.text, document=document, turns=turns, steps=steps
-        )
-        if stored.checks_event is not None:
-            reason, note = stored.checks_event
-            await self._event(job, reason, note, warning=reason is Reason.CHECKS_FAILED)
-        return stored.verdict, stored.result, turn
+        return await self._store(outcome, prepared=prepared, cancel=cancel, job=job)
 
     async def _watch_disk(self, plan: SandboxPlan) -> None:
         def exceeded(message: str) -> None:
@@ -287,126 +241,6 @@ class JobExecution(JobWrites):
     async def _deadline(self, seconds: int) -> None:
         await asyncio.sleep(seconds)
         self.request_cancel(CancelCause.TIMED_OUT)
-
-    async def _keep(self, turn: TurnResult, session: JobSession, *, new_chain: bool, job: str) -> None:
-        """Store the turn's native session id for the binding (never for a fork: a fork is a branch)."""
-        self._kept = False
-        if not turn.ok or session.binding is None or turn.native_session_id is None:
-            return
-        if session.intent is SessionIntent.FORK:
-            return
-        problem = await self.ctx.sessions.store(
-            binding=session.binding,
-            session_id=turn.native_session_id,
-            turns=1,
-            new_chain=new_chain,
-            job=job,
-            now=self.ctx.now(),
-        )
-        self._kept = problem is None
-        if problem is not None:
-            self._log(logging.WARNING, "session not stored", binding=session.binding, detail=problem)
-            if self._obj is not None:
-                await self._event(self._obj, Reason.SESSION_NOT_STORED, problem[:1000], warning=True)
-
-    async def _compact(
-        self,
-        *,
-        adapter: AgentAdapter,
-        request: TurnRequest,
-        turn: TurnResult,
-        session: JobSession,
-        prepared: PreparedJob,
-    ) -> None:
-        """Compact the bound session if the turn left it past the watermark (:mod:`.sessions.compaction`)."""
-        if session.binding is None or self._cancel is None:
-            return
-        found = await ensure_compacted(
-            adapter=adapter,
-            request=request,
-            turn=turn,
-            settings=self.ctx.config.file.compaction,
-            instructions=prepared.binding.snapshot.instructions,
-            cancel=self._cancel,
-            sessions=self.ctx.sessions,
-            binding=session.binding,
-            job=self.name,
-            now=self.ctx.now,
-        )
-        if found is None:
-            return
-        done, problem = found
-        method = done.method.value if done.method is not None else "none"
-        level = logging.INFO if problem is None else logging.WARNING
-        self._log(level, "session compaction", binding=session.binding, method=method, **done.figures())
-        if self._obj is None:
-            return
-        if problem is None:
-            await self._event(
-                self._obj, Reason.SESSION_COMPACTED, f"session binding {session.binding} {done.describe()}"
-            )
-        else:
-            note = f"session binding {session.binding}: {problem}"[:1000]
-            await self._event(self._obj, Reason.COMPACTION_FAILED, note, warning=True)
-
-    async def _converse(
-        self,
-        *,
-        adapter: AgentAdapter,
-        request: TurnRequest,
-        cancel: asyncio.Event,
-        job: dict[str, Any],
-        session: JobSession,
-        prepared: PreparedJob,
-    ) -> tuple[JobEnding, dict[str, Any], TurnResult] | Accepted:
-        """The turn (and at most one repair turn): a failure's (verdict, result, turn), or the accepted answer."""
-        contract = prepared.binding.snapshot.output_contract
-        turn = await adapter.run_turn(request, cancel)
-        record_turn(config=self.ctx.config, result=turn)
-        await self._keep(turn, session, new_chain=session.intent is SessionIntent.FRESH, job=self.name)
-        turns = 1
-        if not turn.ok:
-            return self._failed(turn, prepared)
-        check = check_output(text=turn.text, contract=contract)
-        if not check.ok and contract.format is OutputFormat.STRUCTURED and MAX_REPAIR_TURNS > 0:
-            if self.cause is not None:
-                return self._failed(turn, prepared)
-            repair = request.model_copy(
-                update={
-                    "prompt": build_repair_prompt(check=check, contract=contract),
-                    "session_id": turn.native_session_id,
-                    "fork": False,
-                }
-            )
-            turn = await adapter.run_turn(repair, cancel)
-            record_turn(config=self.ctx.config, result=turn)
-            await self._keep(turn, session, new_chain=False, job=self.name)
-            turns += 1
-            if not turn.ok:
-                return self._failed(turn, prepared)
-            check = check_output(text=turn.text, contract=contract)
-        if not check.ok:
-            bounded = build_bounded_result(job=job, text=turn.text, output=None)
-            message = (
-                f"the answer broke the output contract after {turns - 1} repair turn(s): {'; '.join(check.errors)}"
-            )[:1000]
-            failed = {"summary": bounded.summary, "validationErrors": list(check.errors)[:20]}
-            return JobEnding(succeeded=False, reason=Reason.OUTPUT_CONTRACT_VIOLATED, message=message), failed, turn
-        return Accepted(turn=turn, document=check.document, turns=turns)
-
-    def _failed(self, turn: TurnResult, prepared: PreparedJob) -> tuple[JobEnding, dict[str, Any], TurnResult]:
-        cgroup = self._resources.cgroup
-        hit = None  # a job total the kernel enforced names the failure, unless the runner stopped the turn
-        if cgroup is not None and self.cause is None and turn.cancel_origin is None:
-            hit = decide_cgroup_hit(events=read_events(cgroup), cgroup=cgroup)
-        verdict = (
-            JobEnding(succeeded=False, reason=detailed(Reason.RESOURCE_LIMIT_EXCEEDED, hit[0]), message=hit[1])
-            if hit is not None
-            else decide_turn_failure(
-                result=turn, cause=self.cause, timeout_s=prepared.spec.timeout_seconds, limits=prepared.plan.limits
-            )
-        )
-        return verdict, {"summary": verdict.message[:4096]}, turn
 
 
 def _agent_pid(adapter: AgentAdapter) -> int | None:

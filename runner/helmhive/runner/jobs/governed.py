@@ -23,12 +23,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from helmhive.api.common import FilesystemAccess, JobKind
-from helmhive.api.governed import PatchRef, SourceRef
+from helmhive.api.governed import CheckSpec, PatchRef, SourceRef
 from helmhive.api.job import AgentJobSpec
 from helmhive.api.reasons import Reason
 from helmhive.policy.envelopes import is_governed
@@ -49,6 +50,7 @@ from helmhive.runner.source.patches import (
 )
 
 __all__ = [
+    "ChecksRunner",
     "ImplementationSteps",
     "ReviewPatch",
     "build_git_tree",
@@ -197,6 +199,13 @@ async def ensure_job_workspace(
     return None
 
 
+class ChecksRunner(Protocol):
+    """Where an implementation's checks run, if not in the runner's sandbox (a job pod's shim:
+    :meth:`helmhive.runner.jobs.jobpod.PodJob.run_checks`)."""
+
+    async def __call__(self, specs: Sequence[CheckSpec], *, cancel: asyncio.Event) -> ChecksRun: ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class ImplementationSteps:
     """What an implementation job adds to a successful turn: its patch and its checks' evidence."""
@@ -206,9 +215,15 @@ class ImplementationSteps:
 
 
 async def run_implementation_steps(
-    *, plan: SandboxPlan, spec: AgentJobSpec, landlock_abi: int, cancel: asyncio.Event
+    *,
+    plan: SandboxPlan,
+    spec: AgentJobSpec,
+    landlock_abi: int,
+    cancel: asyncio.Event,
+    checks: ChecksRunner | None = None,
 ) -> ImplementationSteps | JobEnding:
-    """Compute the patch against the exact commit, then run the checks on the patched tree."""
+    """Compute the patch against the exact commit, then run the checks on the patched tree (in the
+    runner's sandbox, or with ``checks``)."""
     assert spec.source is not None
     try:
         patch = await asyncio.to_thread(run_patch_diff, tree=build_git_tree(plan), commit=spec.source.commit)
@@ -217,8 +232,11 @@ async def run_implementation_steps(
     if patch is None:
         message = f"the agent's turn left the tree exactly as commit {spec.source.commit} (no patch)"
         return JobEnding(succeeded=False, reason=Reason.NO_CHANGES, message=message)
-    checks = await run_checks(spec.checks, plan=plan, landlock_abi=landlock_abi, cancel=cancel)
-    return ImplementationSteps(patch=patch, checks=checks)
+    if checks is not None:
+        ran = await checks(spec.checks, cancel=cancel)
+    else:
+        ran = await run_checks(spec.checks, plan=plan, landlock_abi=landlock_abi, cancel=cancel)
+    return ImplementationSteps(patch=patch, checks=ran)
 
 
 def build_implementation_result(*, steps: ImplementationSteps, config_map: str) -> tuple[dict[str, Any], str]:

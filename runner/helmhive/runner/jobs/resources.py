@@ -16,6 +16,9 @@ the provider through it, even while the agent is given its grace to exit.
   ``jobLimits`` as the job's totals.
 - Its disk (:func:`disk_paths`: workspace, HOME, TMPDIR), measured against ``jobLimits.diskBytes``
   (:mod:`helmhive.runner.sandbox.disk`; :func:`measure_disk_hit`).
+
+A job in a job pod (``execution.mode: JobPod``) gets neither: its pod is its box. Its phantom key on
+the job pods' listener (:attr:`JobResources.pod_egress`) is revoked and closed the same way.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from helmhive.api.runnerpool import JobLimits
-from helmhive.runner.egress.proxy import EgressProxy, JobEgress
+from helmhive.runner.egress.proxy import EgressProxy, JobEgress, PodJobEgress
 from helmhive.runner.logs import fields
 from helmhive.runner.sandbox.cgroups import JobCgroup, ensure_job_cgroup, remove_job_cgroup
 from helmhive.runner.sandbox.disk import decide_disk_hit, measure_usage
@@ -45,12 +48,16 @@ log = logging.getLogger("helmhive.runner.jobs.resources")
 class JobResources:
     egress: JobEgress | None = None
     cgroup: JobCgroup | None = None
+    pod_egress: PodJobEgress | None = None
+    """A job pod's phantom key (JobPod mode), once its pod's address is known."""
 
     def revoke(self) -> None:
         """Refuse the job's requests to the provider from now on (:meth:`JobEgress.revoke`): the job has
         ended or is ending, and whatever it left running must not spend the key (idempotent)."""
         if self.egress is not None:
             self.egress.revoke()
+        if self.pod_egress is not None:
+            self.pod_egress.revoke()
 
     async def close(self) -> None:
         """Stop the job's listener, empty and remove its cgroup (idempotent)."""
@@ -58,6 +65,9 @@ class JobResources:
         if egress is not None:
             with contextlib.suppress(Exception):
                 await egress.close()
+        pod_egress, self.pod_egress = self.pod_egress, None
+        if pod_egress is not None:
+            await pod_egress.close()
         cgroup, self.cgroup = self.cgroup, None
         if cgroup is not None and not await asyncio.to_thread(remove_job_cgroup, cgroup):
             log.warning("a job cgroup could not be removed", extra=fields(cgroup=str(cgroup.dirs[0])))

@@ -19,7 +19,8 @@ from typing import Any
 
 from helmhive.runner.config import RunnerConfig
 from helmhive.runner.egress.proxy import EgressProxy
-from helmhive.runner.jobs.agents import JobAdapterFactory
+from helmhive.runner.jobs.agents import JobAdapterFactory, PodAdapterFactory
+from helmhive.runner.jobs.jobpod import JobPodSettings
 from helmhive.runner.jobs.journal import JobJournal, JournalEntry, JournalPhase
 from helmhive.runner.jobs.resources import JobResources
 from helmhive.runner.jobs.status import CancelCause, JobEnding, build_final_status, view_job
@@ -53,6 +54,10 @@ class ExecutionContext:
     """The proxy itself: each job gets a listener of its own on it (:mod:`helmhive.runner.jobs.resources`)."""
     journal: JobJournal | None = None
     """Where started and finished jobs are kept until the API server has their final status."""
+    job_pods: JobPodSettings | None = None
+    """Set with ``execution.mode: JobPod``: each job's agent runs in a pod of its own
+    (:mod:`helmhive.runner.jobs.podsteps`), started by ``pod_adapter``."""
+    pod_adapter: PodAdapterFactory | None = None
 
     @property
     def runner(self) -> str:

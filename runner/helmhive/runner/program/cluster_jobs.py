@@ -33,10 +33,17 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+from helmhive.api.jobpod import RUNNER_PROXY_PORT
 from helmhive.api.reasons import Reason
-from helmhive.runner.jobs.agents import build_job_adapter
+from helmhive.policy.jobpods.identity import JobRef
+from helmhive.runner.config import RunnerConfig
+from helmhive.runner.egress.listeners import authority
+from helmhive.runner.egress.proxy import build_request_limits
+from helmhive.runner.jobs.agents import build_job_adapter, build_pod_job_adapter
 from helmhive.runner.jobs.execution import AGENT_JOBS, ExecutionContext, JobExecution
+from helmhive.runner.jobs.jobpod import JobPodSettings, jobpod_command
 from helmhive.runner.jobs.journal import JobJournal, JournalEntry, decide_recovery
+from helmhive.runner.jobs.podclaim import remove_job_pods
 from helmhive.runner.jobs.status import CancelCause, JobAction, JobEnding, decide_job_action, decide_unlisted, view_job
 from helmhive.runner.kube import KubeError, WatchThread
 from helmhive.runner.logs import fields
@@ -47,7 +54,7 @@ from helmhive.runner.sandbox.landlock import landlock_abi
 from helmhive.runner.sandbox.limits import build_sandbox_report, probe_limit_support
 from helmhive.runner.sessions.bindings import SessionStore, sweep_session_homes
 
-__all__ = ["ClusterJobSource", "cluster_jobs"]
+__all__ = ["ClusterJobSource", "build_job_pod_settings", "cluster_jobs"]
 
 log = logging.getLogger("helmhive.runner.program.cluster_jobs")
 _DONE_MEMORY = 4096
@@ -187,6 +194,8 @@ class ClusterJobSource:
         with no entry at all.
         """
         execution = JobExecution(ctx=self.ctx, name=name, uid=uid)
+        if lost and self.ctx.job_pods is not None:
+            await self._remove_lost_pods(uid, name)
         entry = self._journal_entry(uid) if lost else None
         if lost:
             recovery = decide_recovery(entry)
@@ -218,6 +227,18 @@ class ClusterJobSource:
             )
             self._forget_entry(uid)
         self._remember(uid, entry.attempt if entry is not None else seen)
+
+    async def _remove_lost_pods(self, uid: str, name: str) -> None:
+        """The job pods an earlier process of this runner left for a job it lost: nothing of it may run on."""
+        try:
+            removed = await remove_job_pods(
+                self.ctx.kube, pool=self.ctx.config.env.pool, job=JobRef(name=name, uid=uid), runner=self.ctx.runner
+            )
+        except KubeError as exc:  # the pods end at their deadline, and go with their AgentJob
+            self._log(logging.WARNING, "a lost job's pods were not deleted", job=name, status=exc.status)
+            return
+        if removed:
+            self._log(logging.INFO, "deleted a lost job's pods", job=name, pods=removed)
 
     def _journal_entry(self, uid: str) -> JournalEntry | None:
         if self.ctx.journal is None:
@@ -315,10 +336,26 @@ class ClusterJobSource:
         return len(self._pending)
 
 
+def build_job_pod_settings(config: RunnerConfig) -> JobPodSettings | None:
+    """What this runner's job pods share (``execution.mode: JobPod``), or None: jobs run in the runner."""
+    if not config.file.job_pods:
+        return None
+    assert config.env.pod_ip is not None  # load_config requires it in JobPod mode
+    return JobPodSettings(
+        key_file=config.env.jobpod_link_key_file,
+        egress_target=authority(config.env.pod_ip, RUNNER_PROXY_PORT),
+        limits=build_request_limits(config.file.egress),
+        command=jobpod_command(),
+    )
+
+
 def cluster_jobs(process: RunnerProcess) -> ClusterJobSource:
-    """The job source of a runner pod: its assigned AgentJobs, each run in a sandboxed agent."""
+    """The job source of a runner pod: its assigned AgentJobs, each run in a sandboxed agent or a job pod."""
     abi = landlock_abi()
-    if abi < 1:
+    job_pods = build_job_pod_settings(process.config)
+    if job_pods is not None:
+        log.info("jobs run in job pods", extra=fields(runner=process.name, egressTarget=job_pods.egress_target))
+    elif abi < 1:
         log.warning(
             "Landlock is not available: jobs fail closed with SandboxUnavailable unless sandbox.landlock is optional",
             extra=fields(runner=process.name),
@@ -357,5 +394,7 @@ def cluster_jobs(process: RunnerProcess) -> ClusterJobSource:
         egress_port=process.credential.proxy_port,
         egress=process.egress,
         journal=JobJournal(process.config.env.state_dir),
+        job_pods=job_pods,
+        pod_adapter=lambda agent: build_pod_job_adapter(process.config, process.credential, agent),
     )
     return ClusterJobSource(ctx=ctx)

@@ -37,6 +37,7 @@ from typing import Any
 
 from helmhive.api.common import ControlState
 from helmhive.api.egress import CredentialIsolation, decide_allowed_paths, provider_egress
+from helmhive.api.jobpod import RUNNER_PROXY_PORT
 from helmhive.api.runner import AuthReport, SandboxReport
 from helmhive.runner.adapters.base import AdapterReport, AgentAdapter, TurnOutcome, TurnResult
 from helmhive.runner.config import RunnerConfig
@@ -250,6 +251,9 @@ class RunnerProcess(Reporting, ControlLoop):
             upstream=urllib.parse.urlsplit(upstream).hostname if upstream else None,
             allowedHosts=len(egress.allowed_hosts),
         )
+        if self.config.file.job_pods:  # its job pods' agents come through their shims' relays, on the pod network
+            pods = await self.egress.start_pod_listener(port=RUNNER_PROXY_PORT)
+            self._log(logging.INFO, "egress proxy listening for job pods", port=pods.port)
 
     def _new_adapter(self) -> AgentAdapter:
         adapter = self._adapter_factory(self.config, self.credential)
