@@ -4,7 +4,9 @@ RBAC lets every pod of a pool act on all AgentJobs, SessionBindings and artifact
 its namespace; this policy narrows each write to the pod bound to the caller's token: the status
 of jobs assigned to it (without touching assignment, profile binding or routing), its own
 session bindings (never their resets; their compaction count only grows), its own ``helmhive-sessions-<pod>`` Secret, and
-``*-artifacts`` ConfigMaps owned by an AgentJob. ``docs/execution.md`` shows the same YAML,
+``*-artifacts`` ConfigMaps owned by an AgentJob, and (JobPod pools) only job pods of its own pool
+that it drives: created without a token, host namespaces or other volumes than ``emptyDir`` and the
+pool's link key, claimed only while warm, changed or deleted only when its own. ``docs/execution.md`` shows the same YAML,
 checked by a test. Pure.
 """
 
@@ -43,6 +45,10 @@ spec:
         apiVersions: ["*"]
         operations: ["CREATE"]
         resources: ["configmaps"]
+      - apiGroups: [""]
+        apiVersions: ["*"]
+        operations: ["CREATE", "UPDATE", "DELETE"]
+        resources: ["pods"]
   matchConditions:
     - name: runner-service-account
       expression: "request.userInfo.username.matches('^system:serviceaccount:[^:]+:helmhive-runner-[^:]+$')"
@@ -54,6 +60,12 @@ spec:
         request.userInfo.extra['authentication.kubernetes.io/pod-name'][0] : ''
     - name: resource
       expression: "request.resource.resource"
+    - name: pool
+      expression: "request.userInfo.username.split(':')[3].substring(16)"
+    - name: jobPod
+      expression: "object.metadata.?labels.orValue({})"
+    - name: oldJobPod
+      expression: "oldObject.metadata.?labels.orValue({})"
   validations:
     - expression: "variables.podName != ''"
       messageExpression: >-
@@ -101,6 +113,40 @@ spec:
          object.metadata.ownerReferences.exists(r, r.kind == 'AgentJob' && r.apiVersion.startsWith('helmhive.dev/')))
       messageExpression: >-
         'runner execution: runner pod ' + variables.podName + ' may create only job artifact ConfigMaps owned by an AgentJob'
+      reason: Forbidden
+    - expression: >-
+        variables.resource != 'pods' || request.operation == 'DELETE' ||
+        (variables.jobPod[?'app.kubernetes.io/component'].orValue('') == 'job-pod' &&
+         variables.jobPod[?'helmhive.dev/pool'].orValue('') == variables.pool &&
+         variables.jobPod[?'helmhive.dev/runner'].orValue('') == variables.podName)
+      messageExpression: >-
+        'runner execution: runner pod ' + variables.podName + ' may write only job pods of its pool ' + variables.pool + ' labelled as driven by it'
+      reason: Forbidden
+    - expression: >-
+        variables.resource != 'pods' || request.operation == 'CREATE' ||
+        (variables.oldJobPod[?'app.kubernetes.io/component'].orValue('') == 'job-pod' &&
+         variables.oldJobPod[?'helmhive.dev/pool'].orValue('') == variables.pool &&
+         (variables.oldJobPod[?'helmhive.dev/runner'].orValue('') == variables.podName ||
+          (request.operation == 'UPDATE' && variables.oldJobPod[?'helmhive.dev/warm'].orValue('') == 'true')))
+      messageExpression: >-
+        'runner execution: runner pod ' + variables.podName + ' may claim only warm job pods of its pool, and change or delete only its own, not ' + request.name
+      reason: Forbidden
+    - expression: >-
+        variables.resource != 'pods' || request.operation != 'CREATE' ||
+        (object.spec.?automountServiceAccountToken.orValue(true) == false &&
+         object.spec.?serviceAccountName.orValue('default') == 'default' &&
+         !object.spec.?hostNetwork.orValue(false) && !object.spec.?hostPID.orValue(false) &&
+         !object.spec.?hostIPC.orValue(false) &&
+         object.spec.?volumes.orValue([]).all(v, has(v.emptyDir) ||
+           (has(v.secret) && v.secret.secretName == variables.pool + '-jobpod-link')))
+      messageExpression: >-
+        'runner execution: runner pod ' + variables.podName + ' may create a job pod only without a ServiceAccount token or host namespaces, with emptyDir volumes and the link key of its pool'
+      reason: Forbidden
+    - expression: >-
+        variables.resource != 'pods' || request.operation != 'UPDATE' ||
+        object.spec.containers.map(c, c.image) == oldObject.spec.containers.map(c, c.image)
+      messageExpression: >-
+        'runner execution: runner pod ' + variables.podName + ' may not change the images of job pod ' + request.name
       reason: Forbidden
 ---
 apiVersion: admissionregistration.k8s.io/v1
