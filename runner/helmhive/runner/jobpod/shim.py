@@ -110,8 +110,12 @@ class Shim:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
-        for part in (*PARTS, "tmp"):
+        for part in PARTS:  # mount points in a pod; directories when run as a local process
             (c.job_root / part).mkdir(parents=True, exist_ok=True)
+        # The agent's tmp is mounted in its container only: on the shim's read-only root there is
+        # no creating it, and no need (a local run makes it for the launcher).
+        with contextlib.suppress(OSError):
+            (c.job_root / "tmp").mkdir(parents=True, exist_ok=True)
         c.shim_dir.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             c.socket_path.unlink()  # a stale socket of an earlier start

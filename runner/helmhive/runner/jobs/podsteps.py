@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import logging
 from collections.abc import Awaitable
 from typing import Any, TypeVar
@@ -35,6 +36,7 @@ from helmhive.api.common import JobKind
 from helmhive.api.reasons import Reason
 from helmhive.policy.jobpods.identity import JobRef
 from helmhive.policy.jobpods.outcome import JobPodOutcome
+from helmhive.policy.timestamps import as_utc
 from helmhive.runner.adapters.base import CancelOrigin, TurnOutcome, TurnResult
 from helmhive.runner.jobpod.frames import LinkError
 from helmhive.runner.jobs.context import PreparedJob
@@ -113,7 +115,7 @@ class JobPodSteps(JobConversation):
             settings = self.ctx.job_pods
             target = settings.target(name=started.name, ip=started.ip)
             pod = PodJob(target=target, settings=settings, job=self.name, job_uid=self.uid, egress=self.ctx.egress)
-            return await self._run_in_pod(pod, prepared, cancel=cancel, job=job)
+            return await self._run_in_pod(pod, prepared, cancel=cancel, job=job, claimed=acquired.claimed)
         except LinkError as exc:
             return await self._link_failed(name, exc, prepared)
         finally:
@@ -125,7 +127,7 @@ class JobPodSteps(JobConversation):
                 self._log(logging.WARNING, "job pod not deleted", pod=name, status=exc.status, detail=exc.message)
 
     async def _run_in_pod(
-        self, pod: PodJob, prepared: PreparedJob, *, cancel: asyncio.Event, job: dict[str, Any]
+        self, pod: PodJob, prepared: PreparedJob, *, cancel: asyncio.Event, job: dict[str, Any], claimed: bool
     ) -> Ending:
         spec, plan, session = prepared.spec, prepared.plan, prepared.session
         agent = await pod.open(local_cwd=plan.scratch, local_home=plan.home)
@@ -139,6 +141,14 @@ class JobPodSteps(JobConversation):
             if await _until(pod.put_trees(workspace=plan.workdir, home=plan.home), cancel) is None:
                 return self._failed(_stopped(), prepared)
             ran = True
+            # Queue-to-agent-start, for the warm-pool benchmark: a log field, not an API write.
+            self._log(
+                logging.INFO,
+                "job pod agent starting",
+                pod=pod.target.name,
+                warm=claimed,
+                queuedSeconds=_since_created(job, self.ctx.now()),
+            )
             outcome = await self._talk(adapter, prepared, cancel=cancel, job=job, cwd=agent.workspace)
         finally:  # the agent is gone before anything is taken back: closing the wrapper drops its link
             self._resources.revoke()
@@ -176,3 +186,15 @@ class JobPodSteps(JobConversation):
             return self._failed(_stopped(), prepared)
         outcome = await read_job_pod_outcome(self.ctx.kube, name)
         return _ended(_pod_ending(outcome) if outcome is not None else decide_link_failure(error, pod=name))
+
+
+def _since_created(job: dict[str, Any], now: dt.datetime) -> float | None:
+    """Seconds from the job's creation (its queueing) to ``now``; None without a readable creation time."""
+    text = job.get("metadata", {}).get("creationTimestamp")
+    if not isinstance(text, str):
+        return None
+    try:
+        created = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return round((as_utc(now) - as_utc(created)).total_seconds(), 3)
