@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from helmhive.runner.jobpod.frames import LinkError
+from helmhive.runner.jobpod.trees import extract
 
 from .test_jobpod_link import JobPod, job_pod
 
@@ -118,3 +119,36 @@ async def test_hostile_tars_are_refused_and_nothing_is_written_outside(job_pod: 
         assert (await link.put_tree("workspace", good)).files == 1
     assert (job_pod.workspace / "a.txt").read_text() == "a"
     assert (outside / "target.txt").read_text() == "target\n"
+
+
+@pytest.mark.parametrize("library", [True, False], ids=["data-filter", "before-3.11.4"])
+def test_extract_refuses_the_same_with_or_without_the_librarys_filter(
+    library: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner image's Python (Debian bookworm's 3.11.2) has no ``tarfile.data_filter``: our own
+    check refuses what it would, and a good tree keeps its links inside and its executable bits."""
+    if not library:
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "target.txt").write_text("target\n")
+    for kind in ["absolute", "dotdot", "symlink-out", "symlink-absolute", "hardlink-out", "fifo"]:
+        dest = tmp_path / f"dest-{kind}"
+        dest.mkdir()
+        with pytest.raises(LinkError) as refused:
+            extract(io.BytesIO(_hostile(kind, outside)), dest)
+        assert refused.value.reason == "tree", kind
+        assert sorted(p.name for p in outside.iterdir()) == ["target.txt"], kind
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        script = tarfile.TarInfo("bin/run.sh")
+        script.size, script.mode = 3, 0o4777  # setuid and world-writable are dropped, exec kept
+        tar.addfile(script, io.BytesIO(b"#!\n"))
+        link = tarfile.TarInfo("bin/link")
+        link.type, link.linkname = tarfile.SYMTYPE, "run.sh"
+        tar.addfile(link)
+    good = tmp_path / "good"
+    good.mkdir()
+    assert extract(io.BytesIO(buffer.getvalue()), good).files == 1
+    assert (good / "bin" / "link").read_text() == "#!\n"
+    assert (good / "bin" / "run.sh").stat().st_mode & 0o7777 == 0o755

@@ -83,11 +83,43 @@ def safe_member(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
         raise _refuse("not a regular file, directory or link", name)
     if (member.issym() or member.islnk()) and os.path.isabs(member.linkname):
         raise _refuse("link to an absolute path", name)
+    library = getattr(tarfile, "data_filter", None)
+    if library is None:  # Python before 3.11.4 (Debian bookworm's 3.11.2, the runner image's)
+        return _data_filter(member, dest)
     try:
-        return tarfile.data_filter(member, dest)
-    except tarfile.FilterError as exc:
+        checked: tarfile.TarInfo = library(member, dest)
+    except tarfile.TarError as exc:  # tarfile.FilterError and its kinds
         why = type(exc).__name__.removesuffix("Error")  # OutsideDestination, LinkOutsideDestination, ...
         raise _refuse(f"refused ({why})", name) from None
+    return checked
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _data_filter(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+    """What Python's ``data`` filter does, for a Python without it: the member and its link target must
+    resolve below ``dest``; modes lose setuid, setgid, sticky and group/other write; owners are dropped."""
+    root = os.path.realpath(dest)
+    target = os.path.realpath(os.path.join(root, member.name))
+    if not _inside(target, root):
+        raise _refuse("refused (OutsideDestination)", member.name)
+    if member.issym():
+        linked = os.path.realpath(os.path.join(os.path.dirname(target), member.linkname))
+        if not _inside(linked, root):
+            raise _refuse("refused (LinkOutsideDestination)", member.name)
+    if member.islnk():
+        linked = os.path.realpath(os.path.join(root, member.linkname))
+        if not _inside(linked, root):
+            raise _refuse("refused (LinkOutsideDestination)", member.name)
+    if member.isreg() or member.islnk():
+        member.mode = (member.mode & 0o755) | 0o600
+    elif member.isdir():
+        member.mode = (member.mode & 0o755) | 0o700
+    member.uid = member.gid = 0
+    member.uname = member.gname = ""
+    return member
 
 
 def extract(fileobj: BinaryIO, dest: Path) -> TreeStats:
@@ -100,9 +132,13 @@ def extract(fileobj: BinaryIO, dest: Path) -> TreeStats:
         counter.count(checked)
         return checked
 
+    # Checked member by member (not ``extractall(filter=...)``, which Python before 3.11.4 lacks);
+    # each one already passed :func:`safe_member`, so the library adds no filter of its own.
+    trusted: dict[str, str] = {"filter": "fully_trusted"} if hasattr(tarfile, "data_filter") else {}
     try:
         with tarfile.open(fileobj=fileobj, mode="r|", errorlevel=1) as tar:
-            tar.extractall(root, filter=check)
+            for member in tar:
+                tar.extract(check(member, root), root, **trusted)  # type: ignore[arg-type]
     except (tarfile.TarError, ValueError) as exc:  # ValueError: e.g. a PAX header that is not one
         raise LinkError(LinkReason.TREE, f"not a readable tar stream: {exc}"[:300]) from None
     except OSError as exc:
