@@ -1,5 +1,6 @@
 """A governed change on real pods: a git server pod, plan, approval by digest, implementation,
-checks, and a review on a second pool; the patch taken with ``kubectl helmhive change patch``."""
+checks, and a review on a second pool, every job in a job pod of its own (``execution.mode:
+JobPod``); the patch taken with ``kubectl helmhive change patch``."""
 
 from __future__ import annotations
 
@@ -9,12 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_rig import RUNNERS_NS, Rig
+from e2e_rig import RUNNERS_NS, Rig, reference_documents
 
 from harness.wait import wait_for
 from helmhive.devcluster.demo_git import ensure_demo_repository
 from helmhive.devcluster.demo_manifests import DEMO_CHANGE, DEMO_REVIEW_POOL, build_change_documents
-from helmhive.devcluster.kind.demo_objects import build_git_egress, build_git_server, git_url, with_runner_image
+from helmhive.devcluster.kind.demo_objects import (
+    build_git_egress,
+    build_git_server,
+    git_url,
+    in_job_pods,
+    with_runner_image,
+)
 
 GIT_NS = "git-e2e"
 
@@ -65,6 +72,8 @@ def change(runners: Rig, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     _bare, commit = ensure_demo_repository(tmp_path_factory.mktemp("git"))
     assert f"serving {commit}" in rig.kubectl("logs", "-n", GIT_NS, "git")
     docs = with_runner_image(build_change_documents(repository=git_url(GIT_NS), commit=commit), rig.env.images.runner)
+    # Both pools run each job in a pod of its own from here on (the reference pool's runner rolls).
+    docs = in_job_pods([d for d in reference_documents(rig) if d["kind"] == "RunnerPool"] + docs)
     for doc in docs:
         if doc["kind"] == "Change":
             doc["spec"]["approval"] = "Manual"
@@ -107,6 +116,12 @@ def test_a_governed_change_runs_end_to_end_on_real_pods(runners: Rig, change: di
     assert review and all(j["status"]["assignment"]["pool"] == DEMO_REVIEW_POOL for j in review), _routes(jobs)
     assert implementation and all(j["status"]["assignment"]["pool"] != DEMO_REVIEW_POOL for j in implementation)
     assert status["review"]["providerDiffers"] is True, status["review"]
+    # Each stage ran in a pod of its own, which its Events name.
+    for job in implementation + review:
+        name = job["metadata"]["name"]
+        events = rig.get("events", "-n", RUNNERS_NS, "--field-selector", f"involvedObject.name={name}")["items"]
+        pods = [e for e in events if e["reason"] in {"JobPodClaimed", "JobPodCreated"}]
+        assert pods, f"job {name} ran in no job pod: {sorted({e['reason'] for e in events})}"
     # The patch, taken as a user takes it, applies to the exact commit.
     patch = _helmhive(rig, "change", "patch", DEMO_CHANGE)
     assert "def refund_once" in patch

@@ -2,7 +2,7 @@
 
 The job pod is ``helmhive-jobpod shim`` and ``helmhive-jobpod agent`` run as local processes on
 loopback (the rig of :mod:`.test_jobpod_link`); the runner's side is what a JobPod runner runs once
-its pod is up: :class:`~helmhive.runner.jobs.jobpod.PodJob` (the link, the trees, the checks, FINISH)
+its pod is up: :class:`~helmhive.runner.jobs.jobpod.PodRun` (the link, the trees, the checks, FINISH)
 and the ACP adapter of :func:`~helmhive.runner.jobs.agents.build_pod_job_adapter` driving the
 reference agent through ``helmhive-jobpod attach``, with a real egress proxy's job pods' listener in
 front of the fake provider. Kubernetes is not involved here (:mod:`.test_jobpod_claims` is that part).
@@ -38,7 +38,7 @@ from helmhive.runner.jobpod.frames import LinkError
 from helmhive.runner.jobs.agents import build_pod_job_adapter
 from helmhive.runner.jobs.jobpod import (
     JobPodSettings,
-    PodJob,
+    PodRun,
     PodTarget,
     build_attach_wrapper,
     decide_link_failure,
@@ -94,8 +94,8 @@ class Rig:
         }
         return JobPodSettings(**fields)  # type: ignore[arg-type]
 
-    def job(self, uid: str = "job-uid-1", **changes: object) -> PodJob:
-        return PodJob(
+    def job(self, uid: str = "job-uid-1", **changes: object) -> PodRun:
+        return PodRun(
             target=self.target, settings=self.settings(**changes), job="impl-1", job_uid=uid, egress=self.proxy
         )
 
@@ -368,7 +368,7 @@ async def test_a_link_that_cannot_be_made_fails_before_any_agent_starts(rig: Rig
     assert decide_link_failure(auth.value, pod=rig.pod.pod).reason == f"{Reason.JOB_POD_FAILED.value}:Link_auth"
     await refused.close()
 
-    nobody = PodJob(
+    nobody = PodRun(
         target=PodTarget(name="gone", ip="127.0.0.1", link_port=free_port()),
         settings=rig.settings(connect_window_s=1.0),
         job="impl-1",

@@ -360,3 +360,16 @@ def test_oom_wins_over_the_pods_own_reason() -> None:
     both = view(warm=False, job="j", phase="Failed", reason="Evicted", containers={AGENT_CONTAINER: OOM})
     outcome = decide_job_pod_outcome(pod=both, job_finished=False)
     assert outcome is not None and outcome.reason == "ResourceLimitExceeded:memory"
+
+
+def test_a_pod_being_deleted_under_its_job_is_lost_unless_something_else_says_more() -> None:
+    deleted = decide_job_pod_outcome(pod=view(warm=False, job="j", deleting=True), job_finished=False)
+    assert deleted is not None and (deleted.reason, deleted.base) == ("JobPodLost:Deleted", Reason.JOB_POD_LOST)
+    evicted = view(
+        warm=False, job="j", deleting=True,
+        conditions=[{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}],
+    )  # fmt: skip
+    named = decide_job_pod_outcome(pod=evicted, job_finished=False)
+    assert named is not None and named.reason == "JobPodLost:EvictionByEvictionAPI"
+    oom = view(warm=False, job="j", deleting=True, containers={AGENT_CONTAINER: OOM})
+    assert decide_job_pod_outcome(pod=oom, job_finished=False).reason == "ResourceLimitExceeded:memory"  # type: ignore[union-attr]

@@ -13,8 +13,17 @@ from pathlib import Path
 import pytest
 import yaml
 
+from helmhive.api.execution import ExecutionMode, decide_execution_problems
+from helmhive.api.runnerpool import RunnerPoolSpec
+from helmhive.devcluster.demo_manifests import build_change_documents, build_demo_documents
 from helmhive.devcluster.kind.cluster import build_kind_config
-from helmhive.devcluster.kind.demo_objects import build_git_egress, build_git_server, git_url, with_runner_image
+from helmhive.devcluster.kind.demo_objects import (
+    build_git_egress,
+    build_git_server,
+    git_url,
+    in_job_pods,
+    with_runner_image,
+)
 from helmhive.devcluster.kind.engine import WRAPPER, decide_needs_cap_wrapper
 from helmhive.devcluster.kind.helmhive_images import decide_node_base
 from helmhive.devcluster.kind.images import ImageError, build_component_dockerfile, digest_inputs
@@ -104,6 +113,19 @@ def test_demo_objects_use_the_local_image_and_open_only_git() -> None:
     egress = build_git_egress("git-ns")["spec"]["egress"]
     assert egress[0]["ports"] == [{"protocol": "TCP", "port": 9418}]
     assert git_url("git-ns") == "git://git.git-ns.svc.cluster.local/shop.git"
+
+
+def test_demo_pools_in_job_pods_are_valid_pools_with_a_warm_pod() -> None:
+    docs = build_demo_documents() + build_change_documents(repository="git://git/shop.git", commit="0" * 40)
+    out = in_job_pods(docs)
+    pools = [RunnerPoolSpec.model_validate(d["spec"]) for d in out if d["kind"] == "RunnerPool"]
+    assert len(pools) == 2
+    for spec in pools:
+        assert spec.execution.mode is ExecutionMode.JOB_POD and spec.execution.warm_pods == 1
+        assert spec.job_limits.cpu_millicores == 250
+        isolation = spec.credential_isolation
+        assert isolation is not None and decide_execution_problems(execution=spec.execution, isolation=isolation) == []
+    assert all("execution" not in d["spec"] for d in docs if d["kind"] == "RunnerPool"), "the input is not changed"
 
 
 def test_a_long_step_says_so_while_it_runs() -> None:

@@ -5,7 +5,9 @@
 3. ``helm upgrade --install`` the chart with those images;
 4. apply the examples, the reference pool and its job into a namespace under Pod Security
    ``restricted``, all at once (the examples' own pools name registry images: not pulled here);
-   the kubelet starts the reference runner pod, which registers and runs the job;
+   the kubelet starts the reference runner pod, which registers and runs the job; the reference
+   pools run in ``execution.mode: JobPod`` with one warm pod each (:func:`.demo_objects.in_job_pods`),
+   so every job, the governed change's included, runs in a pod of its own;
 5. a git server pod, the egress the docs tell an administrator to add for it, and a governed change:
    plan, automatic approval, implementation, checks, review on the second pool.
 
@@ -25,7 +27,13 @@ from helmhive.devcluster.demo import example_documents
 from helmhive.devcluster.demo_manifests import DEMO_CHANGE, DEMO_JOB, build_change_documents, build_demo_documents
 from helmhive.devcluster.helm import ensure_helm
 from helmhive.devcluster.kind.cluster import KindCluster, ensure_cluster, load_helmhive
-from helmhive.devcluster.kind.demo_objects import build_git_egress, build_git_server, git_url, with_runner_image
+from helmhive.devcluster.kind.demo_objects import (
+    build_git_egress,
+    build_git_server,
+    git_url,
+    in_job_pods,
+    with_runner_image,
+)
 from helmhive.devcluster.kind.images import REPO_ROOT
 from helmhive.devcluster.progress import step
 
@@ -113,7 +121,9 @@ def run_kind_demo(namespace: str, log: TextIO) -> KindDemo:
     _kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(namespace_doc))
     log.write(f"==> applying the examples, the reference pool and job {DEMO_JOB} into {namespace}, all at once\n")
     log.write("   (the examples' own pools name registry images this machine cannot pull; their pods wait for them)\n")
-    docs = [doc for _, doc in example_documents()] + with_runner_image(build_demo_documents(), images.runner)
+    log.write("   (the reference pools run each job in a pod of its own, execution.mode JobPod, one warm pod each)\n")
+    reference = in_job_pods(with_runner_image(build_demo_documents(), images.runner))
+    docs = [doc for _, doc in example_documents()] + reference
     log.write(_apply(cluster, docs, namespace))
     with step(log, f"waiting for the kubelet to start the runner pod and for job {DEMO_JOB} to finish"):
         _kubectl(
@@ -135,7 +145,9 @@ def run_kind_demo(namespace: str, log: TextIO) -> KindDemo:
         for line in _kubectl(cluster, "logs", "-n", GIT_NS, "git").splitlines()
         if line.startswith("serving ")
     )
-    docs = with_runner_image(build_change_documents(repository=git_url(GIT_NS), commit=commit), images.runner)
+    docs = in_job_pods(
+        with_runner_image(build_change_documents(repository=git_url(GIT_NS), commit=commit), images.runner)
+    )
     existing = _kubectl(cluster, "get", "change", "-n", namespace, "-o", "name")
     if f"change.helmhive.dev/{DEMO_CHANGE}" in existing:
         log.write(f"==> removing Change {DEMO_CHANGE} of an earlier run (its source is immutable)\n")

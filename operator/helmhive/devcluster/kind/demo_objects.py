@@ -7,6 +7,8 @@
 - :func:`build_git_egress`: what docs/source.md tells an administrator to add for ``git://``
   sources, since a pool's own NetworkPolicy allows only DNS, 443 and 6443.
 - :func:`with_runner_image`: a RunnerPool runs the locally built runner image, never pulled.
+- :func:`in_job_pods`: RunnerPools that run each job in a pod of their own, with warm pods, sized for
+  kind nodes that share this machine's two cores.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-__all__ = ["GIT_PORT", "build_git_egress", "build_git_server", "git_url", "with_runner_image"]
+from helmhive.api.egress import provider_egress
+
+__all__ = ["GIT_PORT", "build_git_egress", "build_git_server", "git_url", "in_job_pods", "with_runner_image"]
 
 GIT_PORT = 9418
 _SERVE = (
@@ -102,4 +106,24 @@ def with_runner_image(
             doc["spec"]["imagePullPolicy"] = "Never"
             if env and doc["spec"]["adapter"].get("type") == "acp":
                 doc["spec"]["adapter"]["acp"]["env"] = list(env)
+    return out
+
+
+JOB_POD_LIMITS = {"cpuMillicores": 250, "memoryBytes": 512 * 1024 * 1024, "diskBytes": 1024 * 1024 * 1024}
+"""A job pod's requests (= limits) on kind: the default two cores would not fit beside the rest."""
+
+
+def in_job_pods(docs: list[dict[str, Any]], *, warm_pods: int = 1) -> list[dict[str, Any]]:
+    """Copies of ``docs`` whose RunnerPools are in ``execution.mode: JobPod`` with ``warm_pods`` warm pods
+    (and credentialIsolation Proxy, which JobPod needs; the reference provider's default)."""
+    out = copy.deepcopy(docs)
+    for doc in out:
+        if doc.get("kind") == "RunnerPool":
+            doc["spec"]["execution"] = {"mode": "JobPod", "warmPods": warm_pods}
+            doc["spec"]["credentialIsolation"] = "Proxy"
+            if provider_egress(doc["spec"]["provider"]) is None and "egress" not in doc["spec"]:
+                # A second reference provider name has no default upstream; the reference agent calls
+                # none, so a reserved name (RFC 2606) that is never reached says so.
+                doc["spec"]["egress"] = {"upstream": "https://provider.invalid"}
+            doc["spec"]["jobLimits"] = {**doc["spec"].get("jobLimits", {}), **JOB_POD_LIMITS}
     return out

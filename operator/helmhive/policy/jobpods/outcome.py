@@ -94,6 +94,8 @@ def decide_job_pod_outcome(*, pod: PodView | None, job_finished: bool) -> JobPod
         return _outcome(
             Reason.JOB_POD_LOST, cause, f"pod {pod.name} is being taken away: {cause}{_said(disruption.message)}"
         )
+    if pod.metadata.deletion_timestamp is not None:  # deleted (kubectl, a controller): gone within its grace
+        return _outcome(Reason.JOB_POD_LOST, "Deleted", f"pod {pod.name} was deleted while the job was running")
     if status.reason in _LOST_REASONS or (status.phase == "Failed" and status.reason):
         return _outcome(
             Reason.JOB_POD_LOST, status.reason, f"pod {pod.name} failed: {status.reason}{_said(status.message)}"

@@ -201,7 +201,7 @@ async def ensure_job_workspace(
 
 class ChecksRunner(Protocol):
     """Where an implementation's checks run, if not in the runner's sandbox (a job pod's shim:
-    :meth:`helmhive.runner.jobs.jobpod.PodJob.run_checks`)."""
+    :meth:`helmhive.runner.jobs.jobpod.PodRun.run_checks`)."""
 
     async def __call__(self, specs: Sequence[CheckSpec], *, cancel: asyncio.Event) -> ChecksRun: ...
 

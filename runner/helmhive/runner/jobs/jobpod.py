@@ -1,20 +1,20 @@
 """A job's agent in its job pod (``RunnerPool.spec.execution.mode: JobPod``): the runner's side, once the pod runs.
 
-:class:`PodJob` drives one pod the runner claimed or created for a job (:mod:`.podclaim`) and
+:class:`PodRun` drives one pod the runner claimed or created for a job (:mod:`.podclaim`) and
 that runs, over the link to its shim (:class:`~helmhive.runner.jobpod.link.JobPodLink`: one
 authenticated connection per step, with the pool's key; the first claims the shim for the job):
 
-1. :meth:`PodJob.open` mints the job's phantom key on the egress proxy, honoured from the pod's
+1. :meth:`PodRun.open` mints the job's phantom key on the egress proxy, honoured from the pod's
    address only (:mod:`helmhive.runner.egress.pods`), and says where the agent runs (:class:`PodAgent`:
    ``helmhive-jobpod attach`` as the adapter's wrapper, the pod's paths, the shim's relay);
-2. :meth:`PodJob.put_trees` puts the job's tree (checked out by the runner, :mod:`.governed`) and
+2. :meth:`PodRun.put_trees` puts the job's tree (checked out by the runner, :mod:`.governed`) and
    HOME (a session binding's, so resume and fork work as in the runner) into the pod, retrying the
    connection until the shim listens (:attr:`JobPodSettings.connect_window_s`);
 3. the adapter drives the agent through the wrapper: the shim starts one agent per pod, so one ACP
    process serves the job's turns (the repair turn and compaction included);
-4. after the agent exited, :meth:`PodJob.end_agent` has revoked the key; :meth:`PodJob.take_back`
-   brings a tree back (an implementation's, for its patch; a binding's HOME), :meth:`PodJob.run_checks`
-   runs the checks in the pod, and :meth:`PodJob.close` sends FINISH (the shim kills what is left
+4. after the agent exited, :meth:`PodRun.end_agent` has revoked the key; :meth:`PodRun.take_back`
+   brings a tree back (an implementation's, for its patch; a binding's HOME), :meth:`PodRun.run_checks`
+   runs the checks in the pod, and :meth:`PodRun.close` sends FINISH (the shim kills what is left
    and exits) and forgets the key.
 
 The order is :class:`~helmhive.runner.jobs.execution.JobExecution`'s; the pod itself (claim, wait,
@@ -53,7 +53,7 @@ from helmhive.runner.source.checks import ChecksRun
 __all__ = [
     "JOBPOD_COMMAND",
     "JobPodSettings",
-    "PodJob",
+    "PodRun",
     "PodTarget",
     "build_attach_wrapper",
     "decide_link_failure",
@@ -156,7 +156,7 @@ def decide_link_failure(error: LinkError, *, pod: str) -> JobEnding:
     return JobEnding(succeeded=False, reason=reason, message=f"{why} pod {pod}: {error.reason}: {error.message}"[:1000])
 
 
-class PodJob:
+class PodRun:
     """One job's running pod, from its address on (see the module). :meth:`close` always, once."""
 
     def __init__(

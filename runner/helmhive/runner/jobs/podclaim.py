@@ -19,12 +19,13 @@ died: whether the pod says why. :func:`remove_job_pod` deletes it (gone already 
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from helmhive.api.jobpod import LABEL_JOB, LABEL_RUNNER, LABEL_WARM, SHIM_CONTAINER
+from helmhive.api.jobpod import AGENT_CONTAINER, LABEL_JOB, LABEL_RUNNER, LABEL_WARM, SHIM_CONTAINER
 from helmhive.api.reasons import Reason, detailed
 from helmhive.policy.jobpods.identity import JobRef, build_job_pod_selector, label_value
 from helmhive.policy.jobpods.outcome import JobPodOutcome, decide_job_pod_outcome
@@ -154,6 +155,37 @@ async def read_job_pod_outcome(kube: RunnerKube, name: str) -> JobPodOutcome | N
     except NotFound:
         pod = None
     return decide_job_pod_outcome(pod=PodView.parse(pod) if pod is not None else None, job_finished=False)
+
+
+SETTLE_S = 20.0
+"""After a failed turn, how long the pod's status may take to show its agent container ended (the
+kubelet reports a container's end, OOMKilled included, a moment after the runner saw the agent go)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Settled:
+    outcome: JobPodOutcome | None
+
+
+def decide_agent_settled(pod: Mapping[str, Any] | None) -> _Settled | None:
+    """After the agent died: the pod's word once it says something or shows the agent container ended
+    (None: not yet). A pod gone is an outcome (``JobPodLost``)."""
+    outcome = decide_job_pod_outcome(pod=PodView.parse(pod) if pod is not None else None, job_finished=False)
+    if outcome is not None or pod is None:
+        return _Settled(outcome)
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    agent = next((c for c in statuses if isinstance(c, Mapping) and c.get("name") == AGENT_CONTAINER), None)
+    ended = agent is not None and isinstance(agent.get("state"), Mapping) and "terminated" in agent["state"]
+    return _Settled(None) if ended else None
+
+
+async def settle_job_pod_outcome(kube: RunnerKube, name: str, *, seconds: float = SETTLE_S) -> JobPodOutcome | None:
+    """Why the pod failed the job, waiting (a watch, at most ``seconds``) for its status to show the agent's end."""
+    try:
+        settled = await asyncio.wait_for(kube.wait_pod(name, decide_agent_settled), seconds)
+    except TimeoutError:
+        return await read_job_pod_outcome(kube, name)
+    return settled.outcome
 
 
 async def remove_job_pod(kube: RunnerKube, name: str) -> bool:

@@ -41,8 +41,14 @@ from helmhive.runner.adapters.base import CancelOrigin, TurnOutcome, TurnResult
 from helmhive.runner.jobpod.frames import LinkError
 from helmhive.runner.jobs.context import PreparedJob
 from helmhive.runner.jobs.conversation import Accepted, Ending, JobConversation
-from helmhive.runner.jobs.jobpod import PodJob, decide_link_failure
-from helmhive.runner.jobs.podclaim import ensure_job_pod, read_job_pod_outcome, remove_job_pod, wait_job_pod
+from helmhive.runner.jobs.jobpod import PodRun, decide_link_failure
+from helmhive.runner.jobs.podclaim import (
+    ensure_job_pod,
+    read_job_pod_outcome,
+    remove_job_pod,
+    settle_job_pod_outcome,
+    wait_job_pod,
+)
 from helmhive.runner.jobs.status import JobEnding
 from helmhive.runner.kube import KubeError
 
@@ -99,7 +105,7 @@ class JobPodSteps(JobConversation):
             now=self.ctx.now,
         )
         name = acquired.name
-        pod: PodJob | None = None
+        pod: PodRun | None = None
         try:
             how = "claimed warm pod" if acquired.claimed else "created pod (no warm pod was free)"
             self._log(logging.INFO, "job pod claimed" if acquired.claimed else "job pod created", pod=name)
@@ -114,7 +120,7 @@ class JobPodSteps(JobConversation):
             assert self.ctx.job_pods is not None and self.ctx.egress is not None
             settings = self.ctx.job_pods
             target = settings.target(name=started.name, ip=started.ip)
-            pod = PodJob(target=target, settings=settings, job=self.name, job_uid=self.uid, egress=self.ctx.egress)
+            pod = PodRun(target=target, settings=settings, job=self.name, job_uid=self.uid, egress=self.ctx.egress)
             return await self._run_in_pod(pod, prepared, cancel=cancel, job=job, claimed=acquired.claimed)
         except LinkError as exc:
             return await self._link_failed(name, exc, prepared)
@@ -127,7 +133,7 @@ class JobPodSteps(JobConversation):
                 self._log(logging.WARNING, "job pod not deleted", pod=name, status=exc.status, detail=exc.message)
 
     async def _run_in_pod(
-        self, pod: PodJob, prepared: PreparedJob, *, cancel: asyncio.Event, job: dict[str, Any], claimed: bool
+        self, pod: PodRun, prepared: PreparedJob, *, cancel: asyncio.Event, job: dict[str, Any], claimed: bool
     ) -> Ending:
         spec, plan, session = prepared.spec, prepared.plan, prepared.session
         agent = await pod.open(local_cwd=plan.scratch, local_home=plan.home)
@@ -168,12 +174,12 @@ class JobPodSteps(JobConversation):
             await pod.take_back("workspace", plan.workdir)
         return await self._store(outcome, prepared=prepared, cancel=cancel, job=job, checks=pod.run_checks)
 
-    async def _judge_in_pod(self, pod: PodJob, failed: Ending) -> Ending:
+    async def _judge_in_pod(self, pod: PodRun, failed: Ending) -> Ending:
         """A failed run's ending: the pod's word when its state explains a failed turn, else ``failed`` itself."""
         turn = failed[2]
         if self.cause is not None or turn.ok:  # cancelled, timed out, deleted; or an answer that broke its contract
             return failed
-        outcome = await read_job_pod_outcome(self.ctx.kube, pod.target.name)
+        outcome = await settle_job_pod_outcome(self.ctx.kube, pod.target.name)
         if outcome is None:
             return failed
         self._log(logging.WARNING, "job pod failed the job", pod=pod.target.name, reason=outcome.reason)
