@@ -342,6 +342,7 @@ def _pod_environment(kube: Kube, namespace: str, pod_name: str) -> dict[str, str
     fields = {
         "metadata.name": pod.metadata.name,
         "metadata.namespace": pod.metadata.namespace,
+        "status.podIP": "127.0.0.1",  # as helmhive dev run-pod gives it: the runner runs as a local process
         **{f"metadata.annotations['{k}']": v for k, v in (pod.metadata.annotations or {}).items()},
     }
     env = {}

@@ -72,6 +72,8 @@ def _field(pod: dict[str, Any], path: str) -> str:
         return str(meta["name"])
     if path == "metadata.namespace":
         return str(meta["namespace"])
+    if path == "status.podIP":  # the pod runs as a process of this machine: its address is loopback
+        return "127.0.0.1"
     match = _ANNOTATION_REF.match(path)
     if match:
         return str((meta.get("annotations") or {}).get(match.group(1), ""))
