@@ -8,6 +8,9 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.helmhive-installed
 TEST_WORKERS ?= 2
+# Extra pytest options for both tiers, e.g. PYTEST_EXTRA=--junitxml=... to keep every test's time.
+PYTEST_EXTRA ?=
+E2E_EXTRA ?=
 
 .PHONY: demo test e2e lint check-crds crds venv clean-venv
 
@@ -35,7 +38,7 @@ test: $(STAMP) lint
 	$(BIN)/helmhive dev kind build
 	@echo "e2e tier: running beside the main suite; its output goes to $(E2E_LOG) and is printed at the end"
 	@( $(E2E_PYTEST) > $(E2E_LOG) 2>&1; echo $$? > $(E2E_LOG).rc ) & \
-	main=0; $(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=25 \
+	main=0; $(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_EXTRA) \
 		--ignore=tests/e2e || main=$$?; \
 	wait; echo "===== the e2e tier's output ($(E2E_LOG)) ====="; cat $(E2E_LOG); e2e=$$(cat $(E2E_LOG).rc 2>/dev/null || echo 1); \
 	echo "main suite: exit $$main; e2e tier: exit $$e2e"; test $$main -eq 0 && test $$e2e -eq 0
@@ -44,7 +47,7 @@ test: $(STAMP) lint
 ## node image, kind, kube-router and Helmhive's images are built or reused, with progress on the
 ## terminal (cold: minutes of Go builds; warm: seconds); then one pytest process makes the cluster
 ## through pytest-kind and runs the tier against it.
-E2E_PYTEST = $(BIN)/python -m pytest -p no:cacheprovider --durations=10 tests/e2e
+E2E_PYTEST = $(BIN)/python -m pytest -p no:cacheprovider --durations=10 $(E2E_EXTRA) tests/e2e
 e2e: $(STAMP)
 	$(BIN)/helmhive dev kind build
 	$(E2E_PYTEST)
