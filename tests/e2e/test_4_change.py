@@ -122,6 +122,11 @@ def test_a_governed_change_runs_end_to_end_on_real_pods(runners: Rig, change: di
         events = rig.get("events", "-n", RUNNERS_NS, "--field-selector", f"involvedObject.name={name}")["items"]
         pods = [e for e in events if e["reason"] in {"JobPodClaimed", "JobPodCreated"}]
         assert pods, f"job {name} ran in no job pod: {sorted({e['reason'] for e in events})}"
+    # `change status` shows each stage's pod, recorded in its job's result after the pod is gone.
+    shown = _helmhive(rig, "change", "status", DEMO_CHANGE)
+    for job in implementation + review:
+        pod = rig.get("agentjob", "-n", RUNNERS_NS, job["metadata"]["name"])["status"]["result"]["jobPod"]["name"]
+        assert pod in shown, shown
     # The patch, taken as a user takes it, applies to the exact commit.
     patch = _helmhive(rig, "change", "patch", DEMO_CHANGE)
     assert "def refund_once" in patch

@@ -271,6 +271,8 @@ async def test_a_job_runs_in_a_pod_of_its_own_which_is_deleted_after(pod_rig: Po
         messages = await asyncio.to_thread(lambda: pod_rig.operator.wait_events("hello", reason))
         assert name in messages[0].message and RUNNER in messages[0].message  # kubectl describe names the pod
         assert "file hello.txt: written" in done["status"]["result"]["summary"]
+        # kubectl describe agentjob shows the pod after it is gone, in the job's result.
+        assert done["status"]["result"]["jobPod"] == {"name": name, "warm": warm}
         await asyncio.to_thread(wait_for, lambda: pod_rig.gone(name), timeout=60, describe=f"pod {name} to be deleted")
         shim = pod.shim
         assert shim is not None

@@ -317,6 +317,17 @@ def test_a_finished_implementation_records_patch_and_evidence_and_queues_a_revie
     assert implemented["spec"]["details"]["check.lint"] == "Failed"
 
 
+def test_each_stage_records_the_job_pod_it_ran_in_and_a_malformed_one_is_left_out() -> None:
+    obj, plan_job = planned()
+    impl = job(ChangeStage.IMPLEMENTATION, state="succeeded", checks=[passed("unit")])
+    impl["status"]["result"]["jobPod"] = {"name": "helmhive-job-x7k2p", "warm": True}
+    d = decide(obj, plan_job, impl)
+    pods = {j["stage"]: j.get("pod") for j in d.status["jobs"]}
+    assert pods == {"planning": None, "implementation": "helmhive-job-x7k2p"}
+    impl["status"]["result"]["jobPod"] = {"name": "x" * 254}
+    assert view_stage_job(impl) is not None and view_stage_job(impl).pod is None  # type: ignore[union-attr]
+
+
 def test_no_declared_checks_is_its_own_reason() -> None:
     obj, plan_job = planned()
     d = decide(obj, plan_job, job(ChangeStage.IMPLEMENTATION, state="succeeded", checks=[]))

@@ -106,6 +106,8 @@ class ChangeJob(ApiModel):
     model: ModelId | None = None
     outcome: Annotated[str, StringConstraints(max_length=160)] | None = None
     """The job's final reason (``Completed``, ``PatchTooLarge``…); absent while it runs."""
+    pod: Name | None = None
+    """The job pod it ran in, for a pool in JobPod mode (recorded when the job ends)."""
 
 
 class PlanStep(ApiModel):

@@ -49,6 +49,7 @@ __all__ = [
     "CheckEvidence",
     "CheckSpec",
     "DroppedMemory",
+    "JobPodRecord",
     "JobRequest",
     "JobResult",
     "MemoryReport",
@@ -269,6 +270,14 @@ class MemoryReport(ApiModel):
     """The records named in ``status.assignment.memoryIds`` but not injected (deleted, expired, inactive…)."""
 
 
+class JobPodRecord(ApiModel):
+    """The job pod a run used (``RunnerPool.spec.execution.mode: JobPod``): deleted once the job ended."""
+
+    name: Name
+    warm: bool = False
+    """Whether it was one of the pool's warm pods, claimed (else created for the job)."""
+
+
 class JobResult(ApiModel):
     outcome: ReasonText
     summary: Annotated[str, Field(max_length=4096)] = ""
@@ -285,6 +294,8 @@ class JobResult(ApiModel):
     completed_at: dt.datetime | None = None
     memory: MemoryReport | None = None
     """The memory the runner injected at run time, and what it dropped (only when records were named)."""
+    job_pod: JobPodRecord | None = None
+    """The pod the job ran in, for a pool in JobPod mode (its ``JobPodClaimed``/``JobPodCreated`` Event too)."""
 
 
 class AgentJobStatus(StatusBase):

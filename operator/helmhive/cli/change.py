@@ -79,7 +79,7 @@ def render_status(console: Console, *, namespace: str, name: str, st: ChangeStat
         )
     )
     stages = Table(title="Stages", show_lines=False)
-    for column in ("Stage", "Iteration", "Job", "Provider", "Model", "Outcome"):
+    for column in ("Stage", "Iteration", "Job", "Provider", "Model", "Pod", "Outcome"):
         stages.add_column(column)
     for job in st.jobs:
         stages.add_row(
@@ -91,6 +91,7 @@ def render_status(console: Console, *, namespace: str, name: str, st: ChangeStat
                     job.name,
                     job.provider,
                     job.model,
+                    job.pod or "",
                     job.outcome or "running",
                 )
             )

@@ -155,6 +155,7 @@ def job_status(job: StageJob) -> ChangeJob:
         provider=job.provider,
         model=job.model,
         outcome=job.reason[:160] if done and job.reason else None,
+        pod=job.pod,
     )
 
 

@@ -72,6 +72,8 @@ class StageJob:
     output: Mapping[str, Any] | None = None
     patch: PatchRef | None = None
     checks: tuple[CheckEvidence, ...] = ()
+    pod: str | None = None
+    """The job pod it ran in (a pool in JobPod mode), from ``status.result.jobPod``."""
 
 
 def build_job_name(change: str, stage: ChangeStage, iteration: int) -> str:
@@ -123,6 +125,8 @@ def view_stage_job(body: Mapping[str, Any]) -> StageJob | None:
     except ValidationError:
         patch, checks = None, ()
     output = result.get("output")
+    job_pod = result.get("jobPod")
+    pod = job_pod.get("name") if isinstance(job_pod, Mapping) else None
     return StageJob(
         name=job.name,
         stage=stage,
@@ -135,6 +139,7 @@ def view_stage_job(body: Mapping[str, Any]) -> StageJob | None:
         output=output if isinstance(output, Mapping) else None,
         patch=patch,
         checks=checks,
+        pod=pod if isinstance(pod, str) and 0 < len(pod) <= 253 else None,
     )
 
 

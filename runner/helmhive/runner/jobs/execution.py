@@ -170,6 +170,8 @@ class JobExecution(JobPodSteps):
         try:
             verdict, result, last = await self._execute(prepared, cancel=cancel, job=started)
             verdict, result = await self._judge_disk(plan, verdict, result)
+            if self.job_pod is not None:
+                result = {**result, "jobPod": self.job_pod}
         finally:
             timer.cancel()
             disk.cancel()

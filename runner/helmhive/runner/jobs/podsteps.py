@@ -88,6 +88,9 @@ def _pod_ending(outcome: JobPodOutcome) -> JobEnding:
 class JobPodSteps(JobConversation):
     """A run's JobPod path (see the module); the rest of the run is :class:`JobExecution`'s."""
 
+    job_pod: dict[str, Any] | None = None
+    """The pod this run used, as ``status.result.jobPod`` records it (name, warm), once it has one."""
+
     @property
     def _in_pod(self) -> bool:
         return self.ctx.job_pods is not None
@@ -105,6 +108,7 @@ class JobPodSteps(JobConversation):
             now=self.ctx.now,
         )
         name = acquired.name
+        self.job_pod = {"name": name, "warm": acquired.claimed}
         pod: PodRun | None = None
         try:
             how = "claimed warm pod" if acquired.claimed else "created pod (no warm pod was free)"
