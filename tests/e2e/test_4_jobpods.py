@@ -1,9 +1,14 @@
 """JobPod mode on real pods: each job in a Pod of its own, started by a kubelet, reaching only its
 runner's proxy through kube-router's enforcement, with a warm pod claimed and the credential
-never inside. Runs after the change module and before the upgrade/uninstall module."""
+never inside. Runs after the change module and before the upgrade/uninstall module.
+
+The pool's job pods take a RuntimeClass (``execution.runtimeClassName``) whose scheduling places
+them on the control-plane node, while its runner pod runs on the worker: every job here crosses a
+node boundary to its runner's proxy, as a gVisor or Kata node pool would make it do."""
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +20,12 @@ from harness.wait import wait_for
 
 POOL = "jobpod"
 PROFILE = "jobpod-check"
+RESUME_PROFILE = "jobpod-resume"
+RUNTIME_CLASS = "helmhive-e2e-far"
 CANARY = "canary-provider-key-7d41e0b2-jobpod"
+SESSION_CANARY = "canary-sid-jobpod-e2e"
+AGENT_STATE = "/job/home/.reference-agent"
+"""The reference agent keeps its sessions in the job's HOME, which the runner keeps per binding."""
 LABEL_JOB = "helmhive.dev/job"
 LABEL_WARM = "helmhive.dev/warm"
 LABEL_POOL = "helmhive.dev/pool"
@@ -23,8 +33,18 @@ MEMORY = 256 * 1024 * 1024
 _API = "helmhive.dev/v1alpha1"
 
 
-def _documents(image: str) -> list[dict[str, Any]]:
+def _documents(image: str, control_plane: str) -> list[dict[str, Any]]:
     return [
+        {
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {"name": RUNTIME_CLASS},
+            "handler": "runc",
+            "scheduling": {
+                "nodeSelector": {"kubernetes.io/hostname": control_plane},
+                "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}],
+            },
+        },
         {
             "apiVersion": "v1",
             "kind": "Secret",
@@ -44,6 +64,8 @@ def _documents(image: str) -> list[dict[str, Any]]:
                         "env": [
                             {"name": "HELMHIVE_REFERENCE_AGENT_SLOW_STEPS", "value": "60"},
                             {"name": "HELMHIVE_REFERENCE_AGENT_SLOW_INTERVAL", "value": "0.5"},
+                            {"name": "HELMHIVE_REFERENCE_AGENT_STATE_DIR", "value": AGENT_STATE},
+                            {"name": "HELMHIVE_REFERENCE_AGENT_SESSION_PREFIX", "value": SESSION_CANARY},
                         ],
                     },
                 },
@@ -55,12 +77,12 @@ def _documents(image: str) -> list[dict[str, Any]]:
                 },
                 "credentialIsolation": "Proxy",
                 "placementLabels": {"domain": "code", "execution": "jobpod"},
-                "capabilities": ["structured-output"],
+                "capabilities": ["structured-output", "workspace-write"],
                 "concurrency": 3,
                 "replicas": 1,
                 # The nodes share two cores: a job pod asks for a quarter of one.
                 "jobLimits": {"memoryBytes": MEMORY, "cpuMillicores": 250, "diskBytes": 512 * 1024 * 1024},
-                "execution": {"mode": "JobPod", "warmPods": 1},
+                "execution": {"mode": "JobPod", "warmPods": 1, "runtimeClassName": RUNTIME_CLASS},
             },
         },
         {
@@ -75,18 +97,33 @@ def _documents(image: str) -> list[dict[str, Any]]:
                 "requiredLabels": {"execution": "jobpod"},
             },
         },
+        {
+            "apiVersion": _API,
+            "kind": "Profile",
+            "metadata": {"name": RESUME_PROFILE},
+            "spec": {
+                "envelope": "implementation-probe",
+                "purpose": "Continue one session across jobs, each in a pod of its own.",
+                "instructions": "Remember what you did before.",
+                "providerMappings": [{"provider": "reference"}],
+                "requiredLabels": {"execution": "jobpod"},
+                "session": {"policy": "resume"},
+            },
+        },
     ]
 
 
-def _job(name: str, prompt: str, *, timeout: int = 300) -> dict[str, Any]:
+def _job(
+    name: str, prompt: str, *, timeout: int = 300, kind: str = "connection-test", profile: str = PROFILE
+) -> dict[str, Any]:
     return {
         "apiVersion": _API,
         "kind": "AgentJob",
         "metadata": {"name": name},
         "spec": {
             "workspace": "payments",
-            "jobKind": "connection-test",
-            "profile": PROFILE,
+            "jobKind": kind,
+            "profile": profile,
             "request": {"title": name, "prompt": prompt},
             "timeoutSeconds": timeout,
         },
@@ -133,10 +170,14 @@ def _schedulable(rig: Rig, runner: str) -> bool:
     )
 
 
+def _control_plane(rig: Rig) -> str:
+    return next(n for n in rig.env.nodes if n.endswith("control-plane"))
+
+
 @pytest.fixture(scope="module")
 def jobpods(runners: Rig) -> Iterator[Rig]:
     rig = runners
-    rig.apply(_documents(rig.env.images.runner), RUNNERS_NS)
+    rig.apply(_documents(rig.env.images.runner, _control_plane(rig)), RUNNERS_NS)
     # The reference pool's runner has the same provider and not the label: a job routed before
     # this pool's runner registers fails closed at once (MissingLabel), as routing says it must.
     wait_for(lambda: _schedulable(rig, f"{POOL}-0"), timeout=300, describe=f"runner {POOL}-0 Schedulable")
@@ -242,9 +283,10 @@ def test_a_job_pod_reaches_only_its_runners_proxy(jobpods: Rig) -> None:
     ):
         verdict = rig.exec_python(RUNNERS_NS, name, _probe(host, port), container="agent")
         assert verdict.startswith("closed"), f"{what} ({host}:{port}) was reachable: {verdict}"
-    if pod["spec"].get("nodeName") != runner_pod["spec"].get("nodeName"):
-        # Across nodes, kube-router still lets the job pod reach its runner's proxy.
-        assert rig.probe(RUNNERS_NS, name, runner_ip, 7471).startswith("open")
+    # The RuntimeClass put the job pod on the control-plane node, away from its runner: across
+    # nodes, kube-router lets it reach its runner's proxy and nothing else.
+    assert pod["spec"]["nodeName"] == _control_plane(rig) != runner_pod["spec"]["nodeName"], pod["spec"]
+    assert pod["spec"]["runtimeClassName"] == RUNTIME_CLASS
     job = _ended(rig, "jp-net")
     assert _condition(job, "Ready").get("reason") == "Completed", job["status"]
 
@@ -299,3 +341,56 @@ def test_a_burst_of_jobs_each_get_a_pod_and_none_is_left(jobpods: Rig) -> None:
                      and p["status"].get("phase") == "Running"],
         timeout=120, describe=f"no claimed job pod left running (were {leftover})",
     )  # fmt: skip
+
+
+def _turn(job: dict[str, Any]) -> int:
+    line = next(line for line in job["status"]["result"]["summary"].splitlines() if line.startswith("turn="))
+    return int(line.split()[0].removeprefix("turn="))
+
+
+def test_a_session_resumes_across_two_jobs_each_in_its_own_pod(jobpods: Rig) -> None:
+    rig = jobpods
+    ended = []
+    for name in ("jp-resume-1", "jp-resume-2"):
+        job = _job(name, f"Job {name}.", kind="implementation-probe", profile=RESUME_PROFILE)
+        rig.apply([job], RUNNERS_NS)
+        ended.append(_ended(rig, name))
+        assert _condition(ended[-1], "Ready").get("reason") == "Completed", ended[-1]["status"]
+    first, second = ended
+    binding = first["status"]["session"]["binding"]
+    assert first["status"]["session"] == {"binding": binding, "mode": "fresh"} and _turn(first) == 1
+    # The second job's agent, in a new pod, loaded the first one's session from the HOME its runner kept.
+    assert second["status"]["session"] == {"binding": binding, "mode": "resumed"}, second["status"]
+    assert _turn(second) == 2
+    pods = {j["status"]["result"]["jobPod"]["name"] for j in ended}
+    assert len(pods) == 2, pods
+    # The native session id stays in the runner's Secret: not in the jobs, their Events or the binding.
+    binding_obj = rig.get("sessionbinding", "-n", RUNNERS_NS, binding)
+    events = rig.get("events", "-n", RUNNERS_NS)["items"]
+    assert SESSION_CANARY not in json.dumps(ended) + json.dumps(events) + json.dumps(binding_obj)
+
+
+def test_a_warm_pod_that_cannot_start_is_named_on_its_pool(jobpods: Rig) -> None:
+    rig = jobpods
+    # The pool's own spec, with an image no node has and may not pull, and no runner pod.
+    (broken,) = copy.deepcopy([d for d in _documents(rig.env.images.runner, "") if d["kind"] == "RunnerPool"])
+    broken["metadata"]["name"] = "jobpod-broken"
+    broken["spec"] |= {"image": "helmhive.local/absent:none", "replicas": 0, "placementLabels": {"broken": "yes"}}
+    broken["spec"]["execution"] = {"mode": "JobPod", "warmPods": 1}
+    rig.apply([broken], RUNNERS_NS)
+
+    def failing() -> dict[str, Any] | None:
+        pool = rig.get("runnerpool", "-n", RUNNERS_NS, "jobpod-broken")
+        cond = _condition(pool, "WarmPodsReady")
+        return cond if cond.get("reason") == "WarmPodFailing" else None
+
+    # The kubelet's own reason for the image it may not pull, on the pool a platform team watches.
+    cond = wait_for(failing, timeout=300, describe="jobpod-broken WarmPodsReady=False WarmPodFailing")
+    assert cond["status"] == "False" and "ErrImageNeverPull" in cond["message"], cond
+    # The working pool beside it says its warm set is ready (once its last claim's pod is replaced).
+    wait_for(
+        lambda: _condition(rig.get("runnerpool", "-n", RUNNERS_NS, POOL), "WarmPodsReady").get("reason")
+        == "WarmPodsReady",
+        timeout=300, describe=f"{POOL} WarmPodsReady",
+    )  # fmt: skip
+    rig.kubectl("delete", "runnerpool", "-n", RUNNERS_NS, "jobpod-broken", "--wait=false")

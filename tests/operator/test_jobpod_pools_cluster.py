@@ -64,6 +64,14 @@ def _link_secret(kube: Kube, namespace: str, pool: str) -> dict[str, Any]:
     return _plain(kube, kube.core.read_namespaced_secret(link_secret_name(pool), namespace))
 
 
+def _container_status(state: dict[str, Any], *, ready: bool) -> dict[str, Any]:
+    """A pod status patch as a kubelet writes one: the agent container's state, and the pod's Ready."""
+    container = {"name": "agent", "ready": ready, "restartCount": 0, "image": "x", "imageID": "", "state": state}
+    ready_condition = {"type": "Ready", "status": "True" if ready else "False"}
+    return {"status": {"phase": "Running" if ready else "Pending", "containerStatuses": [container],
+                       "conditions": [ready_condition]}}  # fmt: skip
+
+
 def test_a_job_pod_pool_gets_its_link_key_policy_and_warm_pods(
     operator: OperatorProcess, kube: Kube, namespace: str, service_account_identity: IdentityFactory
 ) -> None:
@@ -109,6 +117,23 @@ def test_a_job_pod_pool_gets_its_link_key_policy_and_warm_pods(
     config = json.loads(kube.core.read_namespaced_config_map("helmhive-runner-claude", namespace).data["runner.json"])
     assert config["execution"] == {"mode": "JobPod", "warmPods": 2}
     assert config["jobPodTemplate"]["metadata"]["labels"][LABEL_WARM] == "true"
+
+    # The warm set's condition: none ready yet (no kubelet here), then a pod that cannot pull its
+    # image, named with the kubelet's reason, then both ready (each as a kubelet reports it).
+    def warm_reason() -> str:
+        return str(condition(pool.get(), "WarmPodsReady").get("reason"))
+
+    wait_for(lambda: warm_reason() == "WarmPodsStarting", timeout=60, describe="WarmPodsStarting")
+    stuck, fine = sorted(p["metadata"]["name"] for p in warm)
+    state = {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}
+    kube.core.patch_namespaced_pod_status(stuck, namespace, _container_status(state, ready=False))
+    wait_for(lambda: warm_reason() == "WarmPodFailing", timeout=60, describe="WarmPodFailing")
+    failing = condition(pool.get(), "WarmPodsReady")
+    assert failing["status"] == "False" and stuck in failing["message"] and "ImagePullBackOff" in failing["message"]
+    for name in (stuck, fine):
+        kube.core.patch_namespaced_pod_status(name, namespace, _container_status({"running": {}}, ready=True))
+    wait_for(lambda: warm_reason() == "WarmPodsReady", timeout=60, describe="WarmPodsReady")
+    assert pool.get()["status"]["warmPodsReady"] == 2
 
     # A claim (as the runner makes it: a merge patch) takes a pod out of the warm set; another replaces it.
     claimed = warm[0]["metadata"]["name"]
@@ -169,3 +194,4 @@ def test_an_in_runner_pool_gets_no_job_pod_objects(
     assert "jobpod-link" not in {v["name"] for v in template["volumes"]}
     config = json.loads(kube.core.read_namespaced_config_map("helmhive-runner-plain", namespace).data["runner.json"])
     assert config["execution"] == {"mode": "InRunner", "warmPods": 0} and "jobPodTemplate" not in config
+    assert not condition(pool.get(), "WarmPodsReady") and "warmPodsReady" not in pool.get()["status"]

@@ -457,7 +457,7 @@ def test_the_public_names_are_pinned() -> None:
         "job_pod_policy_name",
     ]
     assert link.__all__ == ["LINK_KEY_BYTES", "build_link_secret"]
-    assert warmset.__all__ == ["WarmPlan", "decide_warm_pods"]
+    assert warmset.__all__ == ["WarmPlan", "WarmVerdict", "decide_warm_condition", "decide_warm_pods"]
     assert outcome.__all__ == ["CANNOT_RUN_REASONS", "CANNOT_START_REASONS", "JobPodOutcome", "decide_job_pod_outcome"]
     assert "PodView" in view.__all__
     for module in (execution, identity, link, network, outcome, pod, view, warmset):

@@ -14,7 +14,7 @@ from helmhive.api.reasons import Reason
 from helmhive.policy.jobpods.outcome import JobPodOutcome, decide_job_pod_outcome
 from helmhive.policy.jobpods.pod import DEADLINE_MARGIN_SECONDS, build_claim_patch, decide_claim_deadline
 from helmhive.policy.jobpods.view import PodView
-from helmhive.policy.jobpods.warmset import decide_warm_pods
+from helmhive.policy.jobpods.warmset import decide_warm_condition, decide_warm_pods
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
 POOL_OWNER = {"apiVersion": API_VERSION, "kind": "RunnerPool", "name": "claude", "uid": "p-uid", "controller": True}
@@ -202,6 +202,53 @@ def test_a_warm_pod_that_cannot_start_is_kept() -> None:
     assert decide_warm_pods(want=1, pods=[stuck]).delete == ()
     with pytest.raises(ValueError):
         decide_warm_pods(want=-1, pods=[])
+
+
+READY = [{"type": "Ready", "status": "True"}]
+
+
+def test_the_warm_condition_counts_ready_warm_pods_only() -> None:
+    pods = [
+        view("a", conditions=READY),
+        view("b", phase="Pending", started=None),
+        view("claimed", job="j1", conditions=READY),
+        view("going", deleting=True, conditions=READY),
+    ]
+    starting = decide_warm_condition(want=2, pods=pods)
+    assert (starting.status, starting.reason, starting.ready) == (False, Reason.WARM_PODS_STARTING, 1)
+    assert starting.message == "1 of 2 warm pods ready"
+    ready = decide_warm_condition(want=1, pods=pods)
+    assert (ready.status, ready.reason, ready.ready) == (True, Reason.WARM_PODS_READY, 1)
+    none = decide_warm_condition(want=0, pods=[])
+    assert (none.status, none.reason) == (True, Reason.NO_WARM_PODS)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "said"),
+    [
+        ({"containers": {AGENT_CONTAINER: {"waiting": {"reason": "ImagePullBackOff", "message": "no such image"}}}},
+         "container agent ImagePullBackOff: no such image"),
+        ({"containers": {AGENT_CONTAINER: {"waiting": {"reason": "ErrImagePull"}}}}, "container agent ErrImagePull"),
+        ({"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                          "message": "0/2 nodes are available"}]}, "Unschedulable: 0/2 nodes are available"),
+        ({"containers": {AGENT_CONTAINER: {"terminated": {"reason": "StartError", "exitCode": 128}}}},
+         "container agent StartError"),
+    ],
+    ids=["pull-backoff", "pull-error", "unschedulable", "start-error"],
+)  # fmt: skip
+def test_a_warm_pod_that_cannot_become_ready_is_named_with_its_reason(kwargs: dict[str, Any], said: str) -> None:
+    pods = [view("zz-ok", conditions=READY), view("aa-stuck", phase="Pending", started=None, **kwargs)]
+    verdict = decide_warm_condition(want=2, pods=pods)
+    assert (verdict.status, verdict.reason, verdict.ready) == (False, Reason.WARM_POD_FAILING, 1)
+    assert verdict.message == f"warm pod aa-stuck cannot become ready (1 of 2 ready): {said}"
+    # Enough ready pods beside it: the set is ready (the stuck one is the kubelet's to retry).
+    assert decide_warm_condition(want=1, pods=pods).reason is Reason.WARM_PODS_READY
+
+
+def test_refused_warm_pod_writes_come_first() -> None:
+    verdict = decide_warm_condition(want=1, pods=[view("a", conditions=READY)], keep_error="exceeded quota: pods=4")
+    assert (verdict.status, verdict.reason) == (False, Reason.WARM_PODS_NOT_KEPT)
+    assert verdict.message == "warm job pods not kept (1 of 1 ready): exceeded quota: pods=4"
 
 
 # --- a pod's outcome for its job ----------------------------------------------------------------------

@@ -176,6 +176,7 @@ KINDS: tuple[KindDef, ...] = (
             PrinterColumn(name="Desired", json_path=".status.desiredReplicas", type="integer"),
             PrinterColumn(name="Ready", json_path=".status.readyReplicas", type="integer"),
             PrinterColumn(name="Schedulable", json_path=".status.schedulableRunners", type="integer"),
+            PrinterColumn(name="Warm", json_path=".status.warmPodsReady", type="integer"),
             _AGE,
         ),
     ),

@@ -46,6 +46,8 @@ class ConditionType(enum.StrEnum):
     PROFILES_RESOLVED = "ProfilesResolved"
     # RunnerPool (added with runner pools)
     CREDENTIAL_AVAILABLE = "CredentialAvailable"
+    WARM_PODS_READY = "WarmPodsReady"
+    """A JobPod pool's warm set (``execution.warmPods``): are that many warm pods ready to be claimed."""
 
 
 class Reason(enum.StrEnum):
@@ -221,6 +223,15 @@ class Reason(enum.StrEnum):
     """An Event: the runner claimed a warm pod of its pool for the job (the message names the pod)."""
     JOB_POD_CREATED = "JobPodCreated"
     """An Event: no warm pod was free, so the runner created the job's pod (the message names it)."""
+    # A JobPod pool's WarmPodsReady condition (``helmhive.policy.jobpods.warmset.decide_warm_condition``)
+    WARM_PODS_READY = "WarmPodsReady"
+    WARM_PODS_STARTING = "WarmPodsStarting"
+    WARM_POD_FAILING = "WarmPodFailing"
+    """A warm pod cannot start (its image, its configuration) or cannot be scheduled: the message names it."""
+    WARM_PODS_NOT_KEPT = "WarmPodsNotKept"
+    """The operator's create or delete of a warm pod was refused (a quota, an admission policy)."""
+    NO_WARM_PODS = "NoWarmPods"
+    """``execution.warmPods`` is 0: every job's pod is created when the job starts."""
 
 
 _DETAIL_RE = re.compile(r"[^A-Za-z0-9_,:]+")

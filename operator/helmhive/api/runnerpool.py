@@ -431,5 +431,7 @@ class RunnerPoolStatus(StatusBase):
     desired_replicas: Annotated[int, Field(ge=0)] = 0
     ready_replicas: Annotated[int, Field(ge=0)] = 0
     schedulable_runners: Annotated[int, Field(ge=0)] = 0
+    warm_pods_ready: Annotated[int, Field(ge=0)] | None = None
+    """Mode JobPod: the warm pods ready to be claimed (condition ``WarmPodsReady`` says why not more)."""
     credential_hash: Annotated[str, Field(max_length=80)] | None = None
     credential_generation: Annotated[int, Field(ge=0)] = 0

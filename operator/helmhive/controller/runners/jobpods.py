@@ -40,7 +40,7 @@ from helmhive.policy.jobpods.identity import JOB_POD_NAME
 from helmhive.policy.jobpods.link import LINK_KEY_BYTES, build_link_secret
 from helmhive.policy.jobpods.pod import build_job_pod
 from helmhive.policy.jobpods.view import PodView
-from helmhive.policy.jobpods.warmset import decide_warm_pods
+from helmhive.policy.jobpods.warmset import WarmVerdict, decide_warm_condition, decide_warm_pods
 from helmhive.policy.runners.pool import PoolRef
 
 __all__ = ["EXPECT_SECONDS", "JOB_POD_INDEX", "JobPodKeeper", "WarmMemo", "parse_job_pod", "register"]
@@ -123,6 +123,13 @@ class JobPodKeeper:
             self.next_link_check = clock + RETRY_SECONDS
             return
         self.next_link_check = clock + resync
+
+    def warm_verdict(self, *, pool: PoolRef, spec: RunnerPoolSpec, pods: Iterable[PodView]) -> WarmVerdict | None:
+        """The pool's ``WarmPodsReady`` condition (None in mode InRunner: the pool has no such condition)."""
+        if spec.execution.mode is not ExecutionMode.JOB_POD:
+            return None
+        mine = [p for p in pods if p.controller is not None and p.controller.uid == pool.uid]
+        return decide_warm_condition(want=spec.execution.warm_pods, pods=mine, keep_error=self.last_error)
 
     async def keep_warm(
         self,

@@ -46,6 +46,7 @@ from helmhive.controller.runners.derived import ParsedRunner, RunnerWakes, Write
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.conditions import find_condition, set_condition
 from helmhive.policy.jobpods.view import PodView
+from helmhive.policy.jobpods.warmset import WarmVerdict
 from helmhive.policy.runners.credentials import CredentialDecision, build_credential_verdict
 from helmhive.policy.runners.pool import PoolRef, build_pool_objects, decide_pool_name_problem, decide_pruned_objects
 from helmhive.policy.runners.state import (
@@ -122,6 +123,7 @@ class PoolLoop:
         meta = body.get("metadata") or {}
         clock = time.monotonic()
         counts: PoolCounts | None = None
+        warm: WarmVerdict | None = None
         spec = self.spec = self._parse(dict(body.get("spec") or {}))
         if spec is not None:
             if clock >= self.next_credential_check:
@@ -130,9 +132,10 @@ class PoolLoop:
             kube, ref, resync = self.runtime.kube, self.ref, self.runtime.config.objects_resync_seconds
             await self.job_pods.ensure_link(kube, pool=ref, spec=spec, clock=clock, resync=resync, logger=logger)
             await self._apply_objects(spec, clock=clock, logger=logger)
+            pods = job_pods.get((ref.namespace, ref.name), ())
             if self.ready.reason is Reason.RECONCILED:  # warm pods only behind their NetworkPolicy
-                pods = job_pods.get((ref.namespace, ref.name), ())
                 await self.job_pods.keep_warm(kube, pool=ref, spec=spec, pods=pods, clock=clock, logger=logger)
+            warm = self.job_pods.warm_verdict(pool=ref, spec=spec, pods=pods)
             facts = PoolFacts(
                 control_state=spec.control_state,
                 credential_generation=self.credential.generation,
@@ -146,6 +149,7 @@ class PoolLoop:
             status,
             spec=spec,
             counts=counts,
+            warm=warm,
             generation=meta.get("generation"),
             resource_version=str(meta.get("resourceVersion", "")),
             clock=clock,
@@ -265,6 +269,7 @@ class PoolLoop:
         *,
         spec: RunnerPoolSpec | None,
         counts: PoolCounts | None,
+        warm: WarmVerdict | None,
         generation: int | None,
         resource_version: str,
         clock: float,
@@ -296,6 +301,23 @@ class PoolLoop:
             desired |= {"credentialHash": self.credential.hash, "credentialGeneration": self.credential.generation}
         if counts is not None:
             desired |= counts.to_wire()
+        if warm is not None:
+            kept = set_condition(
+                conditions,
+                type=ConditionType.WARM_PODS_READY,
+                status=warm.status,
+                reason=warm.reason,
+                message=warm.message,
+                generation=generation,
+                now=now,
+            )
+            conditions, changed = kept.conditions, changed or kept.changed
+            desired["warmPodsReady"] = warm.ready
+        elif spec is not None and find_condition(conditions, ConditionType.WARM_PODS_READY) is not None:
+            # Back to InRunner: the pool has no warm set to report.
+            conditions = [c for c in conditions if c.get("type") != ConditionType.WARM_PODS_READY]
+            desired["warmPodsReady"] = None
+            changed = True
         changed = changed or any(status.get(key) != value for key, value in desired.items())
         if not changed or self.status_memo.pending("status", resource_version, now=clock):
             return
