@@ -8,7 +8,8 @@ every path of a runner's adapter can be exercised:
 
 ``HELMHIVE_REFERENCE_AGENT_STATE_DIR``
     Directory for session state (``sessions/<id>.json``) and the received-method log
-    (``methods.jsonl``). Without it, sessions live in memory only.
+    (``methods.jsonl``). Without it, sessions live in memory only. A leading ``~/`` is the agent's
+    ``$HOME`` (a binding's HOME, which its runner keeps between jobs).
 ``HELMHIVE_REFERENCE_AGENT_MODE``
     Comma-separated: ``hang`` (never answers a prompt, ignores cancel), ``stall`` (sends nothing,
     honours cancel), ``crash`` (exits with code 70 mid-turn), ``slow`` (a progress update every

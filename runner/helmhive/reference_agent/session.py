@@ -87,7 +87,7 @@ class Settings:
         except ValueError as exc:
             raise SystemExit(f"{ENV_CONTEXT_SIZE} {exc}") from None
         return cls(
-            state_dir=Path(state) if state else None,
+            state_dir=Path(state).expanduser() if state else None,
             modes=modes,
             slow_steps=int(env.get(ENV_SLOW_STEPS, "5")),
             slow_interval=float(env.get(ENV_SLOW_INTERVAL, "0.2")),
