@@ -252,7 +252,7 @@ def load_images(name: str, images: list[str], *, kind: Path, log: TextIO) -> Non
     """``kind load docker-image`` each image into every node of the cluster."""
     for image in images:
         with step(log, f"kind load docker-image {image}"):
-            _run([str(kind), "load_images", "docker-image", "--name", name, image], what=f"loading {image}")
+            _run([str(kind), "load", "docker-image", "--name", name, image], what=f"loading {image}")
 
 
 def delete_cluster(name: str = DEFAULT_NAME, *, log: TextIO) -> bool:
