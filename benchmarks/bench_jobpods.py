@@ -69,7 +69,19 @@ class Kube:
         return proc.stdout
 
     def apply(self, docs: list[dict[str, Any]]) -> None:
-        self.run("apply", "-n", NS, "-f", "-", stdin="---\n".join(yaml.safe_dump(d) for d in docs))
+        text = "---\n".join(yaml.safe_dump(d) for d in docs)
+        for _ in range(60):  # right after the install, the Profile webhook's endpoints may not be up yet
+            proc = subprocess.run(
+                [str(self.cluster.kubectl), "--kubeconfig", str(self.cluster.kubeconfig), "apply", "-n", NS, "-f", "-"],
+                input=text, capture_output=True, text=True, timeout=600, check=False,
+            )  # fmt: skip
+            if proc.returncode == 0:
+                return
+            if "failed calling webhook" not in proc.stderr:
+                raise SystemExit(f"kubectl apply failed: {proc.stderr.strip()[-1500:]}")
+            say("  the webhook does not answer yet; trying again in 2 s")
+            time.sleep(2)
+        raise SystemExit("the Profile webhook did not answer within 2 minutes")
 
     def get(self, *args: str) -> dict[str, Any]:
         found: dict[str, Any] = json.loads(self.run("get", "-o", "json", *args))
