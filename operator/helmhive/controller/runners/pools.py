@@ -275,45 +275,25 @@ class PoolLoop:
         clock: float,
     ) -> None:
         now = self.runtime.clock()
-        ready = set_condition(
-            status.get("conditions"),
-            type=ConditionType.READY,
-            status=self.ready.status,
-            reason=self.ready.reason,
-            message=self.ready.message,
-            generation=generation,
-            now=now,
-        )
-        conditions, changed = ready.conditions, ready.changed
+        verdicts = [(ConditionType.READY, self.ready.status, self.ready.reason, self.ready.message)]
         desired: dict[str, Any] = {"observedGeneration": generation}
         if spec is not None:
             verdict = build_credential_verdict(spec.credential, self.credential)
-            available = set_condition(
-                conditions,
-                type=ConditionType.CREDENTIAL_AVAILABLE,
-                status=verdict.status,
-                reason=verdict.reason,
-                message=verdict.message,
-                generation=generation,
-                now=now,
-            )
-            conditions, changed = available.conditions, changed or available.changed
+            verdicts.append((ConditionType.CREDENTIAL_AVAILABLE, verdict.status, verdict.reason, verdict.message))
             desired |= {"credentialHash": self.credential.hash, "credentialGeneration": self.credential.generation}
         if counts is not None:
             desired |= counts.to_wire()
         if warm is not None:
-            kept = set_condition(
-                conditions,
-                type=ConditionType.WARM_PODS_READY,
-                status=warm.status,
-                reason=warm.reason,
-                message=warm.message,
-                generation=generation,
-                now=now,
-            )
-            conditions, changed = kept.conditions, changed or kept.changed
+            verdicts.append((ConditionType.WARM_PODS_READY, warm.status, warm.reason, warm.message))
             desired["warmPodsReady"] = warm.ready
-        elif spec is not None and find_condition(conditions, ConditionType.WARM_PODS_READY) is not None:
+        conditions: list[dict[str, Any]] = list(status.get("conditions") or [])
+        changed = False
+        for ctype, ok, reason, message in verdicts:
+            update = set_condition(
+                conditions, type=ctype, status=ok, reason=reason, message=message, generation=generation, now=now
+            )
+            conditions, changed = update.conditions, changed or update.changed
+        if warm is None and spec is not None and find_condition(conditions, ConditionType.WARM_PODS_READY) is not None:
             # Back to InRunner: the pool has no warm set to report.
             conditions = [c for c in conditions if c.get("type") != ConditionType.WARM_PODS_READY]
             desired["warmPodsReady"] = None
