@@ -128,7 +128,17 @@ def test_pool_status_and_printer_columns(
     assert (status["readyReplicas"], status["schedulableRunners"], status["credentialGeneration"]) == (0, 0, 1)
     assert status["credentialHash"].startswith("sha256:")
     table = kubectl("get", "runnerpools", "-n", namespace).stdout.splitlines()
-    assert table[0].split() == ["NAME", "PROVIDER", "ADAPTER", "CONTROL", "DESIRED", "READY", "SCHEDULABLE", "AGE"]
+    assert table[0].split() == [
+        "NAME",
+        "PROVIDER",
+        "ADAPTER",
+        "CONTROL",
+        "DESIRED",
+        "READY",
+        "SCHEDULABLE",
+        "WARM",
+        "AGE",
+    ]
     assert table[1].split()[:7] == ["claude", "anthropic", "acp", "Active", "3", "0", "0"]
 
 
