@@ -15,6 +15,7 @@ import yaml
 
 from helmhive.api.execution import ExecutionMode, decide_execution_problems
 from helmhive.api.runnerpool import RunnerPoolSpec
+from helmhive.devcluster.demo import example_documents
 from helmhive.devcluster.demo_manifests import build_change_documents, build_demo_documents
 from helmhive.devcluster.kind.cluster import build_kind_config
 from helmhive.devcluster.kind.demo_objects import (
@@ -23,6 +24,7 @@ from helmhive.devcluster.kind.demo_objects import (
     git_url,
     in_job_pods,
     with_runner_image,
+    without_runners,
 )
 from helmhive.devcluster.kind.engine import WRAPPER, decide_needs_cap_wrapper
 from helmhive.devcluster.kind.helmhive_images import decide_node_base
@@ -126,6 +128,18 @@ def test_demo_pools_in_job_pods_are_valid_pools_with_a_warm_pod() -> None:
         isolation = spec.credential_isolation
         assert isolation is not None and decide_execution_problems(execution=spec.execution, isolation=isolation) == []
     assert all("execution" not in d["spec"] for d in docs if d["kind"] == "RunnerPool"), "the input is not changed"
+
+
+def test_the_examples_pools_stay_valid_and_run_no_pods_in_the_kind_demo() -> None:
+    docs = [doc for _, doc in example_documents()]
+    out = without_runners(docs)
+    pools = [d for d in out if d["kind"] == "RunnerPool"]
+    assert pools, "the examples hold RunnerPools"
+    for doc in pools:
+        assert RunnerPoolSpec.model_validate(doc["spec"]).replicas == 0
+    before = [d["spec"]["replicas"] for d in docs if d["kind"] == "RunnerPool"]
+    assert any(n > 0 for n in before), "the input is not changed"
+    assert [d for d in out if d["kind"] != "RunnerPool"] == [d for d in docs if d["kind"] != "RunnerPool"]
 
 
 def test_a_long_step_says_so_while_it_runs() -> None:

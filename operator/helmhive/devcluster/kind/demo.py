@@ -4,7 +4,8 @@
 2. ``docker build`` Helmhive's images and ``kind load`` them;
 3. ``helm upgrade --install`` the chart with those images;
 4. apply the examples, the reference pool and its job into a namespace under Pod Security
-   ``restricted``, all at once (the examples' own pools name registry images: not pulled here);
+   ``restricted``, all at once (the examples' own pools name registry images no node here can pull,
+   so they are applied with ``replicas: 0``: a pod waiting for its image still holds its CPU request);
    the kubelet starts the reference runner pod, which registers and runs the job; the reference
    pools run in ``execution.mode: JobPod`` with one warm pod each (:func:`.demo_objects.in_job_pods`),
    so every job, the governed change's included, runs in a pod of its own;
@@ -33,6 +34,7 @@ from helmhive.devcluster.kind.demo_objects import (
     git_url,
     in_job_pods,
     with_runner_image,
+    without_runners,
 )
 from helmhive.devcluster.kind.images import REPO_ROOT
 from helmhive.devcluster.progress import step
@@ -120,10 +122,11 @@ def run_kind_demo(namespace: str, log: TextIO) -> KindDemo:
     }
     _kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(namespace_doc))
     log.write(f"==> applying the examples, the reference pool and job {DEMO_JOB} into {namespace}, all at once\n")
-    log.write("   (the examples' own pools name registry images this machine cannot pull; their pods wait for them)\n")
+    log.write("   (the examples' pools name registry images no node here can pull: applied with replicas 0,\n")
+    log.write("    since a pod waiting for its image still holds the CPU the demo's job pods need)\n")
     log.write("   (the reference pools run each job in a pod of its own, execution.mode JobPod, one warm pod each)\n")
     reference = in_job_pods(with_runner_image(build_demo_documents(), images.runner))
-    docs = [doc for _, doc in example_documents()] + reference
+    docs = without_runners([doc for _, doc in example_documents()]) + reference
     log.write(_apply(cluster, docs, namespace))
     with step(log, f"waiting for the kubelet to start the runner pod and for job {DEMO_JOB} to finish"):
         _kubectl(

@@ -9,6 +9,9 @@
 - :func:`with_runner_image`: a RunnerPool runs the locally built runner image, never pulled.
 - :func:`in_job_pods`: RunnerPools that run each job in a pod of their own, with warm pods, sized for
   kind nodes that share this machine's two cores.
+- :func:`without_runners`: the examples' RunnerPools with ``replicas: 0``. They name registry images
+  no kind node here can pull, and a pod waiting for its image still holds its CPU request on the
+  node, which left the demo's own job pods unschedulable ("Insufficient cpu").
 """
 
 from __future__ import annotations
@@ -18,7 +21,15 @@ from typing import Any
 
 from helmhive.api.egress import provider_egress
 
-__all__ = ["GIT_PORT", "build_git_egress", "build_git_server", "git_url", "in_job_pods", "with_runner_image"]
+__all__ = [
+    "GIT_PORT",
+    "build_git_egress",
+    "build_git_server",
+    "git_url",
+    "in_job_pods",
+    "with_runner_image",
+    "without_runners",
+]
 
 GIT_PORT = 9418
 _SERVE = (
@@ -126,4 +137,13 @@ def in_job_pods(docs: list[dict[str, Any]], *, warm_pods: int = 1) -> list[dict[
                 # none, so a reserved name (RFC 2606) that is never reached says so.
                 doc["spec"]["egress"] = {"upstream": "https://provider.invalid"}
             doc["spec"]["jobLimits"] = {**doc["spec"].get("jobLimits", {}), **JOB_POD_LIMITS}
+    return out
+
+
+def without_runners(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Copies of ``docs`` whose RunnerPools keep every field but run no pods (``replicas: 0``)."""
+    out = copy.deepcopy(docs)
+    for doc in out:
+        if doc.get("kind") == "RunnerPool":
+            doc["spec"]["replicas"] = 0
     return out
