@@ -394,3 +394,39 @@ def test_a_warm_pod_that_cannot_start_is_named_on_its_pool(jobpods: Rig) -> None
         timeout=300, describe=f"{POOL} WarmPodsReady",
     )  # fmt: skip
     rig.kubectl("delete", "runnerpool", "-n", RUNNERS_NS, "jobpod-broken", "--wait=false")
+
+
+NOWHERE = "helmhive-e2e-nowhere"
+
+
+def test_a_job_pod_no_node_can_take_fails_its_job_at_the_pools_start_timeout(jobpods: Rig) -> None:
+    rig = jobpods
+    # A RuntimeClass whose scheduling names a node label no node has: the scheduler finds no node.
+    runtime = {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": NOWHERE},
+        "handler": "runc",
+        "scheduling": {"nodeSelector": {"helmhive.dev/e2e-no-such-node": "true"}},
+    }
+    docs = copy.deepcopy(_documents(rig.env.images.runner, ""))
+    (pool,) = [d for d in docs if d["kind"] == "RunnerPool"]
+    (profile,) = [d for d in docs if d["kind"] == "Profile" and d["metadata"]["name"] == PROFILE]
+    pool["metadata"]["name"] = profile["metadata"]["name"] = "jobpod-nowhere"
+    pool["spec"] |= {"placementLabels": {"domain": "code", "execution": "nowhere"}, "concurrency": 1}
+    pool["spec"]["execution"] = {"mode": "JobPod", "runtimeClassName": NOWHERE, "startTimeoutSeconds": 15}
+    profile["spec"]["requiredLabels"] = {"execution": "nowhere"}
+    rig.apply([runtime])
+    rig.apply([pool, profile], RUNNERS_NS)
+    try:
+        wait_for(lambda: _schedulable(rig, "jobpod-nowhere-0"), timeout=300, describe="runner jobpod-nowhere-0")
+        rig.apply([_job("jp-nowhere", "Say hello.", profile="jobpod-nowhere")], RUNNERS_NS)
+        job = _ended(rig, "jp-nowhere")
+        ready = _condition(job, "Ready")
+        # The scheduler's own words, on the job, once the pool's start timeout passed; not the job's timeout.
+        assert (ready.get("status"), ready.get("reason")) == ("False", "JobPodFailed:Unschedulable"), job["status"]
+        assert "not scheduled within 15 s" in ready["message"], ready
+        assert "node affinity/selector" in ready["message"], ready
+        wait_for(lambda: not _pods(rig, f"{LABEL_JOB}=jp-nowhere"), timeout=120, describe="jp-nowhere's pod gone")
+    finally:
+        rig.kubectl("delete", "runnerpool,profile", "-n", RUNNERS_NS, "jobpod-nowhere", "--wait=false")

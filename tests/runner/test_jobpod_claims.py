@@ -306,7 +306,7 @@ async def test_the_runner_waits_for_its_pod_to_run_and_reads_why_it_cannot(
 
     # Started: waits through a pod without an address and a shim still being created.
     name = await acquire()
-    waiting = asyncio.create_task(wait_job_pod(kube, name))
+    waiting = asyncio.create_task(wait_job_pod(kube, name, timeout_seconds=300))
     cluster_rig.set_status(name, ip=None, shim="creating")
     await asyncio.sleep(1.0)
     assert not waiting.done()
@@ -316,14 +316,14 @@ async def test_the_runner_waits_for_its_pod_to_run_and_reads_why_it_cannot(
 
     # A container that will not start: JobPodFailed with its reason.
     failing = await acquire()
-    waiting = asyncio.create_task(wait_job_pod(kube, failing))
+    waiting = asyncio.create_task(wait_job_pod(kube, failing, timeout_seconds=300))
     cluster_rig.set_status(failing, shim="pulling")
     failed = await asyncio.wait_for(waiting, 60)
     assert isinstance(failed, JobPodOutcome) and failed.reason == "JobPodFailed:ImagePullBackOff"
 
     # Deleted while the runner waits: JobPodLost.
     lost = await acquire()
-    waiting = asyncio.create_task(wait_job_pod(kube, lost))
+    waiting = asyncio.create_task(wait_job_pod(kube, lost, timeout_seconds=300))
     await asyncio.sleep(0.5)
     assert await remove_job_pod(kube, lost)
     gone = await asyncio.wait_for(waiting, 60)
@@ -344,6 +344,46 @@ async def test_the_runner_waits_for_its_pod_to_run_and_reads_why_it_cannot(
     assert (await read_job_pod_outcome(kube, name)).reason in {"JobPodLost", "JobPodLost:Deleted"}  # type: ignore[union-attr]
 
 
+async def test_a_pod_not_started_within_the_pools_timeout_fails_its_job_with_why(
+    cluster_rig: Cluster, runners: Callable[[str], RunnerKube], namespace: str
+) -> None:
+    kube = runners("pool-a-0")
+    job = cluster_rig.job("alpha")
+
+    async def acquire() -> str:
+        got = await ensure_job_pod(
+            kube=kube, template=cluster_rig.template, pool=POOL, job=job, runner="pool-a-0",
+            timeout_seconds=60, now=lambda: NOW(dt.UTC),
+        )  # fmt: skip
+        return got.name
+
+    # What the scheduler writes when no node fits: the job fails once the timer fires, with its message.
+    stuck = await acquire()
+    said = "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector."
+    unschedulable = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": said}
+    cluster_rig.kube.core.patch_namespaced_pod_status(
+        stuck, namespace, {"status": {"phase": "Pending", "conditions": [unschedulable]}}
+    )
+    failed = await asyncio.wait_for(wait_job_pod(kube, stuck, timeout_seconds=2), 60)
+    assert isinstance(failed, JobPodOutcome), failed
+    assert failed.reason == "JobPodFailed:Unschedulable"
+    assert failed.message == f"pod {stuck} was not scheduled within 2 s (execution.startTimeoutSeconds): {said}"
+    assert not [t for t in threading.enumerate() if t.name == f"watch-pod-{stuck}"], "the timer ended the watch"
+
+    # Scheduled, its containers still being created: StartTimeout, naming what it waits for.
+    slow = await acquire()
+    cluster_rig.set_status(slow, ip=None, shim="creating", phase="Pending")
+    late = await asyncio.wait_for(wait_job_pod(kube, slow, timeout_seconds=2), 60)
+    assert isinstance(late, JobPodOutcome) and late.reason == "JobPodFailed:StartTimeout"
+    assert "container shim ContainerCreating" in late.message
+
+    # Started before the timer fires: the same wait returns the pod.
+    quick = await acquire()
+    waiting = asyncio.create_task(wait_job_pod(kube, quick, timeout_seconds=120))
+    cluster_rig.set_status(quick, ip="10.0.7.9", shim="running")
+    assert await asyncio.wait_for(waiting, 60) == StartedPod(name=quick, ip="10.0.7.9")
+
+
 async def test_a_cancelled_wait_ends_its_watch(cluster_rig: Cluster, runners: Callable[[str], RunnerKube]) -> None:
     kube = runners("pool-a-0")
     job = cluster_rig.job("alpha")
@@ -351,7 +391,7 @@ async def test_a_cancelled_wait_ends_its_watch(cluster_rig: Cluster, runners: Ca
         kube=kube, template=cluster_rig.template, pool=POOL, job=job, runner="pool-a-0",
         timeout_seconds=60, now=lambda: NOW(dt.UTC),
     )  # fmt: skip
-    waiting = asyncio.create_task(wait_job_pod(kube, got.name))
+    waiting = asyncio.create_task(wait_job_pod(kube, got.name, timeout_seconds=300))
     await asyncio.sleep(0.5)
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):

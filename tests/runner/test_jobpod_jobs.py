@@ -307,8 +307,51 @@ async def test_a_job_whose_pod_is_taken_away_ends_job_pod_lost(pod_rig: PodRig) 
         assert not result.ok
         done = pod_rig.operator.job("lost")
         ended = condition(done, "Succeeded")
-        assert ended is not None and (ended["status"], ended["reason"]) == ("False", "JobPodLost"), done["status"]
+        # Seen by the pod's watch (being deleted, or gone) or by the link: named lost either way.
+        assert ended is not None and ended["status"] == "False", done["status"]
+        assert ended["reason"] in {"JobPodLost", "JobPodLost:Deleted"}, done["status"]
         await eventually(lambda: not group_alive(agent), what="the agent to die with its pod")
+    finally:
+        if not running.done():
+            running.cancel()
+        if pod is not None:
+            pod.stop()
+
+
+async def test_a_pod_disrupted_while_its_agent_runs_ends_the_job_at_once_with_the_cause(pod_rig: PodRig) -> None:
+    # The link stays up and the agent hangs: only the watch of the pod can tell the runner.
+    job = pod_rig.operator.create_job("evicted", runner=RUNNER, prompt="Wait.\nREFERENCE-AGENT: hang", timeout=300)
+    running = asyncio.create_task(pod_rig.run("evicted", job["metadata"]["uid"]))
+    pod: JobPod | None = None
+    try:
+
+        def created() -> str:
+            pods = pod_rig.pods(**{LABEL_JOB: "evicted", LABEL_RUNNER: RUNNER})
+            assert pods, "no pod yet"
+            return str(pods[0]["metadata"]["name"])
+
+        name = await asyncio.to_thread(wait_for, created, timeout=60, describe="the runner to create the pod")
+        pod = await asyncio.to_thread(pod_rig.start_pod, name)
+        log = MethodLog(pod_rig.agent_state)
+        await eventually(lambda: "session/prompt" in log.methods(), what="the agent to get its prompt")
+        agent = log.pids()[0]
+        # What the taint manager writes when the pod's node gets a NoExecute taint (a drain, a node gone).
+        disruption = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "DeletionByTaintManager",
+            "message": "Taint manager: deleting due to NoExecute taint",
+        }
+        pod_rig.kube.core.patch_namespaced_pod_status(name, pod_rig.namespace, {"status": {"conditions": [disruption]}})
+        result = await asyncio.wait_for(running, 120)  # not the job's 300 s timeout
+        assert not result.ok
+        done = pod_rig.operator.job("evicted")
+        ended = condition(done, "Succeeded")
+        assert ended is not None, done["status"]
+        assert (ended["status"], ended["reason"]) == ("False", "JobPodLost:DeletionByTaintManager"), done["status"]
+        assert "NoExecute" in ended["message"]
+        await eventually(lambda: not group_alive(agent), what="the agent to be stopped")
+        await asyncio.to_thread(wait_for, lambda: pod_rig.gone(name), timeout=60, describe=f"pod {name} deleted")
     finally:
         if not running.done():
             running.cancel()

@@ -12,7 +12,13 @@ from typer.testing import CliRunner
 
 from helmhive.api.crdgen import build_crd
 from helmhive.api.egress import CredentialIsolation
-from helmhive.api.execution import EXECUTION_RULES, ExecutionMode, ExecutionSpec, decide_execution_problems
+from helmhive.api.execution import (
+    DEFAULT_START_TIMEOUT_SECONDS,
+    EXECUTION_RULES,
+    ExecutionMode,
+    ExecutionSpec,
+    decide_execution_problems,
+)
 from helmhive.api.kinds import kind_by_name
 from helmhive.api.reasons import Reason
 from helmhive.api.runnerpool import RunnerPoolSpec
@@ -27,7 +33,7 @@ BASE: dict[str, Any] = {
     "image": "ghcr.io/helmhive/runner:0.1.0",
     "credential": KEY,
 }
-MODE, WARM, RUNTIME = (r["message"] for r in EXECUTION_RULES)
+MODE, WARM, RUNTIME, START = (r["message"] for r in EXECUTION_RULES)
 
 
 def issues(spec: dict[str, Any]) -> list[tuple[str, Reason, str]]:
@@ -122,6 +128,9 @@ def test_every_problem_of_the_pool_is_reported_at_once() -> None:
         ({"mode": "JobPod", "runtimeClassName": "Not_A_Name"}, "spec.execution.runtimeClassName"),
         ({"mode": "JobPod", "runtimeClassName": "a" * 254}, "spec.execution.runtimeClassName"),
         ({"mode": "JobPod", "warm": 1}, "spec.execution.warm"),
+        ({"mode": "JobPod", "startTimeoutSeconds": 9}, "spec.execution.startTimeoutSeconds"),
+        ({"mode": "JobPod", "startTimeoutSeconds": 3601}, "spec.execution.startTimeoutSeconds"),
+        ({"mode": "JobPod", "startTimeoutSeconds": "5m"}, "spec.execution.startTimeoutSeconds"),
     ],
 )
 def test_bad_field_values_are_refused_by_the_schema(execution: dict[str, Any], path: str) -> None:
@@ -151,17 +160,20 @@ def test_the_model_refuses_the_same() -> None:
 @pytest.mark.parametrize("mode", list(ExecutionMode))
 @pytest.mark.parametrize("warm", [0, 1])
 @pytest.mark.parametrize("runtime", [None, "gvisor"])
+@pytest.mark.parametrize("start", [None, 60])
 def test_each_rule_is_its_own_message_starting_with_its_field(
-    isolation: CredentialIsolation, mode: ExecutionMode, warm: int, runtime: str | None
+    isolation: CredentialIsolation, mode: ExecutionMode, warm: int, runtime: str | None, start: int | None
 ) -> None:
-    execution = ExecutionSpec(mode=mode, warm_pods=warm, runtime_class_name=runtime)
+    execution = ExecutionSpec(mode=mode, warm_pods=warm, runtime_class_name=runtime, start_timeout_seconds=start)
     problems = decide_execution_problems(execution=execution, isolation=isolation)
     job_pod = mode is ExecutionMode.JOB_POD
     expected = [
         MODE if job_pod and isolation is CredentialIsolation.IN_SANDBOX else None,
         WARM if not job_pod and warm else None,
         RUNTIME if not job_pod and runtime else None,
+        START if not job_pod and start else None,
     ]
+    assert execution.start_timeout == (start or DEFAULT_START_TIMEOUT_SECONDS)
     assert problems == [m for m in expected if m]
     for rule in EXECUTION_RULES:
         assert rule["message"].startswith(rule["fieldPath"].lstrip(".") + ": ")
@@ -175,6 +187,8 @@ def test_the_crd_has_the_fields_bounded_and_defaulted() -> None:
     assert fields["mode"]["enum"] == ["InRunner", "JobPod"] and fields["mode"]["default"] == "InRunner"
     assert (fields["warmPods"]["minimum"], fields["warmPods"]["maximum"], fields["warmPods"]["default"]) == (0, 20, 0)
     assert fields["runtimeClassName"]["maxLength"] == 253
+    assert (fields["startTimeoutSeconds"]["minimum"], fields["startTimeoutSeconds"]["maximum"]) == (10, 3600)
+    assert "default" not in fields["startTimeoutSeconds"], "unset means the documented default, not a stored one"
     assert "Pod of its own" in fields["mode"]["description"]
     assert "the operator keeps" in fields["warmPods"]["description"]
     on_disk = yaml.safe_load(

@@ -421,6 +421,7 @@ def test_the_public_names_are_pinned() -> None:
     from helmhive.policy.jobpods import identity, link, network, outcome, pod, view, warmset
 
     assert execution.__all__ == [
+        "DEFAULT_START_TIMEOUT_SECONDS",
         "EXECUTION_RULES",
         "MAX_WARM_PODS",
         "ExecutionMode",
@@ -458,7 +459,13 @@ def test_the_public_names_are_pinned() -> None:
     ]
     assert link.__all__ == ["LINK_KEY_BYTES", "build_link_secret"]
     assert warmset.__all__ == ["WarmPlan", "WarmVerdict", "decide_warm_condition", "decide_warm_pods"]
-    assert outcome.__all__ == ["CANNOT_RUN_REASONS", "CANNOT_START_REASONS", "JobPodOutcome", "decide_job_pod_outcome"]
+    assert outcome.__all__ == [
+        "CANNOT_RUN_REASONS",
+        "CANNOT_START_REASONS",
+        "JobPodOutcome",
+        "decide_job_pod_outcome",
+        "decide_start_timeout",
+    ]
     assert "PodView" in view.__all__
     for module in (execution, identity, link, network, outcome, pod, view, warmset):
         assert all(hasattr(module, name) for name in module.__all__), module.__name__

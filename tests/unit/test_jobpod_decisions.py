@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from helmhive.api.jobpod import AGENT_CONTAINER, LABEL_JOB, LABEL_POOL, LABEL_RUNNER, LABEL_WARM, SHIM_CONTAINER
 from helmhive.api.kinds import API_VERSION
 from helmhive.api.reasons import Reason
-from helmhive.policy.jobpods.outcome import JobPodOutcome, decide_job_pod_outcome
+from helmhive.policy.jobpods.outcome import JobPodOutcome, decide_job_pod_outcome, decide_start_timeout
 from helmhive.policy.jobpods.pod import DEADLINE_MARGIN_SECONDS, build_claim_patch, decide_claim_deadline
 from helmhive.policy.jobpods.view import PodView
 from helmhive.policy.jobpods.warmset import decide_warm_condition, decide_warm_pods
@@ -420,3 +420,56 @@ def test_a_pod_being_deleted_under_its_job_is_lost_unless_something_else_says_mo
     assert named is not None and named.reason == "JobPodLost:EvictionByEvictionAPI"
     oom = view(warm=False, job="j", deleting=True, containers={AGENT_CONTAINER: OOM})
     assert decide_job_pod_outcome(pod=oom, job_finished=False).reason == "ResourceLimitExceeded:memory"  # type: ignore[union-attr]
+
+
+# --- a pod that has not started in time -------------------------------------------------------------------
+
+UNSCHEDULABLE = {
+    "type": "PodScheduled",
+    "status": "False",
+    "reason": "Unschedulable",
+    "message": "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector.",
+}
+
+
+@pytest.mark.parametrize(
+    ("pod", "reason", "said"),
+    [
+        pytest.param(
+            dict(phase="Pending", conditions=[UNSCHEDULABLE]),
+            "JobPodFailed:Unschedulable",
+            "pod p was not scheduled within 45 s (execution.startTimeoutSeconds): 0/2 nodes are available: 2 node(s)"
+            " didn't match Pod's node affinity/selector.",
+            id="unschedulable",
+        ),
+        pytest.param(
+            dict(phase="Pending", conditions=[{"type": "PodScheduled", "status": "False", "reason": "SchedulerError"}]),
+            "JobPodFailed:SchedulerError",
+            "pod p was not scheduled within 45 s (execution.startTimeoutSeconds)",
+            id="scheduler-error",
+        ),
+        pytest.param(
+            dict(
+                phase="Pending",
+                conditions=[{"type": "PodScheduled", "status": "True"}],
+                containers={
+                    SHIM_CONTAINER: {"waiting": {"reason": "ContainerCreating"}},
+                    AGENT_CONTAINER: {"waiting": {"reason": "ErrImagePull"}},
+                },
+            ),
+            "JobPodFailed:StartTimeout",
+            "pod p did not start within 45 s (execution.startTimeoutSeconds): container shim ContainerCreating, "
+            "container agent ErrImagePull",
+            id="pulling",
+        ),
+        pytest.param(
+            dict(phase="Pending", started=None),
+            "JobPodFailed:StartTimeout",
+            "pod p did not start within 45 s (execution.startTimeoutSeconds): phase Pending",
+            id="nothing-said",
+        ),
+    ],
+)
+def test_a_pod_not_started_in_time_is_named_with_what_it_waits_for(pod: dict[str, Any], reason: str, said: str) -> None:
+    outcome = decide_start_timeout(pod=view("p", warm=False, job="j", **pod), seconds=45)
+    assert (outcome.reason, outcome.base, outcome.message) == (reason, Reason.JOB_POD_FAILED, said)

@@ -1,13 +1,14 @@
 """Where a RunnerPool's jobs run: ``spec.execution``. Pure.
 
-Owns :class:`ExecutionSpec` (``mode``, ``warmPods``, ``runtimeClassName``) and its rules across the
-pool's other fields (:data:`EXECUTION_RULES` in CEL, :func:`decide_execution_problems` in Python, with
-the same messages, each starting with the field it is about):
+Owns :class:`ExecutionSpec` (``mode``, ``warmPods``, ``runtimeClassName``, ``startTimeoutSeconds``) and
+its rules across the pool's other fields (:data:`EXECUTION_RULES` in CEL, :func:`decide_execution_problems`
+in Python, with the same messages, each starting with the field it is about):
 
 - ``mode: JobPod`` needs ``credentialIsolation`` Proxy, as the pool runs with it (set, or the default
   for an API key with a known upstream, :func:`helmhive.api.egress.decide_isolation`): the provider
   credential stays in the runner and never enters the job pod.
-- ``warmPods`` above 0 and ``runtimeClassName`` need ``mode: JobPod`` (a runner pod takes neither).
+- ``warmPods`` above 0, ``runtimeClassName`` and ``startTimeoutSeconds`` need ``mode: JobPod`` (a runner
+  pod takes none of them).
 
 The job pod's contract (containers, ports, paths, labels) is :mod:`helmhive.api.jobpod`; the objects
 the operator writes for it are :mod:`helmhive.policy.jobpods`.
@@ -24,6 +25,7 @@ from helmhive.api.common import ApiModel, Name
 from helmhive.api.egress import PROVIDER_EGRESS, CredentialIsolation
 
 __all__ = [
+    "DEFAULT_START_TIMEOUT_SECONDS",
     "EXECUTION_RULES",
     "MAX_WARM_PODS",
     "ExecutionMode",
@@ -32,6 +34,9 @@ __all__ = [
 ]
 
 MAX_WARM_PODS = 20
+DEFAULT_START_TIMEOUT_SECONDS = 300
+"""How long a job's pod may take to be scheduled and started, unless the pool says: long enough for a
+cluster autoscaler to add a node and for a large image to be pulled."""
 
 
 class ExecutionMode(enum.StrEnum):
@@ -89,6 +94,26 @@ class ExecutionSpec(ApiModel):
             )
         ),
     ] = None
+    start_timeout_seconds: Annotated[
+        int | None,
+        Field(
+            ge=10,
+            le=3600,
+            description=(
+                "With mode JobPod: how long a job's pod may take, from its creation by the job's runner, to be "
+                "scheduled and to start its shim. Past it the job fails: JobPodFailed:Unschedulable (with the "
+                "scheduler's message) when no node could take the pod, else JobPodFailed:StartTimeout (with what "
+                "the pod still waits for); the pod is deleted. A claimed warm pod runs already. A container that "
+                "cannot start at all (its image cannot be pulled, ...) fails the job at once, whatever this says. "
+                f"Unset (default): {DEFAULT_START_TIMEOUT_SECONDS} s."
+            ),
+        ),
+    ] = None
+
+    @property
+    def start_timeout(self) -> int:
+        """``startTimeoutSeconds``, or its default."""
+        return self.start_timeout_seconds or DEFAULT_START_TIMEOUT_SECONDS
 
 
 _JOB_POD = "has(self.spec.execution) && has(self.spec.execution.mode) && self.spec.execution.mode == 'JobPod'"
@@ -126,6 +151,15 @@ EXECUTION_RULES: tuple[dict[str, str], ...] = (
         "fieldPath": ".spec.execution.runtimeClassName",
         "reason": "FieldValueInvalid",
     },
+    {
+        "rule": f"({_JOB_POD}) || !has(self.spec.execution) || !has(self.spec.execution.startTimeoutSeconds)",
+        "message": (
+            "spec.execution.startTimeoutSeconds: a job pod's start timeout needs mode JobPod (a runner pod starts "
+            "no pod per job)"
+        ),
+        "fieldPath": ".spec.execution.startTimeoutSeconds",
+        "reason": "FieldValueInvalid",
+    },
 )
 """The RunnerPool's CEL rules for ``spec.execution`` (the object's root rules, like
 :data:`helmhive.api.egress.POOL_RULES`): the same checks as :func:`decide_execution_problems`."""
@@ -141,4 +175,6 @@ def decide_execution_problems(*, execution: ExecutionSpec, isolation: Credential
         problems.append(EXECUTION_RULES[1]["message"])
     if not job_pod and execution.runtime_class_name is not None:
         problems.append(EXECUTION_RULES[2]["message"])
+    if not job_pod and execution.start_timeout_seconds is not None:
+        problems.append(EXECUTION_RULES[3]["message"])
     return problems

@@ -218,7 +218,9 @@ class Reason(enum.StrEnum):
     an infrastructure failure, like RunnerLost. The detail names the cause (``JobPodLost:Evicted``)."""
     JOB_POD_FAILED = "JobPodFailed"
     """The job's pod cannot start a container; the detail is the container's reason
-    (``JobPodFailed:ImagePullBackOff``). Final: it fails the same way again."""
+    (``JobPodFailed:ImagePullBackOff``), or it was not scheduled or started within the pool's
+    ``execution.startTimeoutSeconds`` (``JobPodFailed:Unschedulable``, ``JobPodFailed:StartTimeout``).
+    Final: it fails the same way again."""
     JOB_POD_CLAIMED = "JobPodClaimed"
     """An Event: the runner claimed a warm pod of its pool for the job (the message names the pod)."""
     JOB_POD_CREATED = "JobPodCreated"

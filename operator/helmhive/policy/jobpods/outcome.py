@@ -12,8 +12,13 @@ cannot report, from the pod's status alone, in this order:
 4. a container that cannot start (its image cannot be pulled, its configuration refers to something
    missing, its runtime refused it): ``JobPodFailed`` with the container's reason.
 
-Not decided here: a pod that waits to be scheduled (how long is too long is the caller's rule), a
-container that ended of its own accord (the runner reports that), and any job already finished.
+:func:`decide_start_timeout` names why a pod that has not started within the pool's
+``execution.startTimeoutSeconds`` (the caller's clock) has not: ``JobPodFailed:Unschedulable`` with
+the scheduler's message when no node could take it, else ``JobPodFailed:StartTimeout`` with what it
+still waits for.
+
+Not decided here: a container that ended of its own accord (the runner reports that), and any job
+already finished.
 """
 
 from __future__ import annotations
@@ -24,7 +29,13 @@ from helmhive.api.jobpod import AGENT_CONTAINER
 from helmhive.api.reasons import Reason, detailed
 from helmhive.policy.jobpods.view import PodView
 
-__all__ = ["CANNOT_RUN_REASONS", "CANNOT_START_REASONS", "JobPodOutcome", "decide_job_pod_outcome"]
+__all__ = [
+    "CANNOT_RUN_REASONS",
+    "CANNOT_START_REASONS",
+    "JobPodOutcome",
+    "decide_job_pod_outcome",
+    "decide_start_timeout",
+]
 
 MESSAGE_LIMIT = 1024
 CANNOT_START_REASONS = frozenset(
@@ -112,3 +123,23 @@ def decide_job_pod_outcome(*, pod: PodView | None, job_finished: bool) -> JobPod
             Reason.JOB_POD_FAILED, why, f"container {container.name} of pod {pod.name} cannot start: {why}{_said(said)}"
         )
     return None
+
+
+def decide_start_timeout(*, pod: PodView, seconds: int) -> JobPodOutcome:
+    """Why ``pod``, not started ``seconds`` after it was made the job's, has not: the job's failure."""
+    scheduled = pod.condition("PodScheduled")
+    if scheduled is not None and scheduled.status == "False":
+        cause = scheduled.reason or "Unschedulable"
+        why = f"pod {pod.name} was not scheduled within {seconds} s (execution.startTimeoutSeconds)"
+        return _outcome(Reason.JOB_POD_FAILED, cause, why + _said(scheduled.message))
+    waiting = [
+        f"container {c.name} {c.state.waiting.reason}"
+        for c in pod.status.container_statuses
+        if c.state.waiting is not None
+    ]
+    now = ", ".join(waiting) if waiting else f"phase {pod.status.phase or 'Pending'}"
+    return _outcome(
+        Reason.JOB_POD_FAILED,
+        "StartTimeout",
+        f"pod {pod.name} did not start within {seconds} s (execution.startTimeoutSeconds): {now}",
+    )

@@ -10,9 +10,13 @@ its AgentJob, labelled with it and this runner, ended by the kubelet after the j
 
 :func:`wait_job_pod` waits (a watch, no polling) until the pod runs with an address and its shim
 started (:func:`decide_pod_start`), or until its state means the job cannot run
-(:func:`~helmhive.policy.jobpods.outcome.decide_job_pod_outcome`: ``JobPodFailed``, ``JobPodLost``...).
+(:func:`~helmhive.policy.jobpods.outcome.decide_job_pod_outcome`: ``JobPodFailed``, ``JobPodLost``...),
+at most the pool's ``execution.startTimeoutSeconds``: then the pod's state says why it has not
+started (:func:`~helmhive.policy.jobpods.outcome.decide_start_timeout`: ``JobPodFailed:Unschedulable``...).
 :func:`read_job_pod_outcome` asks the same of the pod once, after the link failed or the agent
-died: whether the pod says why. :func:`remove_job_pod` deletes it (gone already is done);
+died: whether the pod says why; :func:`watch_job_pod_loss` watches for it while the agent runs (a
+pod deleted, evicted, drained or OOM-killed ends the job at once, not when the link notices).
+:func:`remove_job_pod` deletes it (gone already is done);
 :func:`remove_job_pods` every pod this runner had for a job an earlier process of it lost.
 ``decide_*``/``build_*`` are pure.
 """
@@ -28,7 +32,7 @@ from typing import Any
 from helmhive.api.jobpod import AGENT_CONTAINER, LABEL_JOB, LABEL_RUNNER, LABEL_WARM, SHIM_CONTAINER
 from helmhive.api.reasons import Reason, detailed
 from helmhive.policy.jobpods.identity import JobRef, build_job_pod_selector, label_value
-from helmhive.policy.jobpods.outcome import JobPodOutcome, decide_job_pod_outcome
+from helmhive.policy.jobpods.outcome import JobPodOutcome, decide_job_pod_outcome, decide_start_timeout
 from helmhive.policy.jobpods.pod import build_claim_patch, build_cold_job_pod
 from helmhive.policy.jobpods.view import PodView
 from helmhive.runner.kube import Conflict, NotFound, RunnerKube
@@ -39,12 +43,14 @@ __all__ = [
     "build_job_selector",
     "build_warm_selector",
     "decide_claim_order",
+    "decide_pod_loss",
     "decide_pod_start",
     "ensure_job_pod",
     "read_job_pod_outcome",
     "remove_job_pod",
     "remove_job_pods",
     "wait_job_pod",
+    "watch_job_pod_loss",
 ]
 
 _CREATE_TRIES = 3
@@ -143,9 +149,22 @@ async def ensure_job_pod(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-async def wait_job_pod(kube: RunnerKube, name: str) -> StartedPod | JobPodOutcome:
-    """Wait until the pod can be reached or never will be (no bound: the job's timeout is the caller's)."""
-    return await kube.wait_pod(name, decide_pod_start)
+async def wait_job_pod(kube: RunnerKube, name: str, *, timeout_seconds: int) -> StartedPod | JobPodOutcome:
+    """Wait until the pod can be reached or never will be, at most ``timeout_seconds`` (one timer per
+    job that waits; the watch does the rest): then the pod's state now says why it has not started."""
+    try:
+        return await asyncio.wait_for(kube.wait_pod(name, decide_pod_start), timeout_seconds)
+    except TimeoutError:
+        pass
+    try:
+        pod: dict[str, Any] | None = await kube.get_pod(name)
+    except NotFound:
+        pod = None
+    decided = decide_pod_start(pod)  # it may have started, failed or gone as the timer fired
+    if decided is not None:
+        return decided
+    assert pod is not None  # a pod gone is an outcome
+    return decide_start_timeout(pod=PodView.parse(pod), seconds=timeout_seconds)
 
 
 async def read_job_pod_outcome(kube: RunnerKube, name: str) -> JobPodOutcome | None:
@@ -155,6 +174,17 @@ async def read_job_pod_outcome(kube: RunnerKube, name: str) -> JobPodOutcome | N
     except NotFound:
         pod = None
     return decide_job_pod_outcome(pod=PodView.parse(pod) if pod is not None else None, job_finished=False)
+
+
+def decide_pod_loss(pod: Mapping[str, Any] | None) -> JobPodOutcome | None:
+    """While the job runs in the pod: the failure its state (None: gone) means, or None (none yet)."""
+    return decide_job_pod_outcome(pod=PodView.parse(pod) if pod is not None else None, job_finished=False)
+
+
+async def watch_job_pod_loss(kube: RunnerKube, name: str) -> JobPodOutcome:
+    """Return once the pod's state means the job failed (a watch, no polling); the caller cancels it
+    when the job ends first."""
+    return await kube.wait_pod(name, decide_pod_loss)
 
 
 SETTLE_S = 20.0

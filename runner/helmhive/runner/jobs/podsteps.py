@@ -8,10 +8,13 @@ place of a sandboxed agent, runs :meth:`JobPodSteps._execute_in_pod`:
 1. a pod for the job: a warm one of the pool claimed, else one created (:mod:`.podclaim`); a
    ``JobPodClaimed`` or ``JobPodCreated`` Event on the job names it;
 2. wait (a watch) until it runs; a pod that cannot start or is taken away ends the job with the
-   reason its state gives (:func:`~helmhive.policy.jobpods.outcome.decide_job_pod_outcome`);
+   reason its state gives (:func:`~helmhive.policy.jobpods.outcome.decide_job_pod_outcome`), and so
+   does one not started within ``execution.startTimeoutSeconds`` (``JobPodFailed:Unschedulable``...);
 3. the job's phantom key, its tree and HOME into the pod, the agent driven through
    ``helmhive-jobpod attach`` (:mod:`.jobpod`) for its turns, repair turn and compaction, as in
-   the runner (:class:`~helmhive.runner.jobs.conversation.JobConversation`);
+   the runner (:class:`~helmhive.runner.jobs.conversation.JobConversation`), with the pod watched
+   meanwhile: a pod deleted, evicted, disrupted or OOM-killed stops the agent and ends the job
+   with the pod's reason at once (:func:`.podclaim.watch_job_pod_loss`);
 4. once the agent is gone (its key revoked first): a binding's HOME and an implementation's tree
    taken back, the patch computed by the runner, the checks run in the pod over the link;
 5. whatever happened: FINISH, and the pod deleted (a pod the runner could not delete goes with its
@@ -29,7 +32,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from helmhive.api.common import JobKind
@@ -48,9 +51,10 @@ from helmhive.runner.jobs.podclaim import (
     remove_job_pod,
     settle_job_pod_outcome,
     wait_job_pod,
+    watch_job_pod_loss,
 )
 from helmhive.runner.jobs.status import JobEnding
-from helmhive.runner.kube import KubeError
+from helmhive.runner.kube import KubeError, RunnerKube
 
 __all__ = ["JobPodSteps"]
 
@@ -115,7 +119,8 @@ class JobPodSteps(JobConversation):
             self._log(logging.INFO, "job pod claimed" if acquired.claimed else "job pod created", pod=name)
             reason = Reason.JOB_POD_CLAIMED if acquired.claimed else Reason.JOB_POD_CREATED
             await self._event(job, reason, f"{how} {name} for the job, driven by runner {self.ctx.runner}")
-            started = await _until(wait_job_pod(self.ctx.kube, name), cancel)
+            start_s = self.ctx.config.file.execution.start_timeout
+            started = await _until(wait_job_pod(self.ctx.kube, name, timeout_seconds=start_s), cancel)
             if started is None:
                 return self._failed(_stopped(), prepared)
             if isinstance(started, JobPodOutcome):
@@ -159,12 +164,17 @@ class JobPodSteps(JobConversation):
                 warm=claimed,
                 queuedSeconds=_since_created(job, self.ctx.now()),
             )
-            outcome = await self._talk(adapter, prepared, cancel=cancel, job=job, cwd=agent.workspace)
+            watched = _Watched()
+            async with watched.pod(self.ctx.kube, pod.target.name, cancel, log=self._log):
+                outcome = await self._talk(adapter, prepared, cancel=watched.stop, job=job, cwd=agent.workspace)
         finally:  # the agent is gone before anything is taken back: closing the wrapper drops its link
             self._resources.revoke()
             pod.end_agent()
             with contextlib.suppress(Exception):
                 await adapter.close()
+        if watched.lost is not None and self.cause is None:  # the pod's word: nothing in it can be taken back
+            self._log(logging.WARNING, "job pod failed the job", pod=pod.target.name, reason=watched.lost.reason)
+            return _ended(_pod_ending(watched.lost))
         home = session.binding is not None and ran  # the binding's HOME is the pod's copy now
         if not isinstance(outcome, Accepted):
             judged = await self._judge_in_pod(pod, outcome)
@@ -196,6 +206,41 @@ class JobPodSteps(JobConversation):
             return self._failed(_stopped(), prepared)
         outcome = await read_job_pod_outcome(self.ctx.kube, name)
         return _ended(_pod_ending(outcome) if outcome is not None else decide_link_failure(error, pod=name))
+
+
+class _Watched:
+    """The pod watched while the agent runs: ``stop`` is set by the job's own cancel or by the pod's
+    failure (``lost``), whichever comes first."""
+
+    def __init__(self) -> None:
+        self.stop = asyncio.Event()
+        self.lost: JobPodOutcome | None = None
+
+    @contextlib.asynccontextmanager
+    async def pod(
+        self, kube: RunnerKube, name: str, cancel: asyncio.Event, *, log: Callable[..., None]
+    ) -> AsyncIterator[None]:
+        async def follow_cancel() -> None:
+            await cancel.wait()
+            self.stop.set()
+
+        async def follow_pod() -> None:
+            try:
+                self.lost = await watch_job_pod_loss(kube, name)
+            except KubeError as exc:  # the link still notices a lost pod; the watch is the faster way
+                log(logging.WARNING, "job pod not watched", pod=name, status=exc.status, detail=exc.message)
+                return
+            self.stop.set()
+
+        tasks = [asyncio.ensure_future(follow_cancel()), asyncio.ensure_future(follow_pod())]
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
 
 def _since_created(job: dict[str, Any], now: dt.datetime) -> float | None:
