@@ -3,7 +3,10 @@
 pytest-kind downloads kind and kubectl from the internet unless told where they are; here it is
 given the binaries and the node image that :mod:`helmhive.devcluster.kind` built offline (cached
 by version and inputs), creates the cluster from our two-node config, and loads images with
-``kind load``. kube-router is installed after creation for pod networking and NetworkPolicy.
+``kind load``: kube-router's through pytest-kind, Helmhive's two through
+:func:`helmhive.devcluster.kind.cluster.load_images`, the function ``helmhive dev kind load`` and
+``helmhive demo --kind`` use, so that the tier covers it. kube-router is installed after creation
+for pod networking and NetworkPolicy.
 Progress goes to the real stderr, so a cold build shows what it is doing under pytest's capture.
 """
 
@@ -20,7 +23,7 @@ from pathlib import Path
 
 from pytest_kind import KindCluster
 
-from helmhive.devcluster.kind.cluster import build_kind_config, install_network, prepare
+from helmhive.devcluster.kind.cluster import build_kind_config, install_network, load_images, prepare
 from helmhive.devcluster.kind.helmhive_images import HelmhiveImages, ensure_helmhive_images
 
 __all__ = ["KindEnv", "kind_cluster"]
@@ -64,9 +67,9 @@ def kind_cluster(name: str, *, workers: int = 1) -> Iterator[KindEnv]:
     log.write(f"creating (or reusing) kind cluster {name} with pytest-kind ({workers + 1} nodes) …\n")
     cluster.create(config_file=config)
     try:
-        for image in (router, helmhive.operator, helmhive.runner):
-            log.write(f"kind load docker-image {image} …\n")
-            cluster.load_docker_image(image)
+        log.write(f"kind load docker-image {router} …\n")
+        cluster.load_docker_image(router)
+        load_images(name, [helmhive.operator, helmhive.runner], kind=kind, log=log)
         nodes = install_network(kubectl, workdir / "kubeconfig", router, expect_nodes=workers + 1, log=log)
         yield KindEnv(
             name=name,
