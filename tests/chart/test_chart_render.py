@@ -19,6 +19,7 @@ from chart_rig import CHART, EXAMPLES, KUBE_VERSION, by_key, key, non_hooks, ren
 from typer.testing import CliRunner
 
 from helmhive.api.crdgen import build_crds
+from helmhive.api.runnerpool import RunnerPoolSpec
 from helmhive.cli.crds import app, decide_drift
 from helmhive.cli.main import app as main_app
 from helmhive.controller.router.handlers import RouterSettings
@@ -322,7 +323,12 @@ def test_the_crds_can_be_left_to_someone_else(helm: Path) -> None:
 def test_runner_pools_from_values(helm: Path) -> None:
     values = EXAMPLES / "runner-pools.yaml"
     docs = render(helm, "-f", values, "--api-versions", RUNNER_POOL_API)
-    (pool,) = [d for d in docs if d["kind"] == "RunnerPool"]
+    pool, job_pods = [d for d in docs if d["kind"] == "RunnerPool"]
+    # The example shows both execution modes, each a valid pool.
+    assert "execution" not in pool["spec"]
+    assert job_pods["spec"]["execution"] == {"mode": "JobPod", "warmPods": 1}
+    for doc in (pool, job_pods):
+        RunnerPoolSpec.model_validate(doc["spec"])
     assert pool["metadata"]["namespace"] == "helmhive-system"
     assert pool["spec"]["image"] == "ghcr.io/helmhive/runner:0.1.0"
     assert pool["spec"]["imagePullPolicy"] == "IfNotPresent"
@@ -334,7 +340,7 @@ def test_runner_pools_from_values(helm: Path) -> None:
     pulled = render(
         helm, "-f", values, "--api-versions", RUNNER_POOL_API, "--set-json", 'runner.imagePullSecrets=[{"name":"reg"}]'
     )
-    assert [d["spec"]["imagePullSecrets"] for d in pulled if d["kind"] == "RunnerPool"] == [[{"name": "reg"}]]
+    assert [d["spec"]["imagePullSecrets"] for d in pulled if d["kind"] == "RunnerPool"] == [[{"name": "reg"}]] * 2
     # Helm cannot create a RunnerPool in the same install as the CRD: refused with the way out.
     err = template_fails(helm, "-f", values)
     assert "runnerPools: the RunnerPool CRD (helmhive.dev/v1alpha1) is not installed yet" in err
