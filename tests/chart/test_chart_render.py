@@ -15,7 +15,19 @@ from typing import Any
 import pytest
 import typer
 import yaml
-from chart_rig import CHART, EXAMPLES, KUBE_VERSION, by_key, key, non_hooks, render, run, template_fails
+from chart_rig import (
+    CHART,
+    EXAMPLES,
+    KUBE_VERSION,
+    REPO,
+    by_key,
+    helm_fails,
+    key,
+    non_hooks,
+    render,
+    run,
+    template_fails,
+)
 from typer.testing import CliRunner
 
 from helmhive.api.crdgen import build_crds
@@ -448,3 +460,11 @@ def test_the_crd_templates_are_generated_and_helms_crds_dir_stays_empty(tmp_path
     problems = decide_drift(tmp_path)
     assert "stray: charts/helmhive/crds/profiles.helmhive.dev.yaml" in problems
     assert "differs: charts/helmhive/templates/crds/runners.helmhive.dev.yaml" in problems
+
+
+def test_helm_template_needs_the_kube_version_as_docs_install_says(helm: Path) -> None:
+    # helm template talks to no cluster and assumes an old Kubernetes: the chart's constraint refuses it.
+    err = helm_fails(helm, "template", "hh", CHART)
+    assert "chart requires kubeVersion: >=1.30.0-0 which is incompatible with Kubernetes v1.20.0" in err
+    assert "--kube-version 1.33" in (REPO / "docs" / "install.md").read_text(encoding="utf-8")
+    assert run(helm, "template", "hh", CHART, "--kube-version", "1.30.0")
