@@ -2,14 +2,17 @@
 
 ``decide_route`` in :mod:`helmhive.policy.routing.route` was rewritten for speed (issue 9: at most
 1 ms over 1,000 runners). This is the earlier, straightforward implementation, copied
-unchanged but for its imports and one later rule: a job that no runner can serve *yet* waits for
+unchanged but for its imports and two later rules: a job that no runner can serve *yet* waits for
 a runner until its deadline instead of failing closed at once (:func:`_wait_for_runner`, as
-``docs/routing.md`` says); ``test_routing_fast_path.py`` checks that both return the same
-decision, candidate table included, on generated inputs. Tests only.
+``docs/routing.md`` says), and so does one that a runner not schedulable now would pass every
+other runner-level check of (a pool rolling out, a runner restarting), whatever other runners
+lack; ``test_routing_fast_path.py`` checks that both return the same decision, candidate table
+included, on generated inputs. Tests only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -229,6 +232,26 @@ def decide_route(
             policy=policy,
             now=now,
         )
+    later = [
+        r
+        for r in results.values()
+        if r.rank == _UNSCHEDULABLE
+        and _runner_check(
+            dataclasses.replace(r.runner, schedulable=True), providers=providers, capabilities=capabilities,
+            labels=labels,
+        ) is None
+    ]  # fmt: skip
+    if options and later:
+        return _wait_for_runner(
+            binding=binding,
+            results=list(results.values()),
+            later=later,
+            table=table,
+            considered_runners=considered,
+            avoided_provider=avoid_provider,
+            policy=policy,
+            now=now,
+        )
     return _failed(
         job=job,
         binding=binding,
@@ -244,6 +267,7 @@ def _wait_for_runner(
     *,
     binding: ProfileBinding,
     results: Sequence[_Result],
+    later: Sequence[_Result] = (),
     table: tuple[Candidate, ...],
     considered_runners: int,
     avoided_provider: str | None,
@@ -252,7 +276,16 @@ def _wait_for_runner(
 ) -> RoutingDecision:
     """No runner of the job's providers serving its namespace is schedulable: wait, then fail at the deadline."""
     deadline = binding.bound_at + dt.timedelta(seconds=policy.capacity_deadline_seconds)
-    if results:
+    if later:
+        waiting = sorted((r.runner.namespace, r.runner.name, r.reason) for r in later)
+        named = ", ".join(f"{name} ({reason})" for _, name, reason in waiting[:8])
+        more = f" and {len(waiting) - 8} more" if len(waiting) > 8 else ""
+        count = len(waiting)
+        why = (
+            f"{count} runner{'s' if count != 1 else ''} that could take it {'are' if count != 1 else 'is'} "
+            f"not schedulable now: {named}{more}"
+        )
+    elif results:
         closest = min(r.rank for r in results)
         summary = ", ".join(sorted({r.reason for r in results if r.rank == closest}))
         count = len(results)

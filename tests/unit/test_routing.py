@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import pytest
@@ -280,6 +281,28 @@ def test_a_live_runner_of_its_provider_found_wanting_fails_the_job_closed_at_onc
     decision = route(fleet, profile=profile)
     assert (decision.outcome, decision.reason) == (RouteOutcome.FAILED, Reason.NO_ELIGIBLE_RUNNER)
     assert not decision.waits_for_runner
+
+
+@pytest.mark.parametrize("why", ["Offline", "NeverReported", "Draining"])
+def test_a_job_waits_for_a_fitting_runner_that_is_not_schedulable_now_whatever_others_lack(why: str) -> None:
+    # A pool rolling out a new configuration (its runners restart) beside a pool of the same provider
+    # without the job's label: the job waits for the first pool's runners, it does not fail closed.
+    profile = binding(mapping("anthropic", "sonnet"), capabilities=["diff-review"], labels={"domain": "code"})
+    fitting = runner("jobpods-0", capabilities=["diff-review"], labels={"domain": "code"})
+    restarting = dataclasses.replace(fitting, schedulable=False, schedulable_reason=why)
+    other = runner("inrunner-0", capabilities=["diff-review"], labels={"domain": "docs"})
+    decision = route([restarting, other], profile=profile)
+    assert decision.outcome is RouteOutcome.WAITING and decision.waits_for_runner, decision.message
+    assert decision.message == (
+        f"no runner is eligible yet: 1 runner that could take it is not schedulable now: jobpods-0 "
+        f"(NotSchedulable/{why}); waiting for one until 2026-06-01T12:14:30Z"
+    )
+    assert reasons(decision) == {"jobpods-0": f"NotSchedulable/{why}", "inrunner-0": "MissingLabel:domain=code"}
+    # Back: it is chosen. Still away at the deadline: the job fails closed, naming it.
+    assert route([fitting, other], profile=profile).choice is not None
+    late = route([restarting, other], profile=profile, now=BOUND_AT + dt.timedelta(seconds=901))
+    assert (late.outcome, late.reason) == (RouteOutcome.FAILED, Reason.NO_ELIGIBLE_RUNNER)
+    assert "jobpods-0 (NotSchedulable/" in late.message and "nothing can run the job" in late.message
 
 
 def test_a_profile_no_runner_could_ever_serve_fails_closed_at_once() -> None:

@@ -309,12 +309,28 @@ def eligible_pairs(case: dict[str, Any]) -> list[tuple[RunnerView, RouteOption]]
 
 
 def none_can_serve_yet(case: dict[str, Any]) -> bool:
-    """No runner of the job's providers that serves its namespace is schedulable (and the job may run at all)."""
+    """The job may run at all, and: no runner of its providers that serves its namespace is
+    schedulable; or, with no runner eligible whatever the loads, one that is not schedulable now
+    meets every other runner-level requirement (it could take the job once schedulable)."""
     if override_forbidden(case):
         return False
     providers = {o.provider for o in oracle_options(case["job"], case["binding"], case["avoid"])}
     live = [r for r in case["runners"] if r.schedulable and r.serves_namespace and r.provider in providers]
-    return bool(providers) and not live
+    if not providers:
+        return False
+    if not live:
+        return True
+    if eligible_pairs(dict(case, active={})):  # some runner is eligible, or only busy
+        return False
+    snapshot = case["binding"].snapshot
+    return any(
+        not r.schedulable
+        and r.serves_namespace
+        and r.provider in providers
+        and all(c in r.capabilities for c in snapshot.required_capabilities)
+        and all(r.labels.get(k) == v for k, v in snapshot.required_labels.items())
+        for r in case["runners"]
+    )
 
 
 def check_fails_closed(case: dict[str, Any]) -> str:

@@ -209,6 +209,7 @@ def _failed(
     binding: ProfileBinding,
     options: Sequence[RouteOption],
     results: Sequence[_Result],
+    later: frozenset[RunnerKey] = frozenset(),
     table: tuple[Candidate, ...],
     considered_runners: int,
     avoided_provider: str | None,
@@ -222,8 +223,11 @@ def _failed(
     ``NotSchedulable/…``, ``NamespaceNotServed`` or ``ProviderNotInMappings``. Those are runners
     and pools that are not there *yet* (applied together with the job, registering, coming back)
     as much as misconfiguration, which only the deadline tells apart; so GitOps order does not
-    matter. A live runner of its provider found wanting (a capability, a label, the model) fails
-    it closed at once, as does a job or profile no runner could ever serve (no options).
+    matter. It also waits while a runner that is not schedulable now would pass every other
+    runner-level check (``later``: a pool rolling out a new configuration, a runner restarting
+    or drained), whatever other runners lack. Otherwise a live runner of its provider found
+    wanting (a capability, a label, the model) fails it closed at once, as does a job or profile
+    no runner could ever serve (no options).
     """
     common: dict[str, Any] = {
         "considered_runners": considered_runners,
@@ -233,6 +237,8 @@ def _failed(
     }
     if options and (not results or min(r[0] for r in results) >= _PROVIDER):
         return _wait_for_runner(binding=binding, results=results, common=common, policy=policy, now=now)
+    if options and later:  # others were found wanting, but these would not be
+        return _wait_for_runner(binding=binding, results=results, later=later, common=common, policy=policy, now=now)
     if not options:
         override = _override(job.spec)
         wanted = override.provider if override is not None and override.provider else None
@@ -283,6 +289,7 @@ def _wait_for_runner(
     *,
     binding: ProfileBinding,
     results: Sequence[_Result],
+    later: frozenset[RunnerKey] = frozenset(),
     common: dict[str, Any],
     policy: RoutingPolicy,
     now: dt.datetime,
@@ -296,6 +303,15 @@ def _wait_for_runner(
     deadline = binding.bound_at + dt.timedelta(seconds=policy.capacity_deadline_seconds)
     if not results:
         why = "no runner is registered"
+    elif later:
+        waiting = sorted((r[2], r[3], r[4]) for r in results if (r[2], r[3]) in later)
+        named = ", ".join(f"{name} ({reason})" for _, name, reason in waiting[:8])
+        more = f" and {len(waiting) - 8} more" if len(waiting) > 8 else ""
+        count = len(waiting)
+        why = (
+            f"{count} runner{'s' if count != 1 else ''} that could take it {'are' if count != 1 else 'is'} "
+            f"not schedulable now: {named}{more}"
+        )
     else:
         count = len(results)
         closest = min(r[0] for r in results)

@@ -57,13 +57,22 @@ class StaticChecks:
     instead of sorting every runner's row. A runner key given twice counts once (the last view).
     """
 
-    __slots__ = ("fixed", "held", "passing")
+    __slots__ = ("fixed", "held", "later", "passing")
 
-    def __init__(self, passing: list[Passing], fixed: list[_Result], held: frozenset[RunnerKey]) -> None:
+    def __init__(
+        self,
+        passing: list[Passing],
+        fixed: list[_Result],
+        held: frozenset[RunnerKey],
+        later: frozenset[RunnerKey] = frozenset(),
+    ) -> None:
         self.passing = passing
         self.fixed = fixed
         self.held = held
         """Runners rejected only because the operator holds them (``HeartbeatHeld``)."""
+        self.later = later
+        """Runners not schedulable now that pass every other runner-level check: restarting, rolling
+        out a new configuration, drained or held, they could take the job once schedulable."""
 
 
 def build_static_checks(runners: Sequence[RunnerView], requirement: Requirement) -> StaticChecks:
@@ -77,16 +86,18 @@ def build_static_checks(runners: Sequence[RunnerView], requirement: Requirement)
     required_labels = frozenset(labels)
     entries: dict[RunnerKey, _Result | Passing] = {}  # by key: a key given twice counts once
     held: set[RunnerKey] = set()
+    later: set[RunnerKey] = set()
     for runner in runners:
         key = runner.key
         held.discard(key)  # a key given twice: its last view decides
-        if (
-            runner.schedulable
-            and runner.serves_namespace
+        later.discard(key)
+        fits = (
+            runner.serves_namespace
             and runner.provider in providers
             and required <= runner.capabilities
             and required_labels <= runner.labels.items()
-        ):
+        )
+        if runner.schedulable and fits:
             failed = None
         else:
             failed = _runner_check(
@@ -96,30 +107,10 @@ def build_static_checks(runners: Sequence[RunnerView], requirement: Requirement)
             entries[key] = (failed[0], _NO_POSITION, runner.namespace, runner.name, failed[1], None, None, runner)
             if runner.schedulable_reason == _HEARTBEAT_HELD:
                 held.add(key)  # maybe alive: the operator only lost sight of it (policy.runners)
+            if fits and not runner.schedulable:
+                later.add(key)
             continue
-        allowed: list[tuple[RouteOption, str]] = []
-        closest: _Result | None = None
-        for option in by_provider[runner.provider or ""]:  # in position order
-            model = option.model
-            if model is not None:
-                if model in runner.models or model == runner.default_model:
-                    allowed.append((option, model))
-                elif closest is None:
-                    reason = f"{_MODEL_NOT_ADVERTISED}:{model}"
-                    closest = (_MODEL, option.position, runner.namespace, runner.name, reason, option, model, runner)
-            elif runner.default_model is not None:
-                allowed.append((option, runner.default_model))
-            elif closest is None:
-                reason = _NO_DEFAULT_MODEL
-                closest = (_MODEL, option.position, runner.namespace, runner.name, reason, option, None, runner)
-        if not allowed:
-            assert closest is not None  # each option of the runner's provider was allowed or set it
-            entries[key] = closest
-            continue
-        first, model = allowed[0]
-        free = (_ELIGIBLE, first.position, runner.namespace, runner.name, "", first, model, runner)
-        full = (_CAPACITY, first.position, runner.namespace, runner.name, _NO_FREE_CONCURRENCY, first, model, runner)
-        entries[key] = (key, runner, tuple(option.position for option, _ in allowed), free, full)
+        entries[key] = _model_entry(key, runner, by_provider[runner.provider or ""])
     passing: list[Passing] = []
     fixed: list[_Result] = []
     for entry in entries.values():
@@ -129,7 +120,34 @@ def build_static_checks(runners: Sequence[RunnerView], requirement: Requirement)
             fixed.append(entry)
     passing.sort(key=_table_order)
     fixed.sort(key=_row_order)
-    return StaticChecks(passing, fixed, frozenset(held))
+    return StaticChecks(passing, fixed, frozenset(held), frozenset(later))
+
+
+def _model_entry(key: RunnerKey, runner: RunnerView, options: Sequence[RouteOption]) -> _Result | Passing:
+    """A runner that passed every runner-level check: its passing entry if its models allow one of
+    ``options`` (its provider's, in position order), else its row naming the closest model it lacks."""
+    allowed: list[tuple[RouteOption, str]] = []
+    closest: _Result | None = None
+    for option in options:
+        model = option.model
+        if model is not None:
+            if model in runner.models or model == runner.default_model:
+                allowed.append((option, model))
+            elif closest is None:
+                reason = f"{_MODEL_NOT_ADVERTISED}:{model}"
+                closest = (_MODEL, option.position, runner.namespace, runner.name, reason, option, model, runner)
+        elif runner.default_model is not None:
+            allowed.append((option, runner.default_model))
+        elif closest is None:
+            reason = _NO_DEFAULT_MODEL
+            closest = (_MODEL, option.position, runner.namespace, runner.name, reason, option, None, runner)
+    if not allowed:
+        assert closest is not None  # each option of the runner's provider was allowed or set it
+        return closest
+    first, model = allowed[0]
+    free = (_ELIGIBLE, first.position, runner.namespace, runner.name, "", first, model, runner)
+    full = (_CAPACITY, first.position, runner.namespace, runner.name, _NO_FREE_CONCURRENCY, first, model, runner)
+    return (key, runner, tuple(option.position for option, _ in allowed), free, full)
 
 
 def _table_order(entry: Passing) -> tuple[int, str, str]:

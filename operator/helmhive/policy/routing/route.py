@@ -234,6 +234,7 @@ def decide_route(
         binding=binding,
         options=options,
         results=results,
+        later=checks.later,
         table=table,
         considered_runners=considered,
         avoided_provider=avoid_provider,
