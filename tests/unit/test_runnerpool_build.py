@@ -267,6 +267,22 @@ def test_template_changes_with_the_credential_generation_and_the_config() -> Non
     assert build_stateful_set(POOL, spec(), credential_generation=1)["spec"]["template"] == base
 
 
+def test_a_change_of_the_warm_pod_count_rolls_no_runner_but_what_runners_use_does() -> None:
+    acp = {**SECRET_SPEC, "adapter": {"type": "acp", "acp": {"command": "agent"}}, "credentialIsolation": "Proxy"}
+
+    def template(changes: dict[str, Any]) -> dict[str, Any]:
+        built: dict[str, Any] = build_stateful_set(POOL, spec(acp, execution=changes), credential_generation=1)
+        return built["spec"]["template"]
+
+    one = template({"mode": "JobPod", "warmPods": 1})
+    assert one == template({"mode": "JobPod", "warmPods": 5})
+    assert build_runner_config(POOL, spec(acp, execution={"mode": "JobPod", "warmPods": 5}))["execution"] == {
+        "mode": "JobPod",
+        "warmPods": 0,
+    }
+    assert one != template({"mode": "JobPod", "warmPods": 1, "startTimeoutSeconds": 60})
+
+
 def test_runner_json_holds_the_pool_settings_in_camel_case() -> None:
     config = json.loads(build_config_map(POOL, spec())["data"]["runner.json"])
     assert config == build_runner_config(POOL, spec())
@@ -498,6 +514,7 @@ def test_credential_isolation_defaults_to_proxy_for_a_key_and_in_sandbox_for_a_l
     ("changes", "message"),
     [
         ({**VOLUME_SPEC, "credentialIsolation": "Proxy"}, "Proxy needs an API key (credential.secretRef)"),
+        ({**VOLUME_SPEC, "replicas": 2}, "spec.replicas: a login volume (credential.volume) is one subscription login"),
         (
             {**SECRET_SPEC, "provider": "acme", "credentialIsolation": "Proxy"},
             "spec.egress.upstream: required with credentialIsolation Proxy",

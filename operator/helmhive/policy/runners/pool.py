@@ -208,7 +208,8 @@ def build_runner_config(pool: PoolRef, spec: RunnerPoolSpec) -> dict[str, Any]:
 
     The keys are the runner's ``RunnerFileConfig`` (camelCase, unknown keys refused); where
     the credential is comes from the environment (``HELMHIVE_CREDENTIAL_FILE`` or ``_DIR``).
-    ``execution`` is the pool's ``spec.execution``; in mode JobPod, ``jobPodTemplate`` is the
+    ``execution`` is the pool's ``spec.execution`` but ``warmPods`` (the operator keeps the warm pods;
+    a change of their number rolls no runner); in mode JobPod, ``jobPodTemplate`` is the
     warm job pod (:func:`~helmhive.policy.jobpods.pod.build_job_pod`) the runner makes a cold one from.
     """
     config: dict[str, Any] = {
@@ -228,7 +229,8 @@ def build_runner_config(pool: PoolRef, spec: RunnerPoolSpec) -> dict[str, Any]:
             upstream=spec.egress.upstream,
         ).value,
         "egress": spec.egress.to_wire(),
-        "execution": spec.execution.to_wire(),
+        # warmPods is the operator's alone: a change of it must not restart the runners (config hash).
+        "execution": spec.execution.model_copy(update={"warm_pods": 0}).to_wire(),
     }
     if spec.credential.volume is not None and spec.adapter.type is AdapterType.CLAUDE_CLI:
         config["credentialDirEnvName"] = CLAUDE_CONFIG_DIR_ENV
