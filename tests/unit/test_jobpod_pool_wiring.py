@@ -79,7 +79,7 @@ def test_runner_json_says_where_jobs_run_for_every_pool() -> None:
 def test_a_job_pod_pools_runner_json_carries_its_warm_pod_template() -> None:
     pool_spec = spec(JOB_POD)
     config = build_runner_config(POOL, pool_spec)
-    assert config["execution"] == JOB_POD
+    assert config["execution"] == {**JOB_POD, "warmPods": 0}  # the warm set is the operator's alone
     warm = build_job_pod(
         pool=POOL, pool_spec=pool_spec, namespace=POOL.namespace, job=None, runner=None, timeout_seconds=None
     )
