@@ -247,6 +247,12 @@ KEYED_POOL = _with(POOL, "spec.credential", {"secretRef": {"name": "key"}})
         ),
         pytest.param(POOL, "spec.credentialIsolation", "Proxy needs an API key", id="proxy-needs-a-key"),
         pytest.param(
+            _with(_with(POOL, "spec.credentialIsolation", "InSandbox"), "spec.replicas", 2),
+            "spec.replicas",
+            "a login volume (credential.volume) is one subscription login, so at most 1 replica",
+            id="a-login-shared-by-two-pods",
+        ),
+        pytest.param(
             _with(
                 _with(POOL, "spec.credential", {"secretRef": {"name": "key"}}),
                 "spec.provider",

@@ -730,6 +730,18 @@ def test_a_login_volume_with_the_proxy_is_refused_offline_with_its_reason(tmp_pa
     assert "spec.egress.upstream: required with credentialIsolation Proxy" in outcome.stdout
 
 
+def test_a_login_volume_shared_by_two_replicas_is_refused_offline_with_its_field(tmp_path: Path) -> None:
+    base = {"adapter": {"type": "claude-cli"}, "image": "helmhive/runner:dev", "provider": "anthropic"}
+    volume = {"volume": {"claimName": "c", "mountPath": "/home/runner/.claude"}}
+    shared = obj("RunnerPool", "shared", {**base, "credential": volume, "replicas": 2})
+    single = obj("RunnerPool", "single", {**base, "credential": volume, "replicas": 1})
+    keyed = obj("RunnerPool", "keyed", {**base, "credential": {"secretRef": {"name": "k"}}, "replicas": 3})
+    outcome = cli(str(write(tmp_path / "pools.yaml", shared, single, keyed)))
+    assert outcome.exit_code == 1
+    assert outcome.found == {("RunnerPool/shared", "spec.replicas", "InvalidSpec")}, outcome.stdout
+    assert "pods sharing it would race each other's token refreshes" in outcome.stdout
+
+
 @pytest.mark.parametrize(
     "api_version", ["0/", "/v1", "helmhive.dev/", "a/b/c", "Apps/v1", "v1 ", "helmhive.dev/v1alpha1/x"]
 )

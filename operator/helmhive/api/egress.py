@@ -251,6 +251,14 @@ POOL_RULES: tuple[dict[str, str], ...] = (
         "message": "spec.egress.upstream: required with credentialIsolation Proxy for a provider without defaults",
         "fieldPath": ".spec.egress.upstream",
     },
+    {
+        "rule": "!has(self.spec.credential.volume) || !has(self.spec.replicas) || self.spec.replicas <= 1",
+        "message": (
+            "spec.replicas: a login volume (credential.volume) is one subscription login, so at most 1 replica: "
+            "pods sharing it would race each other's token refreshes"
+        ),
+        "fieldPath": ".spec.replicas",
+    },
 )
 """The RunnerPool's CEL rules for these fields (the same checks as :func:`decide_isolation_problems`)."""
 
@@ -268,12 +276,14 @@ def decide_isolation(
 
 
 def decide_isolation_problems(
-    *, provider: str, requested: CredentialIsolation | None, volume: bool, upstream: str | None
+    *, provider: str, requested: CredentialIsolation | None, volume: bool, upstream: str | None, replicas: int = 1
 ) -> list[str]:
-    """Every problem with a pool's isolation settings (only an explicit Proxy can have one)."""
+    """Every problem with a pool's credential settings: an explicit Proxy it cannot have, a login shared by pods."""
     problems = []
     if requested is CredentialIsolation.PROXY and volume:
         problems.append(POOL_RULES[0]["message"])
     if requested is CredentialIsolation.PROXY and upstream is None and provider_egress(provider) is None:
         problems.append(POOL_RULES[1]["message"])
+    if volume and replicas > 1:
+        problems.append(POOL_RULES[2]["message"])
     return problems

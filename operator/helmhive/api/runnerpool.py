@@ -411,6 +411,7 @@ class RunnerPoolSpec(ApiModel):
             requested=self.credential_isolation,
             volume=self.credential.volume is not None,
             upstream=self.egress.upstream,
+            replicas=self.replicas,
         )
         own_limits = "resources" in self.model_fields_set and "limits" in self.resources.model_fields_set
         job_memory = self.job_limits.memory_bytes if own_limits else None  # see RESOURCE_RULES
