@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import time
@@ -98,6 +97,20 @@ def job(name: str, pool_name: str) -> dict[str, Any]:
     return {"apiVersion": _API, "kind": "AgentJob", "metadata": {"name": name}, "spec": spec}
 
 
+def failures(kube: Kube, prefix: str) -> dict[str, int]:
+    """The jobs of a phase that ended failed, by reason."""
+    found: dict[str, int] = {}
+    for item in kube.get("agentjobs", "-n", NS)["items"]:
+        if not item["metadata"]["name"].startswith(prefix + "-"):
+            continue
+        ready: dict[str, Any] = next(
+            (c for c in item.get("status", {}).get("conditions", []) if c["type"] == "Ready"), {}
+        )
+        if ready.get("status") == "False":
+            found[ready.get("reason", "")] = found.get(ready.get("reason", ""), 0) + 1
+    return found
+
+
 def ended(kube: Kube, prefix: str, count: int) -> bool:
     done = 0
     for item in kube.get("agentjobs", "-n", NS)["items"]:
@@ -119,6 +132,7 @@ class Phase:
     queue: list[float] = field(default_factory=list)
     pod_to_agent: list[float] = field(default_factory=list)
     warm: int = 0
+    failed: dict[str, int] = field(default_factory=dict)
 
     def per_job(self, count: int) -> float:
         return count / self.jobs
@@ -130,12 +144,14 @@ class Phase:
             f"(creates {self.per_job(w.pod_creates):4.2f})  events {self.per_job(w.events):5.2f}  "
             f"other {self.per_job(w.other):4.2f}"
         )
+        if self.failed:
+            writes += f"  FAILED {sum(self.failed.values())}: {self.failed}"
         if not self.queue:
             return f"{self.name:<15} jobs {self.jobs:>3}  {writes}"
         return (
             f"{self.name:<15} jobs {self.jobs:>3}  warm claims {self.warm:>3}  "
-            f"queue->agent p50 {statistics.median(self.queue):6.2f} s p95 {pct(self.queue, 0.95):6.2f} s  "
-            f"pod->agent p50 {statistics.median(self.pod_to_agent):5.2f} s p95 {pct(self.pod_to_agent, 0.95):5.2f} s\n"
+            f"queue->agent p50 {pct(self.queue, 0.5):6.2f} s p95 {pct(self.queue, 0.95):6.2f} s  "
+            f"pod->agent p50 {pct(self.pod_to_agent, 0.5):5.2f} s p95 {pct(self.pod_to_agent, 0.95):5.2f} s\n"
             f"{'':<15} {writes}"
         )
 
@@ -155,7 +171,9 @@ def run_phase(kube: Kube, name: str, names: list[str], *, pool_name: str, interv
         kube.apply([job(n, pool_name) for n in names])
     prefix = names[0].rsplit("-", 1)[0]
     wait(f"{len(names)} jobs of {name} to end", lambda: ended(kube, prefix, len(names)), timeout=3600)
-    phase = Phase(name=name, jobs=len(names), writes=kube.writes() - before)
+    phase = Phase(name=name, jobs=len(names), writes=kube.writes() - before, failed=failures(kube, prefix))
+    if phase.failed:
+        say(f"  note: jobs that failed: {phase.failed}")
     if pool_name != POOL:
         return phase
     lines = kube.log_lines(selector)
@@ -213,7 +231,7 @@ def report(commit: str, args: argparse.Namespace, phases: list[Phase], baseline:
     say(f"\nresults at {commit} ({args.replicas} runners x {args.concurrency} slots per pool, warmPods {args.warm}):")
     for phase in phases:
         say("  " + phase.row())
-    say(f"  {'kubelet start':<15} pods {len(baseline):>3}  create->Running p50 {statistics.median(baseline):5.2f} s "
+    say(f"  {'kubelet start':<15} pods {len(baseline):>3}  create->Running p50 {pct(baseline, 0.5):5.2f} s "
         f"p95 {pct(baseline, 0.95):5.2f} s ({args.concurrency * args.replicas} at a time)")  # fmt: skip
     in_runner, cold = phases[0], phases[1]
     base = in_runner.per_job(in_runner.writes.helmhive)
@@ -221,14 +239,18 @@ def report(commit: str, args: argparse.Namespace, phases: list[Phase], baseline:
         ratio = phase.per_job(phase.writes.helmhive) / base
         line = f"  {phase.name} / in-runner burst: Helmhive writes/job {ratio:.2f}"
         if phase is not cold:
-            pod_ratio = statistics.median(phase.pod_to_agent) / statistics.median(cold.pod_to_agent)
+            pod_ratio = pct(phase.pod_to_agent, 0.5) / pct(cold.pod_to_agent, 0.5)
             queue_ratio = pct(phase.queue, 0.95) / pct(cold.queue, 0.95)
             line += f";  / cold burst: pod->agent p50 {pod_ratio:.2f}, queue->agent p95 {queue_ratio:.2f}"
         say(line)
     for q, name in ((0.5, "p50"), (0.95, "p95")):
         cold_s, kubelet_s = pct(cold.pod_to_agent, q), pct(baseline, q)
-        say(f"  cold pod->agent {name} {cold_s:.2f} s = kubelet start {kubelet_s:.2f} s + {cold_s - kubelet_s:+.2f} s "
+        say(f"  cold pod->agent {name} {cold_s:.2f} s = kubelet start {kubelet_s:.2f} s {cold_s - kubelet_s:+.2f} s "
             f"(ratio {cold_s / kubelet_s:.2f})")  # fmt: skip
+    for phase in phases:
+        top = sorted(phase.writes.helmhive_by_resource.items(), key=lambda kv: -kv[1])[:6]
+        parts = ", ".join(f"{name} {count / phase.jobs:.2f}" for name, count in top)
+        say(f"  {phase.name}: Helmhive writes/job by resource: {parts}")
 
 
 def main() -> int:
