@@ -27,7 +27,7 @@ from helmhive.devcluster.kind.demo_objects import (
     without_runners,
 )
 from helmhive.devcluster.kind.engine import WRAPPER, decide_needs_cap_wrapper
-from helmhive.devcluster.kind.helmhive_images import decide_node_base
+from helmhive.devcluster.kind.helmhive_images import build_unique_tag, decide_node_base
 from helmhive.devcluster.kind.images import ImageError, build_component_dockerfile, digest_inputs
 from helmhive.devcluster.kind.network import build_cni_conflist, build_kube_router_manifests
 from helmhive.devcluster.kind.node import etcd_image_tag
@@ -168,3 +168,11 @@ def test_the_node_base_is_read_from_an_exact_node_image_pin() -> None:
     for unpinned in ("ARG NODE_IMAGE=node:22-bookworm-slim\n", "ARG NODE_IMAGE=node:lts\n", "FROM node\n"):
         with pytest.raises(ImageError, match="NODE_IMAGE"):
             decide_node_base(unpinned)
+
+
+def test_a_rebuilt_image_gets_a_tag_of_its_own() -> None:
+    first = build_unique_tag("helmhive.local/helmhive:dev", "sha256:" + "ab" * 32)
+    assert first == "helmhive.local/helmhive:dev-abababababab"
+    assert build_unique_tag("helmhive.local/helmhive:dev", "sha256:" + "cd" * 32) != first
+    repository, tag = first.rsplit(":", 1)  # what helm is given: repository and tag apart
+    assert (repository, tag) == ("helmhive.local/helmhive", "dev-abababababab")

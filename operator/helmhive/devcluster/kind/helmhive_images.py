@@ -3,7 +3,9 @@
 The Dockerfiles name ``debian:12.15-slim`` as their base; with no registry reachable, the build is
 given ``--build-arg DEBIAN_IMAGE=<the imported Debian minbase>`` instead, the same release. pip and
 apt inside the build reach PyPI and Debian's mirror. Docker's layer cache makes a rebuild with
-unchanged sources a matter of seconds.
+unchanged sources a matter of seconds. Each image is also tagged with its id
+(:func:`build_unique_tag`), and that tag is what the cluster is given, so that a rebuilt image
+rolls the pods of a cluster that is reused.
 
 The runner's ``node`` flavour is built only on request (:func:`ensure_runner_node_image`; the kind
 tier runs ``base``). Its ``NODE_IMAGE`` base, ``node:<version>-bookworm-slim``, is stood in for by
@@ -29,6 +31,7 @@ from helmhive.devcluster.kind.images import (
     docker_build,
     image_id,
     image_label,
+    run_docker,
 )
 from helmhive.devcluster.progress import step
 from helmhive.devcluster.rootfs_bases import NPM_VERSION, RootfsError, ensure_base_tree, rootfs_cache_dir
@@ -38,6 +41,7 @@ __all__ = [
     "RUNNER_IMAGE",
     "RUNNER_NODE_IMAGE",
     "HelmhiveImages",
+    "build_unique_tag",
     "decide_node_base",
     "ensure_helmhive_images",
     "ensure_node_base_image",
@@ -80,8 +84,17 @@ def ensure_helmhive_images(debian: str, log: TextIO) -> HelmhiveImages:
             target=target,
             build_args={"DEBIAN_IMAGE": debian, **_ca_build_args()},
         )
-        image_id(tag)
-    return HelmhiveImages(operator=OPERATOR_IMAGE, runner=RUNNER_IMAGE)
+    operator, runner = (build_unique_tag(tag, image_id(tag)) for tag in (OPERATOR_IMAGE, RUNNER_IMAGE))
+    for tag, unique in ((OPERATOR_IMAGE, operator), (RUNNER_IMAGE, runner)):
+        run_docker(["tag", tag, unique], log, what=f"docker tag {unique}")
+    return HelmhiveImages(operator=operator, runner=runner)
+
+
+def build_unique_tag(tag: str, ident: str) -> str:
+    """``tag`` with the image's id appended (``…:dev-<12 hex>``): a rebuilt image gets a new tag, so a
+    ``helm upgrade`` or a RunnerPool on a cluster that is reused rolls its pods onto it (with the
+    same tag and ``imagePullPolicy: Never`` they would keep running the old one)."""
+    return f"{tag}-{ident.removeprefix('sha256:')[:12]}"
 
 
 def decide_node_base(dockerfile_text: str) -> tuple[str, str]:
