@@ -256,7 +256,7 @@ def report(commit: str, args: argparse.Namespace, phases: list[Phase], baseline:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=100)
-    parser.add_argument("--in-runner", type=int, default=40, help="jobs of the in-runner burst")
+    parser.add_argument("--in-runner", type=int, default=100, help="jobs of the in-runner burst (as many as a burst)")
     parser.add_argument("--warm", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--replicas", type=int, default=2)
