@@ -108,14 +108,16 @@ def test_a_job_pod_pool_gets_its_link_key_policy_and_warm_pods(
 
     # The runner pods mount the key, and may drive pods; the pool is Ready.
     wait_for(lambda: condition(pool.get(), "Ready").get("reason") == "Reconciled", timeout=60, describe="pool Ready")
-    template = _plain(kube, kube.apps.read_namespaced_stateful_set("claude", namespace))["spec"]["template"]["spec"]
+    whole = _plain(kube, kube.apps.read_namespaced_stateful_set("claude", namespace))["spec"]["template"]
+    template, annotations = whole["spec"], whole["metadata"]["annotations"]
+    assert "helmhive.dev/config-hash" in annotations
     (runner,) = template["containers"]
     assert {"name": "jobpod-link", "mountPath": RUNNER_LINK_KEY_DIR, "readOnly": True} in runner["volumeMounts"]
     assert {"name": "jobpod-egress", "containerPort": 7471, "protocol": "TCP"} in runner["ports"]
     role = _plain(kube, kube.rbac.read_namespaced_role("helmhive-runner-claude", namespace))
     assert all(dict(rule) in role["rules"] for rule in JOB_POD_ROLE_RULES)
     config = json.loads(kube.core.read_namespaced_config_map("helmhive-runner-claude", namespace).data["runner.json"])
-    assert config["execution"] == {"mode": "JobPod", "warmPods": 2}
+    assert config["execution"] == {"mode": "JobPod", "warmPods": 0}  # the warm set is the operator's alone
     assert config["jobPodTemplate"]["metadata"]["labels"][LABEL_WARM] == "true"
 
     # The warm set's condition: none ready yet (no kubelet here), then a pod that cannot pull its
@@ -159,6 +161,9 @@ def test_a_job_pod_pool_gets_its_link_key_policy_and_warm_pods(
     pool.patch_spec({"execution": {"mode": "JobPod", "warmPods": 3}})
     _wait_warm(kube, namespace, "claude", 3, "three warm pods after the restart")
     assert _link_secret(kube, namespace, "claude")["data"] == secret["data"]
+    # The runner pods' template did not change with the count: no runner restarts for it.
+    rolled = _plain(kube, kube.apps.read_namespaced_stateful_set("claude", namespace))["spec"]["template"]
+    assert rolled["spec"] == template and rolled["metadata"]["annotations"] == annotations
 
     # Lowering warmPods to 0 deletes the warm ones, never the claimed one.
     pool.patch_spec({"execution": {"mode": "JobPod", "warmPods": 0}})
