@@ -96,7 +96,8 @@ async def test_the_cli_compacts_its_own_session_with_slash_compact(tmp_path: Pat
         assert done is not None and done.method is CompactionMethod.COMPACT_COMMAND, done
         assert done.used_before == before and done.used_after is not None and done.used_after < before // 10
         assert done.session_id == second.native_session_id  # the same session, smaller
-        assert api.kinds() == ["turn", "turn", "summary"]  # one summary call made by the CLI itself
+        # The checkpoint turn on the same session, then one summary call made by the CLI itself.
+        assert api.kinds() == ["turn", "turn", "turn", "summary"]
         after = await adapter.run_turn(TurnRequest(prompt="Go on.", cwd=workdir, session_id=done.session_id))
         assert after.ok and after.session_resumed
         # The resumed session sends the summary, not the padded history: far below the watermark.

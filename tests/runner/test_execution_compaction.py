@@ -24,7 +24,8 @@ from .execution_harness import ExecutionRig, Runner, condition
 CANARY = "canary-sid-c0mpac7"
 INSTRUCTIONS = "You are tested by helmhive. Compaction marker 41d2."
 PROFILE = {"session": {"policy": "resume"}, "instructions": INSTRUCTIONS}
-POOL = {"compaction": {"watermarkPercent": 50, "commandTimeoutSeconds": 5}}
+CHECKPOINT = "CHECKPOINT-6a1f: write down where the work stands."
+POOL = {"compaction": {"watermarkPercent": 50, "commandTimeoutSeconds": 5, "checkpointPrompt": CHECKPOINT}}
 AGENT_ENV = {ENV_SESSION_PREFIX: CANARY, ENV_CONTEXT_SIZE: "5000"}
 
 
@@ -96,6 +97,9 @@ def test_the_advertised_compact_command_shrinks_the_bound_session(execution: Exe
     note = execution.wait_events("second", "SessionCompacted")[0].message
     assert "compact-command" in note and "3000 -> 2000 of 5000" in note
     assert [e["behaviour"] for e in runner.methods().entries() if e["method"] == "compact"] == ["compact"]
+    # The checkpoint turn ran first, on the same session (its third turn), once.
+    asked = [p for p in runner.prompts() if p["prompt"].startswith("CHECKPOINT-6a1f")]
+    assert [p["turn"] for p in asked] == [3], runner.prompts()
 
     # The next job resumes the compacted session: one summary turn, then its own.
     third = _run(execution, "third", runner)
@@ -135,6 +139,17 @@ def test_otherwise_the_session_is_archived_for_a_fresh_one_with_the_instructions
     seeds = [p for p in runner.prompts() if "was archived" in p["prompt"]]
     assert len(seeds) == 1 and seeds[0]["turn"] == 1 and INSTRUCTIONS in seeds[0]["prompt"]
     assert "Job second." not in seeds[0]["prompt"]  # the system prompt only, no job's request
+    # Before the archive, the checkpoint turn ran once on the old session (its third turn), and its
+    # answer (the reference agent names the turn and the prompt's first line) seeds the fresh one.
+    asked = [p for p in runner.prompts() if p["prompt"].startswith("CHECKPOINT-6a1f")]
+    assert [p["turn"] for p in asked] == [3], runner.prompts()
+    seed = seeds[0]["prompt"]
+    assert seed.index(INSTRUCTIONS) < seed.index("## Checkpoint of the archived session") < seed.index("## Session")
+    assert "turn=3 " in seed and f"first line: {CHECKPOINT}" in seed
+    # The checkpoint's answer went to the agent only: no status, Event or audit record holds it.
+    events = execution.kube.core.list_namespaced_event(execution.namespace).items
+    held = json.dumps([second["status"], execution.binding(binding), [(e.reason, e.message) for e in events]])
+    assert f"first line: {CHECKPOINT}" not in held
     assert execution.wait_events("second", "SessionCompacted")[0].message.count("archive") == 1
 
     # The next job resumes the fresh session: the seed turn, then its own.
@@ -142,3 +157,16 @@ def test_otherwise_the_session_is_archived_for_a_fresh_one_with_the_instructions
     assert third["status"]["session"]["mode"] == "resumed" and _turn(third) == 2
     assert execution.binding(binding)["status"]["compactions"] == 2
     _no_canary(execution, runner, ["first", "second", "third"], binding)
+
+
+def test_a_pool_can_turn_the_checkpoint_turn_off(execution: ExecutionRig) -> None:
+    pool = {"compaction": {**POOL["compaction"], "checkpointPrompt": ""}}
+    runner = execution.start_runner(mode="no-compact-command", env=AGENT_ENV, runner_json_extra=pool)
+    _run(execution, "first", runner)
+    second = _run(execution, "second", runner)
+    binding = second["status"]["session"]["binding"]
+    assert execution.binding(binding)["status"]["lastCompaction"]["method"] == "archive"
+    prompts = [p["prompt"] for p in runner.prompts()]
+    assert not [p for p in prompts if p.startswith("CHECKPOINT-6a1f") or p.startswith("Checkpoint:")]
+    (seed,) = [p for p in prompts if "was archived" in p]
+    assert "## Checkpoint" not in seed and INSTRUCTIONS in seed

@@ -11,9 +11,13 @@ from pydantic import ValidationError
 
 from helmhive.api.runnerpool import CompactionSettings, RunnerPoolSpec
 from helmhive.policy.sessions.compaction import (
+    CHECKPOINT_MAX_CHARS,
+    DEFAULT_CHECKPOINT_PROMPT,
+    build_checkpoint_prompt,
     build_fresh_session_prompt,
     build_session_compacted_audit,
     compacted_audit_name,
+    decide_checkpoint_text,
     decide_command_result,
     decide_compaction,
 )
@@ -70,6 +74,33 @@ def test_the_fresh_session_is_told_the_instructions_and_nothing_else() -> None:
     assert "## Instructions (from the platform team's profile)\nBe brief.\n" in prompt
     assert "## Request" not in prompt and "OUTPUT-CONTRACT" not in prompt
     assert "(none)" in build_fresh_session_prompt(instructions="")
+    assert "Checkpoint" not in prompt
+
+
+def test_the_fresh_session_gets_the_checkpoint_after_the_instructions() -> None:
+    prompt = build_fresh_session_prompt(instructions="Be brief.", checkpoint="Refunds: step 2 of 3 done.")
+    instructions = prompt.index("## Instructions")
+    carried = prompt.index("## Checkpoint of the archived session")
+    assert instructions < carried < prompt.index("## Session")
+    assert "Refunds: step 2 of 3 done.\n" in prompt and "only the checkpoint above" in prompt
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [(None, DEFAULT_CHECKPOINT_PROMPT), ("  Summarise.  ", "Summarise."), ("", None), ("   ", None)],
+)
+def test_the_checkpoint_prompt_is_the_pools_the_built_in_one_or_none(setting: str | None, expected: str | None) -> None:
+    settings = CompactionSettings(checkpoint_prompt=setting)
+    assert build_checkpoint_prompt(settings) == expected
+
+
+def test_the_checkpoint_carried_is_bounded_and_says_where_it_was_cut() -> None:
+    assert decide_checkpoint_text(None) is None and decide_checkpoint_text(" \n ") is None
+    assert decide_checkpoint_text("  kept  ") == "kept"
+    long = "x" * (CHECKPOINT_MAX_CHARS + 10)
+    cut = decide_checkpoint_text(long)
+    assert cut is not None and cut.startswith("x" * CHECKPOINT_MAX_CHARS)
+    assert cut.endswith(f"[checkpoint cut at {CHECKPOINT_MAX_CHARS} of {CHECKPOINT_MAX_CHARS + 10} characters]")
 
 
 @pytest.mark.parametrize(
@@ -80,6 +111,7 @@ def test_the_fresh_session_is_told_the_instructions_and_nothing_else() -> None:
         ({"commandTimeoutSeconds": 1}, "commandTimeoutSeconds"),
         ({"commandTimeoutSeconds": 3600}, "commandTimeoutSeconds"),
         ({"watermark": 50}, "watermark"),
+        ({"checkpointPrompt": "x" * 2001}, "checkpointPrompt"),
     ],
 )
 def test_bad_settings_are_refused_with_their_field_path(wire: dict[str, Any], where: str) -> None:

@@ -215,6 +215,19 @@ class CompactionSettings(ApiModel):
             ),
         ),
     ] = 180
+    checkpoint_prompt: Annotated[
+        str | None,
+        Field(
+            max_length=2000,
+            description=(
+                "The checkpoint turn: a prompt sent on the session before it is compacted, asking the agent "
+                "to write down what a successor needs. Its answer (at most 8000 characters) is carried into the "
+                "fresh session when the session is archived, after the profile's instructions; with a compact "
+                "command it stays in the session being compacted. Run once per compaction. Unset: a built-in "
+                "prompt; an empty string: no checkpoint turn."
+            ),
+        ),
+    ] = None
 
 
 DEFAULT_JOB_DISK_BYTES = 4 * 1024 * _MIB

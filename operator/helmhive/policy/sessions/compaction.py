@@ -2,7 +2,9 @@
 
 A chain that is resumed job after job grows without bound. After a job's turn, the runner asks
 :func:`decide_compaction` whether the session is past the pool's watermark (from the context the
-agent reported in its ACP ``usage_update``). If it is:
+agent reported in its ACP ``usage_update``). If it is, the **checkpoint turn** runs first on the
+same session (:func:`build_checkpoint_prompt`, the pool's ``compaction.checkpointPrompt``): the
+agent writes down what a successor needs. Then:
 
 * **compact-command**: the agent advertises a compact command (``available_commands_update``,
   a command named ``compact``), so ``/compact`` is sent as a prompt on the same session, as ACP
@@ -11,7 +13,9 @@ agent reported in its ACP ``usage_update``). If it is:
 * **archive**: otherwise (no such command, it failed, it stayed silent past its window, or the
   context did not shrink) the session is archived -- its id is dropped from the runner's Secret --
   and a fresh session, seeded with :func:`build_fresh_session_prompt` (the profile's instructions,
-  the system prompt of every job), takes its place in the binding.
+  the system prompt of every job, then the checkpoint's answer, bounded by
+  :func:`decide_checkpoint_text`), takes its place in the binding. A compact command that failed
+  does not run the checkpoint turn a second time: its answer is reused.
 
 So a compaction always leaves a smaller session. The operator records each one as a
 ``SessionCompacted`` AuditRecord (:func:`build_session_compacted_audit`) from the binding's
@@ -30,13 +34,17 @@ from helmhive.api.runnerpool import CompactionSettings
 from helmhive.policy.audit.records import build_audit_record
 
 __all__ = [
+    "CHECKPOINT_MAX_CHARS",
     "COMPACT_COMMAND_NAMES",
+    "DEFAULT_CHECKPOINT_PROMPT",
     "CommandVerdict",
     "CompactionPlan",
+    "build_checkpoint_prompt",
     "build_fresh_session_prompt",
     "build_session_compacted_audit",
     "compacted_audit_name",
     "compaction_count",
+    "decide_checkpoint_text",
     "decide_command_result",
     "decide_compaction",
 ]
@@ -44,6 +52,13 @@ __all__ = [
 COMPACT_COMMAND_NAMES = ("compact",)
 """Advertised command names that compact the session they run in (ACP names carry no slash)."""
 RUNNER_ACTOR_PREFIX = "helmhive-runner:"
+CHECKPOINT_MAX_CHARS = 8000
+"""The most of a checkpoint's answer carried into the fresh session (its head; the cut is said)."""
+DEFAULT_CHECKPOINT_PROMPT = (
+    "Checkpoint: this session is about to be compacted. Write down, for whoever continues this work "
+    "without its history: the task, what has been done and where, the decisions taken and why, what "
+    "is open, and the next step. Plain text, at most 400 words. Do not change any file."
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,15 +116,45 @@ def decide_command_result(
     return CommandVerdict(accepted=True, reason="")
 
 
-def build_fresh_session_prompt(*, instructions: str) -> str:
-    """The first prompt of the session that replaces an archived one: the system prompt, and why."""
+def build_checkpoint_prompt(settings: CompactionSettings) -> str | None:
+    """The checkpoint turn's prompt: the pool's, the built-in one when unset, None when set empty."""
+    if settings.checkpoint_prompt is None:
+        return DEFAULT_CHECKPOINT_PROMPT
+    return settings.checkpoint_prompt.strip() or None
+
+
+def decide_checkpoint_text(text: str | None) -> str | None:
+    """The part of a checkpoint's answer to carry over: stripped, at most :data:`CHECKPOINT_MAX_CHARS`
+    (the cut said), None when there is nothing."""
+    kept = (text or "").strip()
+    if not kept:
+        return None
+    if len(kept) <= CHECKPOINT_MAX_CHARS:
+        return kept
+    return kept[:CHECKPOINT_MAX_CHARS] + f"\n[checkpoint cut at {CHECKPOINT_MAX_CHARS} of {len(kept)} characters]"
+
+
+def build_fresh_session_prompt(*, instructions: str, checkpoint: str | None = None) -> str:
+    """The first prompt of the session that replaces an archived one: the system prompt, what the
+    archived session's checkpoint turn wrote (if any), and why."""
+    carried = (
+        f"## Checkpoint of the archived session (written by the agent before it was archived)\n{checkpoint}\n\n"
+        if checkpoint
+        else ""
+    )
+    history = (
+        "its history is not carried over, only the checkpoint above"
+        if checkpoint
+        else "its history is not carried over"
+    )
     return (
         "## Instructions (from the platform team's profile)\n"
         f"{instructions.strip() or '(none)'}\n"
         "\n"
+        f"{carried}"
         "## Session\n"
         "This session continues a chain whose earlier session was archived to keep it small; "
-        "its history is not carried over. Acknowledge in one line. Requests follow in later prompts.\n"
+        f"{history}. Acknowledge in one line. Requests follow in later prompts.\n"
     )
 
 

@@ -4,11 +4,17 @@
 session that has a binding (never a fork's: a fork is a branch and is not stored). The decisions
 are pure (:mod:`helmhive.policy.sessions.compaction`); this module drives the agent through them:
 
-1. past the pool's watermark, with an advertised ``compact`` command: send ``/compact`` as a prompt
-   on the same session, its idle window the pool's ``compaction.commandTimeoutSeconds``;
-2. accept it only if it completed and the agent then reported a smaller context;
+1. past the pool's watermark, the checkpoint turn first (the pool's ``compaction.checkpointPrompt``,
+   unless set empty) on the same session: the agent writes down what a successor needs;
+2. with an advertised ``compact`` command: send ``/compact`` as a prompt on the same session, its
+   idle window the pool's ``compaction.commandTimeoutSeconds``; accept it only if it completed and
+   the agent then reported a smaller context than after the checkpoint;
 3. otherwise archive: open a fresh session in the same agent and seed it with the profile's
-   instructions. Its id replaces the old one in the runner's Secret (the caller stores it).
+   instructions and the checkpoint's answer (the checkpoint is not run a second time). Its id
+   replaces the old one in the runner's Secret (the caller stores it).
+
+The checkpoint's answer goes only into the agent's own next session: never into a status, an
+Event, a log line or an audit record.
 
 The result carries the session id to store as a ``SecretStr`` only; :meth:`Compaction.status`
 is what goes into the binding's status, and holds figures and names, never an id.
@@ -26,7 +32,13 @@ from pydantic import SecretStr
 
 from helmhive.api.runnerpool import CompactionSettings
 from helmhive.api.session import CompactionMethod, SessionCompaction
-from helmhive.policy.sessions.compaction import build_fresh_session_prompt, decide_command_result, decide_compaction
+from helmhive.policy.sessions.compaction import (
+    build_checkpoint_prompt,
+    build_fresh_session_prompt,
+    decide_checkpoint_text,
+    decide_command_result,
+    decide_compaction,
+)
 from helmhive.runner.adapters.base import AgentAdapter, TurnRequest, TurnResult
 from helmhive.runner.sessions.bindings import SessionStore
 
@@ -84,19 +96,24 @@ async def run_compaction(
     if plan is None or turn.native_session_id is None:
         return None
     reason = plan.reason
-    if plan.command is not None:
+    checkpoint, before, session, note = await _checkpoint(
+        adapter=adapter, turn=turn, request=request, settings=settings, cancel=cancel
+    )
+    if note:
+        reason = f"{reason}; {note}"
+    if plan.command is not None and not cancel.is_set():
         window = float(settings.command_timeout_seconds)
         compact = request.model_copy(
             update={
                 "prompt": f"/{plan.command}",
-                "session_id": turn.native_session_id,
+                "session_id": session,
                 "fork": False,
                 "idle_timeout_s": window,
             }
         )
         done = await adapter.run_turn(compact, cancel)
         verdict = decide_command_result(
-            before=plan.used,
+            before=before if before is not None else plan.used,
             completed=done.ok,
             outcome=done.outcome.value,
             used_after=done.context_used,
@@ -109,7 +126,7 @@ async def run_compaction(
                 used_after=done.context_used,
                 size=plan.size,
                 reason=reason,
-                session_id=turn.native_session_id,
+                session_id=session,
             )
         reason = f"{reason}; {verdict.reason}"
     if cancel.is_set():  # the job was cancelled or timed out meanwhile: no new session now
@@ -118,7 +135,7 @@ async def run_compaction(
         )
     fresh = request.model_copy(
         update={
-            "prompt": build_fresh_session_prompt(instructions=instructions),
+            "prompt": build_fresh_session_prompt(instructions=instructions, checkpoint=checkpoint),
             "session_id": None,
             "fork": False,
             "idle_timeout_s": None,
@@ -138,6 +155,30 @@ async def run_compaction(
         reason=reason,
         session_id=seeded.native_session_id,
     )
+
+
+async def _checkpoint(
+    *,
+    adapter: AgentAdapter,
+    turn: TurnResult,
+    request: TurnRequest,
+    settings: CompactionSettings,
+    cancel: asyncio.Event,
+) -> tuple[str | None, int | None, SecretStr | None, str]:
+    """The checkpoint turn on the session ``turn`` left: (its answer to carry over, the context the
+    agent reported after it, the session to go on with, a note for the reason when it gave nothing)."""
+    prompt = build_checkpoint_prompt(settings)
+    if prompt is None or cancel.is_set():
+        return None, None, turn.native_session_id, ""
+    asked = request.model_copy(
+        update={"prompt": prompt, "session_id": turn.native_session_id, "fork": False, "idle_timeout_s": None}
+    )
+    done = await adapter.run_turn(asked, cancel)
+    if not done.ok:
+        return None, None, turn.native_session_id, f"the checkpoint turn failed ({done.outcome.value})"
+    text = decide_checkpoint_text(done.text)
+    session = done.native_session_id or turn.native_session_id
+    return text, done.context_used, session, "" if text else "the checkpoint turn answered nothing"
 
 
 async def ensure_compacted(
