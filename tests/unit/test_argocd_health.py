@@ -1,4 +1,4 @@
-"""Argo CD's health checks for Helmhive's kinds (``examples/argocd``), run by a real Lua interpreter.
+"""Argo CD's health checks for Helmhive's kinds (``charts/helmhive/argocd``), run by a real Lua interpreter.
 
 Argo CD runs a ``health.lua`` with the object as the global ``obj`` (gopher-lua, Lua 5.1) and reads
 the table it returns; here LuaJIT (Lua 5.1's language, through lupa) does the same. Each kind's
@@ -20,7 +20,7 @@ from helmhive.api.reasons import Reason
 from helmhive.policy.agentjob.retry import RETRYABLE_REASONS
 from helmhive.policy.change.decision import TERMINAL_REASONS
 
-ROOT = Path(__file__).resolve().parents[2] / "examples" / "argocd"
+ROOT = Path(__file__).resolve().parents[2] / "charts" / "helmhive" / "argocd"
 CHECKS = ROOT / "resource_customizations" / "helmhive.dev"
 KINDS = ("AgentJob", "Change", "Runner", "RunnerPool")
 
