@@ -151,6 +151,7 @@ def test_metrics_move_as_jobs_are_routed_run_and_fail_closed(
     turns = {"provider": PROVIDER, "adapter": "acp"}
     _moved(run, "helmhive_runner_adapter_turns_total", 3, before_run, outcome="Completed", **turns)
     _moved(run, "helmhive_runner_adapter_turn_duration_seconds_count", 3, before_run, outcome="Completed", **turns)
+    _moved(run, "helmhive_runner_job_queue_to_agent_start_seconds_count", 3, before_run, start="in-runner", **turns)
     after_run = scrape(run)
     assert after_run.total("helmhive_runner_jobs_active") == 0
     assert after_run.total("helmhive_runner_job_slots") == 1

@@ -44,6 +44,7 @@ from helmhive.runner.jobs.agents import build_job_adapter, build_pod_job_adapter
 from helmhive.runner.jobs.execution import ExecutionContext, JobExecution
 from helmhive.runner.jobs.jobpod import JobPodSettings
 from helmhive.runner.kube import RunnerKube
+from helmhive.runner.metrics import REGISTRY
 from helmhive.runner.sandbox.landlock import landlock_abi
 from helmhive.runner.sandbox.limits import LimitSupport
 from helmhive.runner.sessions.bindings import SessionStore
@@ -258,10 +259,15 @@ async def _run_with_pod(rig: PodRig, job: str, uid: str, *, warm: str | None = N
 @pytest.mark.parametrize("warm", [False, True], ids=["created", "claimed"])
 async def test_a_job_runs_in_a_pod_of_its_own_which_is_deleted_after(pod_rig: PodRig, warm: bool) -> None:
     warm_name = pod_rig.warm_pod() if warm else None
+    started = {"provider": "reference", "adapter": "acp", "start": "warm" if warm else "cold"}
+    before = REGISTRY.get_sample_value("helmhive_runner_job_queue_to_agent_start_seconds_count", started) or 0.0
     job = pod_rig.operator.create_job("hello", runner=RUNNER, prompt="Say hello.\nWRITE-FILE: hello.txt")
     result, pod, name = await _run_with_pod(pod_rig, "hello", job["metadata"]["uid"], warm=warm_name)
     try:
         assert result.ok, result.message
+        # The queue-to-agent-start metric observed the job once, as warm or cold.
+        after = REGISTRY.get_sample_value("helmhive_runner_job_queue_to_agent_start_seconds_count", started)
+        assert after == before + 1
         assert name == warm_name if warm else name != warm_name
         done = pod_rig.operator.job("hello")
         assert condition(done, "Succeeded")["status"] == "True", done["status"]  # type: ignore[index]

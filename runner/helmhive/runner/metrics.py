@@ -39,6 +39,7 @@ __all__ = [
     "CATALOGUE",
     "EGRESS_REQUESTS",
     "HEARTBEATS",
+    "JOB_AGENT_START",
     "PROBES",
     "REGISTRY",
     "REPORT_WRITES",
@@ -47,6 +48,7 @@ __all__ = [
     "MetricsServer",
     "RunnerGauges",
     "RunnerState",
+    "record_agent_start",
     "record_egress",
     "record_heartbeat",
     "record_probe",
@@ -103,6 +105,14 @@ ADAPTER_KILLS = CATALOGUE.counter(
     "or did not answer a setup request in time.",
     ["provider", "adapter"],
 )
+_START_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+JOB_AGENT_START = CATALOGUE.histogram(
+    "helmhive_runner_job_queue_to_agent_start_seconds",
+    "From a job's creation (its queueing) to its agent's first prompt about to be sent, by provider, adapter "
+    "and where the agent starts: warm (a claimed warm job pod), cold (a job pod created for the job) or in-runner.",
+    ["provider", "adapter", "start"],
+    buckets=_START_BUCKETS,
+)
 EGRESS_REQUESTS = CATALOGUE.counter(
     "helmhive_runner_egress_requests_total",
     "Requests to the runner's egress proxy, by outcome: forwarded, upstream-failed, or refused-<reason> "
@@ -149,6 +159,13 @@ def _identity(config: RunnerConfig) -> tuple[str, str]:
 def record_probe(*, config: RunnerConfig, auth: str) -> None:
     """``auth`` is an :class:`~helmhive.api.runner.AuthState` value (the adapters report the API's states)."""
     PROBES.labels(*_identity(config), auth).inc()
+
+
+def record_agent_start(*, config: RunnerConfig, start: str, seconds: float | None) -> None:
+    """A job's agent is about to get its first prompt, ``seconds`` after the job was created (None: its
+    creation time unreadable, nothing observed). ``start``: ``warm``, ``cold`` or ``in-runner``."""
+    if seconds is not None:
+        JOB_AGENT_START.labels(*_identity(config), start).observe(max(0.0, seconds))
 
 
 def record_egress(*, outcome: str) -> None:

@@ -46,9 +46,16 @@ from helmhive.runner.jobs.governed import ensure_job_workspace
 from helmhive.runner.jobs.journal import JournalPhase
 from helmhive.runner.jobs.podsteps import JobPodSteps
 from helmhive.runner.jobs.resources import JobResources, disk_paths, ensure_job_resources, measure_disk_hit
-from helmhive.runner.jobs.status import CancelCause, JobEnding, build_running_status, view_job
+from helmhive.runner.jobs.status import (
+    CancelCause,
+    JobEnding,
+    build_running_status,
+    decide_queued_seconds,
+    view_job,
+)
 from helmhive.runner.jobs.writes import AGENT_JOBS, ExecutionContext
 from helmhive.runner.kube import KubeError
+from helmhive.runner.metrics import record_agent_start
 from helmhive.runner.sandbox.cgroups import build_cgroup_prefix
 from helmhive.runner.sandbox.disk import watch_disk
 from helmhive.runner.sandbox.workdir import SandboxPlan, remove_sandbox
@@ -206,6 +213,8 @@ class JobExecution(JobPodSteps):
         adapter = self.ctx.job_adapter(plan)
         if self._resources.egress is not None:  # its socket serves the process started for this agent only
             self._resources.egress.authorize(lambda pid: pid == _agent_pid(adapter))
+        queued = decide_queued_seconds(job, self.ctx.now())
+        record_agent_start(config=self.ctx.config, start="in-runner", seconds=queued)
         try:
             outcome = await self._talk(adapter, prepared, cancel=cancel, job=job, cwd=str(plan.workdir))
         finally:  # the agent is gone before the runner reads what it left

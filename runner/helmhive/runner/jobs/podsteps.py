@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -39,7 +38,6 @@ from helmhive.api.common import JobKind
 from helmhive.api.reasons import Reason
 from helmhive.policy.jobpods.identity import JobRef
 from helmhive.policy.jobpods.outcome import JobPodOutcome
-from helmhive.policy.timestamps import as_utc
 from helmhive.runner.adapters.base import CancelOrigin, TurnOutcome, TurnResult
 from helmhive.runner.jobpod.frames import LinkError
 from helmhive.runner.jobs.context import PreparedJob
@@ -53,8 +51,9 @@ from helmhive.runner.jobs.podclaim import (
     wait_job_pod,
     watch_job_pod_loss,
 )
-from helmhive.runner.jobs.status import JobEnding
+from helmhive.runner.jobs.status import JobEnding, decide_queued_seconds
 from helmhive.runner.kube import KubeError, RunnerKube
+from helmhive.runner.metrics import record_agent_start
 
 __all__ = ["JobPodSteps"]
 
@@ -156,13 +155,15 @@ class JobPodSteps(JobConversation):
             if await _until(pod.put_trees(workspace=plan.workdir, home=plan.home), cancel) is None:
                 return self._failed(_stopped(), prepared)
             ran = True
-            # Queue-to-agent-start, for the warm-pool benchmark: a log field, not an API write.
+            # Queue-to-agent-start: a metric and a log field (the benchmark reads it), not an API write.
+            queued = decide_queued_seconds(job, self.ctx.now())
+            record_agent_start(config=self.ctx.config, start="warm" if claimed else "cold", seconds=queued)
             self._log(
                 logging.INFO,
                 "job pod agent starting",
                 pod=pod.target.name,
                 warm=claimed,
-                queuedSeconds=_since_created(job, self.ctx.now()),
+                queuedSeconds=queued,
             )
             watched = _Watched()
             async with watched.pod(self.ctx.kube, pod.target.name, cancel, log=self._log):
@@ -241,15 +242,3 @@ class _Watched:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-
-
-def _since_created(job: dict[str, Any], now: dt.datetime) -> float | None:
-    """Seconds from the job's creation (its queueing) to ``now``; None without a readable creation time."""
-    text = job.get("metadata", {}).get("creationTimestamp")
-    if not isinstance(text, str):
-        return None
-    try:
-        created = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return round((as_utc(now) - as_utc(created)).total_seconds(), 3)

@@ -26,6 +26,7 @@ from typing import Any
 from helmhive.api.reasons import Reason, detailed
 from helmhive.policy.agentjob import life as agentjob
 from helmhive.policy.agentjob.life import parse_agent_job
+from helmhive.policy.timestamps import as_utc
 from helmhive.runner.adapters.base import TurnOutcome, TurnResult
 from helmhive.runner.sandbox.limits import EnforcedLimits, decide_limit_exceeded
 
@@ -37,6 +38,7 @@ __all__ = [
     "build_final_status",
     "build_running_status",
     "decide_job_action",
+    "decide_queued_seconds",
     "decide_turn_failure",
     "decide_unlisted",
     "iso",
@@ -46,6 +48,18 @@ __all__ = [
 
 def iso(moment: dt.datetime) -> str:
     return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def decide_queued_seconds(job: Mapping[str, Any], now: dt.datetime) -> float | None:
+    """Seconds from the job's creation (its queueing) to ``now``; None without a readable creation time."""
+    text = (job.get("metadata") or {}).get("creationTimestamp")
+    if not isinstance(text, str):
+        return None
+    try:
+        created = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return round((as_utc(now) - as_utc(created)).total_seconds(), 3)
 
 
 class CancelCause(enum.StrEnum):
