@@ -291,6 +291,15 @@ async def test_only_a_running_warm_pod_of_the_pool_is_claimed(
         cluster_rig.release(leaving)
 
 
+async def _acquire(kube: RunnerKube, rig: Cluster, job: JobRef, *, runner: str = "pool-a-0") -> str:
+    """A pod for ``job`` (claimed or created) by ``runner``: its name."""
+    got = await ensure_job_pod(
+        kube=kube, template=rig.template, pool=POOL, job=job, runner=runner,
+        timeout_seconds=60, now=lambda: NOW(dt.UTC),
+    )  # fmt: skip
+    return got.name
+
+
 async def test_the_runner_waits_for_its_pod_to_run_and_reads_why_it_cannot(
     cluster_rig: Cluster, runners: Callable[[str], RunnerKube], namespace: str
 ) -> None:
@@ -298,11 +307,7 @@ async def test_the_runner_waits_for_its_pod_to_run_and_reads_why_it_cannot(
     job = cluster_rig.job("alpha")
 
     async def acquire() -> str:
-        got = await ensure_job_pod(
-            kube=kube, template=cluster_rig.template, pool=POOL, job=job, runner="pool-a-0",
-            timeout_seconds=60, now=lambda: NOW(dt.UTC),
-        )  # fmt: skip
-        return got.name
+        return await _acquire(kube, cluster_rig, job)
 
     # Started: waits through a pod without an address and a shim still being created.
     name = await acquire()
@@ -351,11 +356,7 @@ async def test_a_pod_not_started_within_the_pools_timeout_fails_its_job_with_why
     job = cluster_rig.job("alpha")
 
     async def acquire() -> str:
-        got = await ensure_job_pod(
-            kube=kube, template=cluster_rig.template, pool=POOL, job=job, runner="pool-a-0",
-            timeout_seconds=60, now=lambda: NOW(dt.UTC),
-        )  # fmt: skip
-        return got.name
+        return await _acquire(kube, cluster_rig, job)
 
     # What the scheduler writes when no node fits: the job fails once the timer fires, with its message.
     stuck = await acquire()
@@ -406,11 +407,7 @@ async def test_a_lost_jobs_pods_are_found_by_their_labels_and_removed_by_their_o
     alpha, beta = cluster_rig.job("alpha"), cluster_rig.job("beta")
 
     async def acquire(job: JobRef, runner: str = "pool-a-0") -> str:
-        got = await ensure_job_pod(
-            kube=kube, template=cluster_rig.template, pool=POOL, job=job, runner=runner,
-            timeout_seconds=60, now=lambda: NOW(dt.UTC),
-        )  # fmt: skip
-        return got.name
+        return await _acquire(kube, cluster_rig, job, runner=runner)
 
     mine, others, elsewhere = await acquire(alpha), await acquire(beta), await acquire(alpha, runner="pool-a-1")
     # Labelled as alpha's (a label holds 63 characters of a name), owned by another job: not alpha's.
