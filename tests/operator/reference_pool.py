@@ -49,6 +49,7 @@ def pool_docs(
     lease_seconds: int = 5,
     renew_seconds: int = 1,
     agent_env: dict[str, str] | None = None,
+    capabilities: tuple[str, ...] = ("structured-output", "diff-review", "workspace-write"),
 ) -> list[dict[str, Any]]:
     """The pool's token Secret (``token`` is its key) and a one-replica, one-slot RunnerPool ``name``."""
     acp: dict[str, Any] = {"command": "helmhive-reference-agent"}
@@ -68,7 +69,7 @@ def pool_docs(
                     "secretRef": {"name": TOKEN_SECRET, "key": "token"},
                     "envName": "HELMHIVE_REFERENCE_AGENT_TOKEN",
                 },
-                "capabilities": ["structured-output", "diff-review", "workspace-write"],
+                "capabilities": list(capabilities),
                 "concurrency": 1,
                 "replicas": 1,
                 "heartbeat": {

@@ -82,6 +82,8 @@ class SimulatedRunner:
         provider: str = "anthropic",
         models: tuple[str, ...] = ("claude-sonnet-4-5",),
         verified_at: dt.datetime | None = None,
+        efforts: tuple[str, ...] = ("low", "medium", "high"),
+        agent_capabilities: tuple[str, ...] = ("session-load", "session-fork"),
     ) -> dict[str, Any]:
         return {
             "provider": provider,
@@ -92,7 +94,8 @@ class SimulatedRunner:
             "concurrency": 1,
             "activeJobs": 0,
             "environmentFingerprint": "sha256:" + "0" * 64,
-            "catalogue": {"models": [{"id": m} for m in models], "default": models[0]},
+            "agentCapabilities": list(agent_capabilities),
+            "catalogue": {"models": [{"id": m, "efforts": list(efforts)} for m in models], "default": models[0]},
             "credentialGeneration": generation,
             "podName": self.name,
             "reportedAt": micro_time(),

@@ -45,6 +45,24 @@ async def test_probe_reports_agent_catalogue_and_auth(make_adapter: AdapterFacto
     assert report.default_model == "reference-small"
     assert report.effort_levels == ["low", "medium", "high"]
     assert report.default_effort == "medium"
+    assert report.capabilities_known is True
+    assert report.capabilities.names() == ["session-load", "session-resume", "session-fork"]
+    assert report.model_efforts == {m: ["low", "medium", "high"] for m in report.models}
+
+
+async def test_probe_learns_the_efforts_of_each_model_and_what_the_agent_cannot_do(
+    make_adapter: AdapterFactory, method_log: MethodLog
+) -> None:
+    adapter = make_adapter(
+        "no-load-session,no-fork",
+        extra_env={"HELMHIVE_REFERENCE_AGENT_EFFORTS": "reference-small=low,medium;reference-large="},
+    )
+    report = await adapter.probe()
+    assert report.model_efforts == {"reference-small": ["low", "medium"], "reference-large": []}
+    assert report.capabilities.names() == ["session-resume"]
+    assert method_log.config_calls() == [("model", "reference-large")]  # one request per other model
+    await adapter.probe()
+    assert len(method_log.config_calls()) == 1  # learnt once, then remembered
 
 
 async def test_agent_gets_only_the_explicit_environment(

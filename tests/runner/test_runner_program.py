@@ -41,6 +41,13 @@ def test_runner_registers_and_reports_its_catalogue(rig: RunnerRig) -> None:
     assert report["catalogue"]["models"][0]["efforts"] == ["low", "medium", "high"]
     assert report["placementLabels"] == {"zone": "test-a", "domain": "code"}
     assert report["capabilities"] == ["structured-output", "diff-review"]
+    # What the agent advertised over ACP, and where each offered capability comes from.
+    assert {"session-load", "session-fork"} <= set(report["agentCapabilities"])
+    assert report["offeredCapabilities"] == [
+        {"name": "structured-output", "source": "Pool"},
+        {"name": "diff-review", "source": "Pool"},
+    ]
+    assert report.get("withheldCapabilities", []) == []
     assert report["concurrency"] == 1
     assert report["activeJobs"] == 0
     assert report["credentialGeneration"] == 1

@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from helmhive.api.common import FilesystemAccess, JobKind, NetworkAccess, SessionPolicy, ToolKind
+from helmhive.api.common import FilesystemAccess, JobKind, NetworkAccess, ReasoningEffort, SessionPolicy, ToolKind
 from helmhive.api.envelope import OutputContract, OutputFormat
 from helmhive.api.job import AgentJobSpec, ProfileBinding
 from helmhive.api.profile import EffectiveProfile, MemoryPolicy, ProviderMapping, SessionSettings
@@ -66,6 +66,12 @@ def job(
     return RoutingJob(namespace=namespace, name=name, spec=AgentJobSpec.model_validate(wire))
 
 
+def _all_efforts(models: Iterable[str], default: str | None) -> dict[str, frozenset[str]]:
+    """Every model (and the default) offers every effort: what a test that is not about efforts wants."""
+    every = frozenset(e.value for e in ReasoningEffort)
+    return {m: every for m in [*models, *([default] if default else [])]}
+
+
 def runner(
     name: str,
     provider: str = "anthropic",
@@ -73,6 +79,8 @@ def runner(
     models: Iterable[str] = ("sonnet",),
     default: str | None = None,
     capabilities: Iterable[str] = (),
+    agent_capabilities: Iterable[str] = ("session-load", "session-fork"),
+    efforts: Mapping[str, Iterable[str]] | None = None,
     labels: Mapping[str, str] | None = None,
     concurrency: int = 1,
     schedulable: bool = True,
@@ -82,6 +90,7 @@ def runner(
     pool: str = "pool",
     generation: int = 0,
 ) -> RunnerView:
+    models = tuple(models)
     return RunnerView(
         namespace=namespace,
         name=name,
@@ -92,6 +101,8 @@ def runner(
         default_model=default,
         models=frozenset(models),
         capabilities=frozenset(capabilities),
+        agent_capabilities=frozenset(agent_capabilities),
+        efforts={m: frozenset(e) for m, e in efforts.items()} if efforts is not None else _all_efforts(models, default),
         labels=dict(labels or {}),
         concurrency=concurrency,
         credential_generation=generation,

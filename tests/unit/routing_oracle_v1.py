@@ -2,7 +2,9 @@
 
 ``decide_route`` in :mod:`helmhive.policy.routing.route` was rewritten for speed (issue 9: at most
 1 ms over 1,000 runners). This is the earlier, straightforward implementation, copied
-unchanged but for its imports and two later rules: a job that no runner can serve *yet* waits for
+unchanged but for its imports and later rules: a runner's catalogue must offer the option's
+reasoning effort with its model (``EffortNotOffered``), and a resuming (forking) profile needs an
+agent that advertised ``session-load`` (``session-fork``) (issue 39); and a job that no runner can serve *yet* waits for
 a runner until its deadline instead of failing closed at once (:func:`_wait_for_runner`, as
 ``docs/routing.md`` says), and so does one that a runner not schedulable now would pass every
 other runner-level check of (a pool rolling out, a runner restarting), whatever other runners
@@ -68,7 +70,12 @@ def _override(spec: AgentJobSpec) -> ModelOverride | None:
 
 
 def _runner_check(
-    runner: RunnerView, *, providers: set[str], capabilities: Sequence[str], labels: Sequence[tuple[str, str]]
+    runner: RunnerView,
+    *,
+    providers: set[str],
+    capabilities: Sequence[str],
+    labels: Sequence[tuple[str, str]],
+    agent: Sequence[str] = (),
 ) -> tuple[int, str] | None:
     """The first runner-level requirement ``runner`` fails, as (rank, reason); None if it passes all."""
     if not runner.schedulable:
@@ -79,6 +86,9 @@ def _runner_check(
         return _PROVIDER, Reason.PROVIDER_NOT_IN_MAPPINGS.value
     for capability in capabilities:
         if capability not in runner.capabilities:
+            return _REQUIREMENT, f"{Reason.MISSING_CAPABILITY.value}:{capability}"
+    for capability in agent:
+        if capability not in runner.agent_capabilities:
             return _REQUIREMENT, f"{Reason.MISSING_CAPABILITY.value}:{capability}"
     for key, value in labels:
         if runner.labels.get(key) != value:
@@ -96,6 +106,8 @@ def _option_check(runner: RunnerView, option: RouteOption, *, active: int) -> tu
         return _MODEL, Reason.NO_DEFAULT_MODEL.value, None
     else:
         model = runner.default_model
+    if option.effort is not None and not runner.offers_effort(model, option.effort.value):
+        return _MODEL, f"{Reason.EFFORT_NOT_OFFERED.value}:{model}/{option.effort.value}", model
     if active >= runner.concurrency:
         return _CAPACITY, Reason.NO_FREE_CONCURRENCY.value, model
     return _ELIGIBLE, "", model
@@ -157,12 +169,17 @@ def decide_route(
         by_provider.setdefault(option.provider, []).append(option)
     capabilities = list(profile.required_capabilities)
     labels = sorted(profile.required_labels.items())
+    agent: tuple[str, ...] = ()
+    if not is_governed(job.spec.job_kind):
+        agent = {SessionPolicy.RESUME: ("session-load",), SessionPolicy.FORK: ("session-fork",)}.get(
+            profile.session.policy, ()
+        )
 
     results: dict[RunnerKey, _Result] = {}
     eligible: dict[int, list[RunnerView]] = {}
     blocked: set[RunnerKey] = set()
     for runner in ordered:
-        failed = _runner_check(runner, providers=providers, capabilities=capabilities, labels=labels)
+        failed = _runner_check(runner, providers=providers, capabilities=capabilities, labels=labels, agent=agent)
         if failed is not None:
             results[runner.key] = _Result(runner=runner, rank=failed[0], reason=failed[1])
             continue
@@ -238,7 +255,7 @@ def decide_route(
         if r.rank == _UNSCHEDULABLE
         and _runner_check(
             dataclasses.replace(r.runner, schedulable=True), providers=providers, capabilities=capabilities,
-            labels=labels,
+            labels=labels, agent=agent,
         ) is None
     ]  # fmt: skip
     if options and later:
@@ -483,6 +500,17 @@ def _failed(
                     f"no compatible runner advertises {', '.join(missing)}; an explicit model is refused, "
                     f"never swapped ({len(nearest)} runner{'s' if len(nearest) != 1 else ''} met every other "
                     "requirement)",
+                    1024,
+                ),
+                **common,
+            )
+        efforts = sorted({r.reason.partition(":")[2] for r in nearest if r.reason.startswith("EffortNotOffered")})
+        if efforts:
+            return RoutingDecision(
+                reason=Reason.EFFORT_NOT_OFFERED,
+                message=_truncate(
+                    f"no compatible runner offers the reasoning effort with the model ({', '.join(efforts)}, as "
+                    "model/effort); an effort is refused, never swapped",
                     1024,
                 ),
                 **common,

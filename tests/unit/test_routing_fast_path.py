@@ -25,6 +25,8 @@ from helmhive.policy.routing.route import RoutingPolicy, RunnerView, SessionBind
 PROVIDERS = ["anthropic", "openai", "google"]
 MODELS = ["m1", "m2", "m3", "m4"]
 CAPS = ["diff-review", "structured-output", "gpu"]
+AGENT_CAPS = ["session-load", "session-fork"]
+EFFORTS = ["low", "medium", "high"]
 LABELS = {"domain": ["code", "docs"], "region": ["eu", "us"]}
 
 
@@ -33,12 +35,19 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
     count = draw(st.integers(min_value=0, max_value=60))
     runners: list[RunnerView] = []
     for i in range(count):
+        models = draw(st.lists(st.sampled_from(MODELS), unique=True, max_size=3))
+        default = draw(st.none() | st.sampled_from(MODELS))
+        efforts = {
+            m: draw(st.lists(st.sampled_from(EFFORTS), unique=True)) for m in {*models, *([default] if default else [])}
+        }
         runners.append(
             runner(
                 f"r{i:02d}",
                 draw(st.sampled_from(PROVIDERS)),
-                models=draw(st.lists(st.sampled_from(MODELS), unique=True, max_size=3)),
-                default=draw(st.none() | st.sampled_from(MODELS)),
+                models=models,
+                default=default,
+                efforts=efforts,
+                agent_capabilities=draw(st.lists(st.sampled_from(AGENT_CAPS), unique=True)),
                 capabilities=draw(st.lists(st.sampled_from(CAPS), unique=True)),
                 labels={k: draw(st.sampled_from(v)) for k, v in LABELS.items() if draw(st.booleans())},
                 concurrency=draw(st.integers(min_value=0, max_value=5)),
@@ -55,6 +64,7 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
             p,
             draw(st.none() | st.sampled_from(MODELS)),
             *draw(st.lists(st.sampled_from(MODELS), unique=True, max_size=2)),
+            effort=draw(st.none() | st.sampled_from(EFFORTS)),
         )
         for p in providers
     ]
@@ -80,7 +90,14 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
     ]
     override = draw(
         st.none()
-        | st.fixed_dictionaries({}, optional={"provider": st.sampled_from(PROVIDERS), "model": st.sampled_from(MODELS)})
+        | st.fixed_dictionaries(
+            {},
+            optional={
+                "provider": st.sampled_from(PROVIDERS),
+                "model": st.sampled_from(MODELS),
+                "reasoningEffort": st.sampled_from(EFFORTS),
+            },
+        )
     )
     return {
         "job": job(kind=JobKind.IMPLEMENTATION_PROBE, model=override),
@@ -129,3 +146,24 @@ def test_large_fleets_agree_too(count: int) -> None:
         active = {r.key: rnd.randint(0, 4) for r in runners}
         case = {"job": job(), "binding": profile, "runners": runners, "active_jobs": active, "now": NOW}
         assert decide_route(**case) == oracle.decide_route(**case)
+
+
+@settings(max_examples=600, deadline=None, derandomize=True)
+@given(cases())
+def test_an_assigned_job_meets_what_the_runner_would_refuse_at_run_time(case: dict[str, Any]) -> None:
+    """The runner's run-time refusals (``EffortNotOffered``, ``ResumeUnsupported``, ``ForkUnsupported``)
+    cannot be reached through routing: whatever routing assigns, the chosen runner's catalogue offers
+    the effort with the model, and a resuming (forking) profile's runner has an agent that loads
+    (forks) sessions."""
+    decision = decide_route(**case)
+    choice = decision.choice
+    if choice is None:
+        return
+    chosen = next(r for r in case["runners"] if r.key == choice.runner_key)
+    if choice.effort is not None:
+        assert chosen.offers_effort(choice.model, choice.effort.value)
+    policy = case["binding"].snapshot.session.policy
+    if policy is SessionPolicy.RESUME:
+        assert "session-load" in chosen.agent_capabilities
+    if policy is SessionPolicy.FORK:
+        assert "session-fork" in chosen.agent_capabilities

@@ -48,6 +48,9 @@ class ConditionType(enum.StrEnum):
     CREDENTIAL_AVAILABLE = "CredentialAvailable"
     WARM_PODS_READY = "WarmPodsReady"
     """A JobPod pool's warm set (``execution.warmPods``): are that many warm pods ready to be claimed."""
+    # Runner and RunnerPool (``helmhive.policy.runners.capabilities``)
+    CAPABILITIES_ADVERTISED = "CapabilitiesAdvertised"
+    """Does the agent advertise every agent capability the pool declares (``session-load``, ``mcp-http``…)."""
 
 
 class Reason(enum.StrEnum):
@@ -234,6 +237,14 @@ class Reason(enum.StrEnum):
     """The operator's create or delete of a warm pod was refused (a quota, an admission policy)."""
     NO_WARM_PODS = "NoWarmPods"
     """``execution.warmPods`` is 0: every job's pod is created when the job starts."""
+    # Discovered capabilities (``helmhive.policy.runners.capabilities``) and routing on them
+    ALL_ADVERTISED = "AllAdvertised"
+    CAPABILITY_NOT_ADVERTISED = "CapabilityNotAdvertised"
+    """The pool declares an agent capability its agent does not advertise: the runner does not offer it."""
+    AGENT_NOT_PROBED = "AgentNotProbed"
+    EFFORT_NOT_OFFERED = "EffortNotOffered"
+    """A routing rejection, ``EffortNotOffered:<model>/<effort>``: the runner's catalogue does not offer
+    that reasoning effort with that model."""
 
 
 _DETAIL_RE = re.compile(r"[^A-Za-z0-9_,:]+")

@@ -36,15 +36,19 @@ __all__ = [
     "AdapterInfo",
     "AuthReport",
     "AuthState",
+    "CapabilitySource",
     "CgroupMode",
     "ModelCatalogue",
     "ModelEntry",
     "NetworkIsolation",
+    "OfferedCapability",
     "ReportedStatus",
     "RunnerReport",
     "RunnerSpec",
     "RunnerStatus",
     "SandboxReport",
+    "WithheldCapability",
+    "WithheldReason",
     "build_report_digest",
 ]
 
@@ -77,7 +81,17 @@ class RunnerSpec(ApiModel):
 class ModelEntry(ApiModel):
     id: ModelId
     display_name: ShortText | None = None
-    efforts: Annotated[list[Annotated[str, Field(max_length=32)]], Field(max_length=8)] = []
+    efforts: Annotated[
+        list[Annotated[str, Field(max_length=32)]],
+        Field(
+            max_length=8,
+            description=(
+                "The reasoning efforts the agent offers with this model (for an ACP agent, its effort option "
+                "once this model is set). Empty: no effort can be chosen, and routing refuses a job that "
+                "asks for one with this model (`EffortNotOffered`)."
+            ),
+        ),
+    ] = []
 
 
 class ModelCatalogue(ApiModel):
@@ -147,6 +161,34 @@ class SandboxReport(ApiModel):
     own), so it cannot change the runner's files, their metadata included."""
 
 
+class CapabilitySource(enum.StrEnum):
+    """Where an offered capability comes from (``docs/runners.md``, "Capabilities: declared and advertised")."""
+
+    POOL = "Pool"
+    """Declared by the pool and provided by Helmhive or the image; no agent advertisement decides it."""
+    AGENT = "Agent"
+    """Declared by the pool and advertised by the agent when the runner probed it."""
+
+
+class WithheldReason(enum.StrEnum):
+    NOT_ADVERTISED = "NotAdvertised"
+    """The pool declares it; the agent's advertisement does not include it."""
+    AGENT_NOT_PROBED = "AgentNotProbed"
+    """The pool declares it, and no probe has yet learnt what the agent advertises."""
+
+
+class OfferedCapability(ApiModel):
+    name: Capability
+    source: CapabilitySource
+
+
+class WithheldCapability(ApiModel):
+    """A capability the pool declares that the runner does not offer."""
+
+    name: Capability
+    reason: WithheldReason
+
+
 class RunnerReport(ApiModel):
     """What a runner says about itself. Written only by that runner."""
 
@@ -154,7 +196,23 @@ class RunnerReport(ApiModel):
     adapter: AdapterInfo
     authentication: AuthReport
     placement_labels: LabelMap = {}
-    capabilities: Annotated[list[Capability], Field(max_length=32)] = []
+    capabilities: Annotated[
+        list[Capability],
+        Field(
+            max_length=32,
+            description=(
+                "The capabilities this runner offers (routing reads these): the pool's declaration, less any "
+                "agent capability the agent did not advertise (see `withheldCapabilities`)."
+            ),
+        ),
+    ] = []
+    offered_capabilities: Annotated[list[OfferedCapability], Field(max_length=32)] = []
+    """Each of ``capabilities`` with where it comes from."""
+    withheld_capabilities: Annotated[list[WithheldCapability], Field(max_length=32)] = []
+    """Declared by the pool, not offered: the agent did not advertise them (or was not probed yet)."""
+    agent_capabilities: Annotated[list[Capability] | None, Field(max_length=16)] = None
+    """What the agent advertised, in Helmhive's names (``session-load``, ``session-fork``, ``mcp-http``…);
+    absent until a probe initialised the agent."""
     concurrency: Annotated[int, Field(ge=0, le=64)] = 1
     active_jobs: Annotated[int, Field(ge=0, le=64)] = 0
     environment_fingerprint: Annotated[str, Field(max_length=80)]

@@ -366,7 +366,18 @@ class RunnerPoolSpec(ApiModel):
     ] = EgressSpec()
     source: PoolSourceSpec = PoolSourceSpec()
     placement_labels: LabelMap = {}
-    capabilities: Annotated[list[Capability], Field(max_length=32)] = []
+    capabilities: Annotated[
+        list[Capability],
+        Field(
+            max_length=32,
+            description=(
+                "What the pool's runners offer to routing. A name of an agent feature (session-load, "
+                "session-resume, session-fork, mcp-http, mcp-sse, prompt-image, prompt-embedded-context) "
+                "is offered only when the agent advertises it; the CapabilitiesAdvertised condition names "
+                "any the agent lacks (docs/runners.md)."
+            ),
+        ),
+    ] = []
     concurrency: Annotated[int, Field(ge=1, le=64)] = 1
     replicas: Annotated[int, Field(ge=0, le=100)] = 1
     serves_namespaces: Annotated[

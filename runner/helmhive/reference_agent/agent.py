@@ -17,9 +17,14 @@ every path of a runner's adapter can be exercised:
     times, before answering), ``refuse-config`` (refuses every session/set_config_option),
     ``unauthenticated`` (session/new and session/load fail with the ACP auth-required error),
     ``invalid-output`` (every JSON answer breaks the prompt's output contract), ``no-fork``
-    (session forking is not advertised), ``no-compact-command`` (no ``compact`` command is
+    (session forking is not advertised), ``no-load-session`` (``loadSession`` is not advertised, and
+    session/load fails), ``no-compact-command`` (no ``compact`` command is
     advertised), ``compact-fails``, ``compact-silent``, ``compact-no-shrink`` (a broken
     ``/compact``: see :mod:`helmhive.reference_agent.context`).
+``HELMHIVE_REFERENCE_AGENT_EFFORTS``
+    The reasoning efforts each model offers, ``model=level,level;model=level`` (for example
+    ``reference-small=low,medium``); a model not named offers ``low``, ``medium`` and ``high``. The
+    session's effort option lists its current model's, and is absent for a model named with none.
 ``HELMHIVE_REFERENCE_AGENT_CONTEXT_SIZE``
     The context window the agent reports in its ``usage_update`` (default 10000 tokens).
 ``HELMHIVE_REFERENCE_AGENT_SESSION_PREFIX``
@@ -96,6 +101,13 @@ class ReferenceAgent:
         update = schema.UsageUpdate(session_update="usage_update", used=used, size=self._settings.context_size)
         await self._conn.session_update(session_id, update)
 
+    def _options(self, session: Session) -> list[Any]:
+        """The session's config options: its model's efforts (``HELMHIVE_REFERENCE_AGENT_EFFORTS``)."""
+        efforts = self._settings.efforts_for(session.model)
+        if efforts and session.effort not in efforts:  # a model that does not offer the held effort
+            session.effort = rules.DEFAULT_EFFORT if rules.DEFAULT_EFFORT in efforts else efforts[0]
+        return config_options(session, efforts)
+
     def _require_auth(self) -> None:
         if "unauthenticated" in self._settings.modes:
             raise acp.RequestError.auth_required({"authMethods": [AUTH_METHOD_ID]})
@@ -109,7 +121,7 @@ class ReferenceAgent:
         return schema.InitializeResponse(
             protocol_version=min(protocol_version, acp.PROTOCOL_VERSION),
             agent_capabilities=schema.AgentCapabilities(
-                load_session=True,
+                load_session="no-load-session" not in self._settings.modes,
                 session_capabilities=schema.SessionCapabilities(
                     resume=schema.SessionResumeCapabilities(),
                     fork=None if "no-fork" in self._settings.modes else schema.SessionForkCapabilities(),
@@ -143,7 +155,7 @@ class ReferenceAgent:
         self._sessions[session_id] = Session(cwd=cwd)
         self._sessions.save(session_id)
         await self._advertise(session_id)
-        options = config_options(self._sessions[session_id])
+        options = self._options(self._sessions[session_id])
         return schema.NewSessionResponse(session_id=session_id, config_options=options)
 
     async def load_session(
@@ -156,13 +168,15 @@ class ReferenceAgent:
     ) -> schema.LoadSessionResponse:
         self._log("session/load")
         self._require_auth()
+        if "no-load-session" in self._settings.modes:
+            raise acp.RequestError.method_not_found("session/load")
         session = self._sessions.restore(session_id)
         for turn in session.history:  # the protocol replays the conversation before answering
             await self._conn.session_update(session_id, acp.update_user_message_text(turn["prompt"]))
             await self._conn.session_update(session_id, acp.update_agent_message_text(turn["reply"]))
         await self._advertise(session_id)
         await self._report_usage(session_id)
-        return schema.LoadSessionResponse(config_options=config_options(session))
+        return schema.LoadSessionResponse(config_options=self._options(session))
 
     async def fork_session(
         self,
@@ -183,9 +197,7 @@ class ReferenceAgent:
         )
         self._sessions.save(forked_id)
         await self._advertise(forked_id)
-        return schema.ForkSessionResponse(
-            session_id=forked_id, config_options=config_options(self._sessions[forked_id])
-        )
+        return schema.ForkSessionResponse(session_id=forked_id, config_options=self._options(self._sessions[forked_id]))
 
     async def resume_session(
         self,
@@ -199,14 +211,17 @@ class ReferenceAgent:
         self._require_auth()
         session = self._sessions.restore(session_id)
         await self._advertise(session_id)
-        return schema.ResumeSessionResponse(config_options=config_options(session))
+        return schema.ResumeSessionResponse(config_options=self._options(session))
 
     async def set_config_option(
         self, config_id: str, session_id: str, value: str | bool, **kwargs: Any
     ) -> schema.SetSessionConfigOptionResponse:
         self._log("session/set_config_option", configId=config_id, value=value)
         session = self._sessions.restore(session_id)
-        offered = {rules.MODEL_OPTION_ID: rules.MODELS, rules.EFFORT_OPTION_ID: rules.EFFORT_LEVELS}
+        offered = {
+            rules.MODEL_OPTION_ID: rules.MODELS,
+            rules.EFFORT_OPTION_ID: self._settings.efforts_for(session.model),
+        }
         if config_id not in offered:
             raise acp.RequestError.invalid_params({"configId": config_id, "reason": "unknown config option"})
         if not isinstance(value, str) or value not in offered[config_id]:
@@ -219,7 +234,7 @@ class ReferenceAgent:
         else:
             session.effort = value
         self._sessions.save(session_id)
-        return schema.SetSessionConfigOptionResponse(config_options=config_options(session))
+        return schema.SetSessionConfigOptionResponse(config_options=self._options(session))
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         self._log("session/cancel")

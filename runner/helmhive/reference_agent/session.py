@@ -27,6 +27,7 @@ __all__ = [
     "CRASH_EXIT_CODE",
     "CRASH_ONCE_MARK",
     "ENV_CONTEXT_SIZE",
+    "ENV_EFFORTS",
     "ENV_LEAK_ON_CRASH",
     "ENV_MODE",
     "ENV_SESSION_PREFIX",
@@ -52,6 +53,7 @@ ENV_TOKEN = "HELMHIVE_REFERENCE_AGENT_TOKEN"
 ENV_LEAK_ON_CRASH = "HELMHIVE_REFERENCE_AGENT_LEAK_ON_CRASH"
 ENV_SESSION_PREFIX = "HELMHIVE_REFERENCE_AGENT_SESSION_PREFIX"
 ENV_CONTEXT_SIZE = "HELMHIVE_REFERENCE_AGENT_CONTEXT_SIZE"
+ENV_EFFORTS = "HELMHIVE_REFERENCE_AGENT_EFFORTS"
 CRASH_EXIT_CODE = 70
 CRASH_ONCE_MARK = ".helmhive-reference-agent-crashed-once"
 """``REFERENCE-AGENT: crash-once`` crashes only while ``$HOME/<this>`` is absent, and writes it first."""
@@ -74,6 +76,11 @@ class Settings:
     leak_on_crash: bool = False
     session_prefix: str = ""
     context_size: int = context.DEFAULT_CONTEXT_SIZE
+    efforts: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """The efforts offered per model; a model absent here offers every level of :data:`rules.EFFORT_LEVELS`."""
+
+    def efforts_for(self, model: str) -> tuple[str, ...]:
+        return self.efforts.get(model, rules.EFFORT_LEVELS)
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> Settings:
@@ -86,7 +93,12 @@ class Settings:
             size = context.parse_context_size(env.get(ENV_CONTEXT_SIZE, ""))
         except ValueError as exc:
             raise SystemExit(f"{ENV_CONTEXT_SIZE} {exc}") from None
+        try:
+            efforts = parse_efforts(env.get(ENV_EFFORTS, ""))
+        except ValueError as exc:
+            raise SystemExit(f"{ENV_EFFORTS} {exc}") from None
         return cls(
+            efforts=efforts,
             state_dir=Path(state).expanduser() if state else None,
             modes=modes,
             slow_steps=int(env.get(ENV_SLOW_STEPS, "5")),
@@ -105,6 +117,20 @@ class Settings:
             if behaviour in self.modes:
                 return rules.as_behaviour(behaviour) or "normal"
         return "normal"
+
+
+def parse_efforts(text: str) -> dict[str, tuple[str, ...]]:
+    """``model=level,level;model=level``: the efforts each named model offers (others offer all)."""
+    found: dict[str, tuple[str, ...]] = {}
+    for part in (p.strip() for p in text.split(";")):
+        if not part:
+            continue
+        model, sep, levels = part.partition("=")
+        wanted = tuple(level.strip() for level in levels.split(",") if level.strip())
+        if not sep or model.strip() not in rules.MODELS or not set(wanted) <= set(rules.EFFORT_LEVELS):
+            raise ValueError(f"must be model=level,...;... with models {rules.MODELS} and levels {rules.EFFORT_LEVELS}")
+        found[model.strip()] = wanted
+    return found
 
 
 @dataclass
@@ -193,8 +219,12 @@ def first_crash() -> bool:
     return True
 
 
-def config_options(session: Session) -> list[AnyConfigOption]:
-    """The session's configuration options: the model catalogue and the reasoning-effort levels."""
+def config_options(session: Session, efforts: tuple[str, ...] = rules.EFFORT_LEVELS) -> list[AnyConfigOption]:
+    """The session's configuration options: the model catalogue and the reasoning-effort levels.
+
+    ``efforts`` are those the session's model offers (:meth:`Settings.efforts_for`); without any,
+    the session has no effort option at all.
+    """
     model = ConfigOption(
         id=rules.MODEL_OPTION_ID,
         name="Model",
@@ -209,6 +239,6 @@ def config_options(session: Session) -> list[AnyConfigOption]:
         category="thought_level",
         type="select",
         current_value=session.effort,
-        options=[schema.SessionConfigSelectOption(value=e, name=e) for e in rules.EFFORT_LEVELS],
+        options=[schema.SessionConfigSelectOption(value=e, name=e) for e in efforts],
     )
-    return [model, effort]
+    return [model, effort] if efforts else [model]

@@ -47,6 +47,7 @@ from helmhive.controller.runtime import Runtime
 from helmhive.policy.conditions import find_condition, set_condition
 from helmhive.policy.jobpods.view import PodView
 from helmhive.policy.jobpods.warmset import WarmVerdict
+from helmhive.policy.runners.capabilities import decide_pool_capabilities_condition
 from helmhive.policy.runners.credentials import CredentialDecision, build_credential_verdict
 from helmhive.policy.runners.pool import PoolRef, build_pool_objects, decide_pool_name_problem, decide_pruned_objects
 from helmhive.policy.runners.state import (
@@ -145,11 +146,16 @@ class PoolLoop:
             counts = decide_pool_counts(
                 replicas=spec.replicas, runners=await self._derive_runners(facts, runners, leases, logger=logger)
             )
+        capabilities = None
+        if spec is not None:
+            reports = [view.status.report for view in runners.get((self.ref.namespace, self.ref.name), ())]
+            capabilities = decide_pool_capabilities_condition(declared=spec.capabilities, reports=reports)
         await self._patch_status(
             status,
             spec=spec,
             counts=counts,
             warm=warm,
+            capabilities=capabilities,
             generation=meta.get("generation"),
             resource_version=str(meta.get("resourceVersion", "")),
             clock=clock,
@@ -270,12 +276,17 @@ class PoolLoop:
         spec: RunnerPoolSpec | None,
         counts: PoolCounts | None,
         warm: WarmVerdict | None,
+        capabilities: ConditionVerdict | None,
         generation: int | None,
         resource_version: str,
         clock: float,
     ) -> None:
         now = self.runtime.clock()
         verdicts = [(ConditionType.READY, self.ready.status, self.ready.reason, self.ready.message)]
+        if capabilities is not None:
+            verdicts.append(
+                (ConditionType.CAPABILITIES_ADVERTISED, capabilities.status, capabilities.reason, capabilities.message)
+            )
         desired: dict[str, Any] = {"observedGeneration": generation}
         if spec is not None:
             verdict = build_credential_verdict(spec.credential, self.credential)

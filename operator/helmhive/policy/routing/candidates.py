@@ -31,6 +31,7 @@ _MISSING_LABEL = Reason.MISSING_LABEL.value
 _MODEL_NOT_ADVERTISED = Reason.MODEL_NOT_ADVERTISED.value
 _NO_DEFAULT_MODEL = Reason.NO_DEFAULT_MODEL.value
 _NO_FREE_CONCURRENCY = Reason.NO_FREE_CONCURRENCY.value
+_EFFORT_NOT_OFFERED = Reason.EFFORT_NOT_OFFERED.value
 
 _Result = tuple[int, int, str, str, str, "RouteOption | None", "str | None", RunnerView]
 """One runner's closest result: (rank, option position, namespace, name, reason, option, model, runner).
@@ -95,8 +96,12 @@ def _runner_check(
     capabilities: Sequence[str],
     required: frozenset[str],
     labels: Sequence[tuple[str, str]],
+    agent: Sequence[str] = (),
 ) -> tuple[int, str] | None:
-    """The first runner-level requirement ``runner`` fails, as (rank, reason); None if it passes all."""
+    """The first runner-level requirement ``runner`` fails, as (rank, reason); None if it passes all.
+
+    ``agent``: what the job's session policy needs its agent to have advertised (``session-load``…).
+    """
     if not runner.schedulable:
         return _UNSCHEDULABLE, f"{_NOT_SCHEDULABLE}/{runner.schedulable_reason}"
     if not runner.serves_namespace:
@@ -107,6 +112,9 @@ def _runner_check(
         for capability in capabilities:
             if capability not in runner.capabilities:
                 return _REQUIREMENT, f"{_MISSING_CAPABILITY}:{capability}"
+    for capability in agent:
+        if capability not in runner.agent_capabilities:
+            return _REQUIREMENT, f"{_MISSING_CAPABILITY}:{capability}"
     if labels:
         runner_labels = runner.labels
         for key, value in labels:

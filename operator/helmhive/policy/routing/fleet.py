@@ -221,6 +221,8 @@ def build_runner_view(*, runner: RunnerFacts, pool: PoolServing | None, serves_n
         default_model=report.catalogue.default if report is not None else None,
         models=frozenset(m.id for m in report.catalogue.models) if report is not None else frozenset(),
         capabilities=frozenset(report.capabilities) if report is not None else frozenset(),
+        agent_capabilities=frozenset(report.agent_capabilities or ()) if report is not None else frozenset(),
+        efforts={m.id: frozenset(m.efforts) for m in report.catalogue.models} if report is not None else {},
         labels=dict(report.placement_labels) if report is not None else {},
         concurrency=concurrency,
         credential_generation=report.credential_generation if report is not None else 0,

@@ -58,6 +58,11 @@ class RunnerView:
     default_model: str | None = None
     models: frozenset[str] = frozenset()
     capabilities: frozenset[str] = frozenset()
+    """What the runner offers: its pool's declaration less what its agent did not advertise."""
+    agent_capabilities: frozenset[str] = frozenset()
+    """What its agent advertised (``session-load``, ``session-fork``…), which a session policy needs."""
+    efforts: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """The reasoning efforts its catalogue offers, per model id."""
     labels: Mapping[str, str] = field(default_factory=dict)
     concurrency: int = 1
     credential_generation: int = 0
@@ -71,6 +76,10 @@ class RunnerView:
     def advertises(self, model: str) -> bool:
         """The runner offers ``model``: it is in the catalogue, or it is the reported default."""
         return model in self.models or model == self.default_model
+
+    def offers_effort(self, model: str, effort: str) -> bool:
+        """The runner's catalogue offers ``effort`` with ``model``."""
+        return effort in self.efforts.get(model, ())
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -268,6 +268,17 @@ def _failed(
                 ),
                 **common,
             )
+        efforts = sorted({r.partition(":")[2] for r in nearest if r.startswith("EffortNotOffered")})
+        if efforts:
+            return RoutingDecision(
+                reason=Reason.EFFORT_NOT_OFFERED,
+                message=_truncate(
+                    f"no compatible runner offers the reasoning effort with the model ({', '.join(efforts)}, as "
+                    "model/effort); an effort is refused, never swapped",
+                    1024,
+                ),
+                **common,
+            )
         return RoutingDecision(
             reason=Reason.NO_DEFAULT_MODEL,
             message="the mapping asks for the runner's default model and no compatible runner reports one",

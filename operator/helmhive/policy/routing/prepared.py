@@ -1,7 +1,7 @@
 """Routing's per-runner checks that do not depend on load, computed once per fleet and requirement. Pure.
 
 A runner's rejection for a job (not schedulable, namespace not served, provider, capability,
-label) and which of the job's options its models allow depend only on the runner and on the
+label) and which of the job's options its models (and their efforts) allow depend only on the runner and on the
 job's options and requirements; only its free concurrency changes from one decision to the
 next. :func:`build_static_checks` computes the former once (a :class:`StaticChecks`), and
 :func:`helmhive.policy.routing.route.decide_route` adds the load per decision.
@@ -21,6 +21,7 @@ from typing import overload
 from helmhive.api.reasons import Reason
 from helmhive.policy.routing.candidates import (
     _CAPACITY,
+    _EFFORT_NOT_OFFERED,
     _ELIGIBLE,
     _MODEL,
     _MODEL_NOT_ADVERTISED,
@@ -37,8 +38,9 @@ __all__ = ["RunnerSet", "StaticChecks", "build_static_checks"]
 _HEARTBEAT_HELD = Reason.HEARTBEAT_HELD.value
 _KEPT = 16  # requirements remembered per fleet (a burst usually has one or two profiles)
 
-Requirement = tuple[tuple[RouteOption, ...], tuple[str, ...], tuple[tuple[str, str], ...]]
-"""(the job's options in order, its required capabilities in order, its required labels sorted)."""
+Requirement = tuple[tuple[RouteOption, ...], tuple[str, ...], tuple[tuple[str, str], ...], tuple[str, ...]]
+"""(the job's options in order, its required capabilities in order, its required labels sorted, the agent
+capabilities its session policy needs)."""
 
 Passing = tuple[RunnerKey, RunnerView, tuple[int, ...], _Result, _Result]
 """A runner that passes every runner-level check and whose models allow an option: (key, view,
@@ -77,12 +79,13 @@ class StaticChecks:
 
 def build_static_checks(runners: Sequence[RunnerView], requirement: Requirement) -> StaticChecks:
     """The load-independent part of every runner's check for one requirement (see the module docstring)."""
-    options, capabilities, labels = requirement
+    options, capabilities, labels, agent = requirement
     providers = {o.provider for o in options}
     by_provider: dict[str, list[RouteOption]] = {}
     for option in options:
         by_provider.setdefault(option.provider, []).append(option)
     required = frozenset(capabilities)
+    required_agent = frozenset(agent)
     required_labels = frozenset(labels)
     entries: dict[RunnerKey, _Result | Passing] = {}  # by key: a key given twice counts once
     held: set[RunnerKey] = set()
@@ -95,13 +98,19 @@ def build_static_checks(runners: Sequence[RunnerView], requirement: Requirement)
             runner.serves_namespace
             and runner.provider in providers
             and required <= runner.capabilities
+            and required_agent <= runner.agent_capabilities
             and required_labels <= runner.labels.items()
         )
         if runner.schedulable and fits:
             failed = None
         else:
             failed = _runner_check(
-                runner, providers=providers, capabilities=capabilities, required=required, labels=list(labels)
+                runner,
+                providers=providers,
+                capabilities=capabilities,
+                required=required,
+                labels=list(labels),
+                agent=agent,
             )
         if failed is not None:
             entries[key] = (failed[0], _NO_POSITION, runner.namespace, runner.name, failed[1], None, None, runner)
@@ -131,16 +140,25 @@ def _model_entry(key: RunnerKey, runner: RunnerView, options: Sequence[RouteOpti
     for option in options:
         model = option.model
         if model is not None:
-            if model in runner.models or model == runner.default_model:
-                allowed.append((option, model))
-            elif closest is None:
-                reason = f"{_MODEL_NOT_ADVERTISED}:{model}"
-                closest = (_MODEL, option.position, runner.namespace, runner.name, reason, option, model, runner)
+            if not (model in runner.models or model == runner.default_model):
+                if closest is None:
+                    reason = f"{_MODEL_NOT_ADVERTISED}:{model}"
+                    closest = (_MODEL, option.position, runner.namespace, runner.name, reason, option, model, runner)
+                continue
         elif runner.default_model is not None:
-            allowed.append((option, runner.default_model))
-        elif closest is None:
-            reason = _NO_DEFAULT_MODEL
-            closest = (_MODEL, option.position, runner.namespace, runner.name, reason, option, None, runner)
+            model = runner.default_model
+        else:
+            if closest is None:
+                reason = _NO_DEFAULT_MODEL
+                closest = (_MODEL, option.position, runner.namespace, runner.name, reason, option, None, runner)
+            continue
+        effort = option.effort
+        if effort is not None and effort.value not in runner.efforts.get(model, ()):
+            if closest is None:
+                reason = f"{_EFFORT_NOT_OFFERED}:{model}/{effort.value}"
+                closest = (_MODEL, option.position, runner.namespace, runner.name, reason, option, model, runner)
+            continue
+        allowed.append((option, model))
     if not allowed:
         assert closest is not None  # each option of the runner's provider was allowed or set it
         return closest

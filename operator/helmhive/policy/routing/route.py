@@ -17,8 +17,11 @@ The algorithm (``docs/routing.md`` explains each choice):
    change review (``avoid_provider``) the options of other providers come first.
 3. Every runner is checked, in this order, and the first failure is its rejection:
    ``NotSchedulable/<reason>``, ``NamespaceNotServed``, ``ProviderNotInMappings``,
-   ``MissingCapability:<name>``, ``MissingLabel:<k=v>``; then per option of its provider
-   ``ModelNotAdvertised:<model>`` or ``NoDefaultModel``; then ``NoFreeConcurrency``.
+   ``MissingCapability:<name>`` (a capability the runner does not offer, or a session capability
+   its agent did not advertise: ``session-load`` for a resuming profile, ``session-fork`` for a
+   forking one), ``MissingLabel:<k=v>``; then per option of its provider
+   ``ModelNotAdvertised:<model>``, ``NoDefaultModel`` or ``EffortNotOffered:<model>/<effort>``
+   (the option's effort is not in the catalogue's efforts of that model); then ``NoFreeConcurrency``.
 4. The first option with at least one eligible runner wins. Among its eligible runners:
    the one holding the job's session binding (resume/fork only), then the least loaded
    (active / concurrency), then by namespace and name.
@@ -29,7 +32,7 @@ The algorithm (``docs/routing.md`` explains each choice):
    or serving its namespace yet), it waits for one (``WaitingForCapacity``, no backoff: the
    router re-decides it when a runner becomes eligible) until the same deadline, then fails
    ``NoEligibleRunner``. Otherwise it fails closed with ``ModelNotAdvertised``,
-   ``NoDefaultModel`` or ``NoEligibleRunner``.
+   ``EffortNotOffered``, ``NoDefaultModel`` or ``NoEligibleRunner``.
 
 The candidate table has one row per runner, closest first, bounded to 20.
 
@@ -47,6 +50,7 @@ from collections.abc import Mapping, Sequence
 
 from helmhive.api.job import ProfileBinding
 from helmhive.api.reasons import Reason
+from helmhive.policy.envelopes import is_governed
 from helmhive.policy.routing.candidates import (
     _override,
     _Result,
@@ -70,6 +74,7 @@ from helmhive.policy.routing.model import (
 from helmhive.policy.routing.outcomes import _assigned, _failed, _wait_for_held
 from helmhive.policy.routing.prepared import RunnerSet, build_static_checks
 from helmhive.policy.routing.status import build_assignment, build_routing_status, build_status_patch
+from helmhive.policy.runners.capabilities import decide_session_requirements
 from helmhive.policy.timestamps import format_timestamp
 
 __all__ = [
@@ -136,7 +141,13 @@ def decide_route(
             avoided_provider=avoid_provider,
         )
     options = build_options(mappings=profile.provider_mappings, override=override, avoid_provider=avoid_provider)
-    requirement = (tuple(options), tuple(profile.required_capabilities), tuple(sorted(profile.required_labels.items())))
+    resumable = not is_governed(job.spec.job_kind)
+    requirement = (
+        tuple(options),
+        tuple(profile.required_capabilities),
+        tuple(sorted(profile.required_labels.items())),
+        decide_session_requirements(policy=profile.session.policy, resumable=resumable),
+    )
     checks = (
         runners.static_checks(requirement)
         if isinstance(runners, RunnerSet)

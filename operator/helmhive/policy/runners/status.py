@@ -18,6 +18,7 @@ from helmhive.api.common import ControlState
 from helmhive.api.reasons import ConditionType
 from helmhive.api.runner import RunnerReport, RunnerStatus
 from helmhive.policy.conditions import set_condition
+from helmhive.policy.runners.capabilities import decide_runner_capabilities_condition
 from helmhive.policy.runners.freshness import format_time
 from helmhive.policy.runners.state import RunnerDerived
 
@@ -60,6 +61,7 @@ def build_runner_status(
         (ConditionType.ONLINE, derived.online),
         (ConditionType.AUTHENTICATED, derived.authenticated),
         (ConditionType.SCHEDULABLE, derived.schedulable),
+        (ConditionType.CAPABILITIES_ADVERTISED, decide_runner_capabilities_condition(observed.report)),
     ):
         update = set_condition(
             conditions,

@@ -39,6 +39,7 @@ from helmhive.runner.adapters.acp_process import (
     AcpAdapterConfig,
     AgentProcess,
     TurnTracker,
+    options_from_acp,
 )
 from helmhive.runner.adapters.acp_report import (
     AUTH_REQUIRED_CODE,
@@ -82,6 +83,7 @@ class AcpAdapter(AcpSession):
         self._config = config
         self._proc = None
         self._lock = asyncio.Lock()
+        self._efforts: tuple[tuple[object, ...], dict[str, list[str]]] | None = None
 
     @property
     def name(self) -> str:
@@ -146,14 +148,35 @@ class AcpAdapter(AcpSession):
                 )
             proc.sessions[response.session_id] = self._config.probe_cwd
             via = f" after authenticate (method {proc.auth_method})" if proc.auth_method else ""
-            return with_catalogue(report, response.config_options).model_copy(
+            report = with_catalogue(report, response.config_options)
+            try:
+                efforts = await self._efforts_known(proc, response.session_id, response.config_options, report)
+            except AdapterFailure as failure:  # the agent died or hung on a config request: not a login problem
+                failing = {"auth": AuthState.FAILING, "auth_reason": AuthReason.AGENT_CRASHED}
+                return report.model_copy(update={**failing, "auth_message": failure.message})
+            return report.model_copy(
                 update={
+                    "model_efforts": efforts,
                     "auth": AuthState.AUTHENTICATED,
                     "auth_reason": AuthReason.SESSION_CREATED,
                     "auth_message": f"the agent opened a session{via}",
                     "auth_method": proc.auth_method,
                 }
             )
+
+    async def _efforts_known(
+        self,
+        proc: AgentProcess,
+        session_id: str,
+        options: list[schema.SessionConfigOptionSelect | schema.SessionConfigOptionBoolean] | None,
+        report: AdapterReport,
+    ) -> dict[str, list[str]]:
+        """The efforts per model: learnt once per agent version and model list, then remembered."""
+        key = (report.agent_name, report.agent_version, tuple(report.models))
+        if self._efforts is None or self._efforts[0] != key:
+            found = await self._efforts_per_model(proc, session_id, options_from_acp(options))
+            self._efforts = (key, found)
+        return dict(self._efforts[1])
 
     # -- turn --------------------------------------------------------------------------------
     async def run_turn(self, request: TurnRequest, cancel: asyncio.Event | None = None) -> TurnResult:

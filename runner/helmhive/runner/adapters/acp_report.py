@@ -70,6 +70,7 @@ def describe_agent(report: AdapterReport, init: schema.InitializeResponse | None
             "agent_version": info.version if info else None,
             "protocol_version": init.protocol_version,
             "auth_methods": [method.id for method in (init.auth_methods or [])][:MAX_LIST],
+            "capabilities_known": True,
             "capabilities": AgentCapabilities(
                 load_session=bool(caps.load_session),
                 resume_session=sessions.resume is not None,

@@ -4,7 +4,8 @@
 steps 1 to 3 of its turn: spawn and ``initialize`` (``_ensure``); every setup request under
 ``request_timeout_s`` (``_call``); ``session/new``, ``session/load`` and ``session/fork`` with one
 ``authenticate`` on the auth-required error (``_open``, ``_authenticate``, ``_attach``,
-``_fork``); model and effort (``_configure``). The prompt itself is the adapter's.
+``_fork``); model and effort (``_configure``); and, for the probe, the efforts each model offers
+(``_efforts_per_model``). The prompt itself is the adapter's.
 Secrets and session ids are redacted here as there (``_redact``).
 """
 
@@ -40,7 +41,14 @@ from helmhive.runner.adapters.base import (
     TurnOutcome,
     TurnRequest,
 )
-from helmhive.runner.adapters.decisions import ConfigKind, bounded, decide_config_change, find_option, redact
+from helmhive.runner.adapters.decisions import (
+    ConfigKind,
+    ConfigOptionView,
+    bounded,
+    decide_config_change,
+    find_option,
+    redact,
+)
 from helmhive.version import helmhive_version
 
 __all__ = ["CRASH_SETTLE_S", "AcpSession"]
@@ -50,6 +58,8 @@ log = logging.getLogger("helmhive.runner.adapters.acp")
 
 T = TypeVar("T")
 CRASH_SETTLE_S = 1.0
+MAX_EFFORT_PROBES = 16
+"""Models whose efforts one probe learns (each costs one ``session/set_config_option``; learnt once)."""
 
 
 class AcpSession:
@@ -235,3 +245,29 @@ class AcpSession:
         model, effort = find_option(options, ConfigKind.MODEL), find_option(options, ConfigKind.EFFORT)
         state.model = model.current_value if model else None
         state.effort = effort.current_value if effort else None
+
+    async def _efforts_per_model(
+        self, proc: AgentProcess, session_id: str, options: tuple[ConfigOptionView, ...]
+    ) -> dict[str, list[str]]:
+        """The effort option's values with each model set, read off the probe's own session.
+
+        The efforts on offer depend on the model (the seed's "model goes first"), so each other
+        model is set once on this throwaway session and its effort option read from the answer.
+        A model the agent refuses to set, or an agent with no effort option, is left out: its
+        models then offer the session's own efforts (:attr:`AdapterReport.effort_levels`).
+        """
+        model, effort = find_option(options, ConfigKind.MODEL), find_option(options, ConfigKind.EFFORT)
+        if model is None or effort is None:
+            return {}
+        found = {model.current_value: list(effort.values)}
+        for value in model.values[:MAX_EFFORT_PROBES]:
+            if value in found:
+                continue
+            change = proc.conn.set_config_option(config_id=model.id, session_id=session_id, value=value)
+            try:
+                response = await self._call(proc, change, "session/set_config_option", stage="probe")
+            except acp.RequestError:
+                continue
+            now = find_option(options_from_acp(response.config_options), ConfigKind.EFFORT)
+            found[value] = list(now.values) if now is not None else []
+        return found

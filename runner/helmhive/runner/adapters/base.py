@@ -103,6 +103,21 @@ class AgentCapabilities(BaseModel):
     prompt_image: bool = False
     prompt_embedded_context: bool = False
 
+    def names(self) -> list[str]:
+        """The advertised ones, by Helmhive's names (``helmhive.policy.runners.capabilities.AGENT_CAPABILITIES``)."""
+        return [name for field, name in _CAPABILITY_NAMES if getattr(self, field)]
+
+
+_CAPABILITY_NAMES = (
+    ("load_session", "session-load"),
+    ("resume_session", "session-resume"),
+    ("fork_session", "session-fork"),
+    ("mcp_http", "mcp-http"),
+    ("mcp_sse", "mcp-sse"),
+    ("prompt_image", "prompt-image"),
+    ("prompt_embedded_context", "prompt-embedded-context"),
+)
+
 
 class AdapterReport(BaseModel):
     """What an adapter found out about its agent; the runner copies it into its Runner status."""
@@ -122,10 +137,16 @@ class AdapterReport(BaseModel):
     auth_method: str | None = Field(default=None, max_length=MAX_NAME)
     """The ACP ``authenticate`` method the adapter called (an id, never a value); None if it called none."""
     capabilities: AgentCapabilities = Field(default_factory=AgentCapabilities)
+    capabilities_known: bool = False
+    """The agent answered what it offers (ACP ``initialize``; the CLI's ``--help``): ``capabilities`` is its word."""
     models: list[str] = Field(default_factory=list, max_length=MAX_LIST)
     default_model: str | None = Field(default=None, max_length=MAX_NAME)
     effort_levels: list[str] = Field(default_factory=list, max_length=MAX_LIST)
+    """The efforts on offer with the default model (or with every model, when the agent does not vary them)."""
     default_effort: str | None = Field(default=None, max_length=MAX_NAME)
+    model_efforts: dict[str, list[str]] = Field(default_factory=dict, max_length=MAX_LIST)
+    """The efforts on offer with each model, where the agent told them per model (an ACP agent's effort
+    option once that model is set); a model absent here offers ``effort_levels``."""
 
 
 class TurnRequest(BaseModel):

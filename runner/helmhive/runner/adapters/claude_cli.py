@@ -47,6 +47,7 @@ from helmhive.runner.adapters.base import (
     MAX_MESSAGE,
     MAX_TEXT,
     AdapterReport,
+    AgentCapabilities,
     AuthReason,
     AuthState,
     TurnOutcome,
@@ -55,10 +56,12 @@ from helmhive.runner.adapters.base import (
 )
 from helmhive.runner.adapters.claude_compact import build_turn_env, decide_commands
 from helmhive.runner.adapters.claude_models import (
+    HelpFeatures,
     ModelTable,
     build_resolution_env,
     decide_catalogue,
     decide_default_request,
+    parse_help_features,
     parse_init_model,
     parse_model_aliases,
     read_settings,
@@ -118,6 +121,7 @@ class ClaudeCliAdapter:
         self._config = config
         self._lock = asyncio.Lock()
         self._aliases: list[str] | None = None
+        self._help: HelpFeatures | None = None
         self._table: ModelTable | None = None
         self._default: str | None = None
         self._last_model: str | None = None
@@ -180,6 +184,7 @@ class ClaudeCliAdapter:
                 _, out, _ = await self._run_short("auth", "status", "--json")
                 parsed = json.loads(out)
                 status = parsed if isinstance(parsed, dict) else None
+            features = await self._features()
             if self._table is None and not self._config.models:
                 self._table = await self._resolve_models()
             auth, reason, message = decide_auth_status(status, last_turn_refused=self._auth_refused)
@@ -197,16 +202,35 @@ class ClaudeCliAdapter:
                     "auth_message": self._redact(message)[:MAX_MESSAGE],
                     "models": models,
                     "default_model": self._default,
+                    "effort_levels": list(features.efforts),
+                    "capabilities": AgentCapabilities(
+                        load_session=features.resume,
+                        fork_session=features.resume and features.fork,
+                        mcp_http=features.mcp,
+                        mcp_sse=features.mcp,
+                    ),
+                    "capabilities_known": self._help is not None,
                 }
             )
 
+    async def _features(self) -> HelpFeatures:
+        """What ``--help`` lists (asked once; an unanswered ``--help`` is asked again at the next probe)."""
+        if self._help is not None:
+            return self._help
+        try:
+            code, help_text, _ = await self._run_short("--help")
+        except (TimeoutError, OSError):
+            return HelpFeatures()
+        if code != 0:
+            return HelpFeatures()
+        self._help = parse_help_features(help_text)
+        self._aliases = parse_model_aliases(help_text)
+        return self._help
+
     async def _resolve_models(self) -> ModelTable:
         """The aliases ``--help`` quotes, and what the CLI resolves each (and the default) to, offline."""
-        aliases: list[str] = []
-        with contextlib.suppress(TimeoutError, OSError):
-            _, help_text, _ = await self._run_short("--help")
-            aliases = parse_model_aliases(help_text)
-        self._aliases = aliases
+        await self._features()
+        aliases = self._aliases or []
         settings = read_settings(self._config.config_dir())
         wanted = decide_default_request(
             pinned_default=self._config.default_model,

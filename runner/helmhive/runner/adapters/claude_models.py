@@ -29,10 +29,12 @@ __all__ = [
     "MODEL_ENV",
     "NO_NETWORK_BASE_URL",
     "ClaudeSettings",
+    "HelpFeatures",
     "ModelTable",
     "build_resolution_env",
     "decide_catalogue",
     "decide_default_request",
+    "parse_help_features",
     "parse_init_model",
     "parse_model_aliases",
     "read_settings",
@@ -110,6 +112,48 @@ def decide_default_request(
         if arg.startswith("--model="):
             return arg.split("=", 1)[1]
     return env.get("ANTHROPIC_MODEL") or settings.env.get("ANTHROPIC_MODEL") or settings.model
+
+
+@dataclass(frozen=True, slots=True)
+class HelpFeatures:
+    """What the CLI's ``--help`` says it can do: session flags, MCP configuration, effort levels."""
+
+    resume: bool = False
+    fork: bool = False
+    mcp: bool = False
+    efforts: tuple[str, ...] = ()
+
+
+_OPTION = re.compile(r"^\s+(?:-\w, )?(--[a-z][a-z-]*)")
+_LEVELS = re.compile(r"\(([a-z]+(?:, [a-z]+)+)\)")
+
+
+def _option_block(lines: Sequence[str], name: str) -> str | None:
+    """The help text of option ``name``: its line and the indented lines that follow it."""
+    for index, line in enumerate(lines):
+        found = _OPTION.match(line)
+        if found is None or found.group(1) != name:
+            continue
+        block = [line]
+        for follow in lines[index + 1 : index + 8]:
+            if _OPTION.match(follow):
+                break
+            block.append(follow)
+        return " ".join(part.strip() for part in block)
+    return None
+
+
+def parse_help_features(help_text: str) -> HelpFeatures:
+    """The options ``--resume``, ``--fork-session``, ``--mcp-config`` and ``--effort``'s levels, as listed."""
+    lines = help_text.splitlines()
+    effort = _option_block(lines, "--effort")
+    levels = _LEVELS.search(effort) if effort else None
+    return HelpFeatures(
+        resume=_option_block(lines, "--resume") is not None,
+        fork=_option_block(lines, "--fork-session") is not None,
+        mcp=_option_block(lines, "--mcp-config") is not None,
+        efforts=tuple(dict.fromkeys(levels.group(1).split(", ")))[:8] if levels else (),
+    )
 
 
 def parse_model_aliases(help_text: str) -> list[str]:

@@ -37,6 +37,7 @@ from helmhive.api.runner import (
     SandboxReport,
 )
 from helmhive.api.runnerpool import AdapterType
+from helmhive.policy.runners.capabilities import decide_capabilities
 from helmhive.runner.adapters.base import AdapterReport
 from helmhive.runner.config import RunnerFileConfig
 
@@ -156,12 +157,24 @@ def decide_auth_report(*, adapter: AdapterReport, credential_present: bool) -> A
     return AuthReport(state=adapter.auth, reason=adapter.auth_reason.value, message=message)
 
 
+def _efforts(levels: Iterable[str]) -> list[str]:
+    return [e for e in dict.fromkeys(levels) if _EFFORT.match(e)][:MAX_EFFORTS]
+
+
 def build_catalogue(*, adapter: AdapterReport) -> ModelCatalogue:
-    """The model catalogue: the models the agent offers (invalid IDs dropped) and its default."""
-    efforts = [e for e in dict.fromkeys(adapter.effort_levels) if _EFFORT.match(e)][:MAX_EFFORTS]
+    """The model catalogue: the models the agent offers (invalid IDs dropped), each with its efforts, and its default.
+
+    A model's efforts are those the agent named for it (:attr:`AdapterReport.model_efforts`), else
+    the session's own (:attr:`AdapterReport.effort_levels`).
+    """
+    shared = _efforts(adapter.effort_levels)
     models = [m for m in dict.fromkeys(adapter.models) if len(m) <= 128 and _MODEL_ID.match(m)][:MAX_MODELS]
     default = adapter.default_model if adapter.default_model in models else None
-    return ModelCatalogue(models=[ModelEntry(id=m, efforts=efforts) for m in models], default=default)
+    entries = [
+        ModelEntry(id=m, efforts=_efforts(adapter.model_efforts[m]) if m in adapter.model_efforts else shared)
+        for m in models
+    ]
+    return ModelCatalogue(models=entries, default=default)
 
 
 def build_report(
@@ -178,7 +191,13 @@ def build_report(
     credential_isolation: CredentialIsolation | None = None,
     sandbox: SandboxReport | None = None,
 ) -> RunnerReport:
-    """The whole report, bounded as the API demands."""
+    """The whole report, bounded as the API demands.
+
+    The capabilities are the pool's declaration intersected with the agent's advertisement
+    (:func:`helmhive.policy.runners.capabilities.decide_capabilities`).
+    """
+    advertised = adapter.capabilities.names() if adapter.capabilities_known else None
+    capabilities = decide_capabilities(declared=file.capabilities, advertised=advertised)
     return RunnerReport(
         provider=file.provider,
         adapter=AdapterInfo(
@@ -188,7 +207,10 @@ def build_report(
         ),
         authentication=authentication,
         placement_labels=dict(file.placement_labels),
-        capabilities=list(file.capabilities),
+        capabilities=capabilities.names,
+        offered_capabilities=list(capabilities.offered),
+        withheld_capabilities=list(capabilities.withheld),
+        agent_capabilities=advertised,
         concurrency=file.concurrency,
         active_jobs=max(0, min(active_jobs, 64)),
         environment_fingerprint=fingerprint,

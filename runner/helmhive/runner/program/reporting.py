@@ -113,6 +113,10 @@ class Reporting:
             )
         self.probes += 1
         record_probe(config=self.config, auth=report.auth.value)
+        previous = self._adapter_report
+        if not report.capabilities_known and previous is not None and previous.capabilities_known:
+            # A probe that never reached the agent learnt nothing new about what it offers: keep its word.
+            report = report.model_copy(update={"capabilities": previous.capabilities, "capabilities_known": True})
         self._adapter_report = report
         verdict = decide_auth_report(adapter=report, credential_present=self.credential.present())
         verified_at = decide_verified_at(
