@@ -48,6 +48,8 @@ class ConditionType(enum.StrEnum):
     CREDENTIAL_AVAILABLE = "CredentialAvailable"
     WARM_PODS_READY = "WarmPodsReady"
     """A JobPod pool's warm set (``execution.warmPods``): are that many warm pods ready to be claimed."""
+    # SuggestionExport
+    RECORDED = "Recorded"
 
 
 class Reason(enum.StrEnum):
@@ -234,6 +236,15 @@ class Reason(enum.StrEnum):
     """The operator's create or delete of a warm pod was refused (a quota, an admission policy)."""
     NO_WARM_PODS = "NoWarmPods"
     """``execution.warmPods`` is 0: every job's pod is created when the job starts."""
+    # Policy suggestions (``helmhive.policy.suggestions``; ``helmhive suggestions``)
+    NOT_A_SUGGESTION_JOB = "NotASuggestionJob"
+    """The job is not a ``policy-suggestion`` job: it has no suggestions to list or export."""
+    NO_SUGGESTIONS = "NoSuggestions"
+    """The job has no structured output yet (not finished), or its output holds no suggestions."""
+    INVALID_SUGGESTION = "InvalidSuggestion"
+    """A suggestion that does not make a valid MemoryRecord; the message gives the field path."""
+    AUDIT_RECORDED = "AuditRecorded"
+    """A SuggestionExport's ``SuggestionsExported`` AuditRecord exists."""
 
 
 _DETAIL_RE = re.compile(r"[^A-Za-z0-9_,:]+")
