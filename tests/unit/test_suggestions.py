@@ -157,6 +157,19 @@ def test_a_suggestion_that_cannot_be_a_record_says_where_and_why() -> None:
     assert [v.record_name for v in found.valid] == ["twice"]
 
 
+def test_an_output_kept_in_the_artifacts_config_map_is_named_not_read() -> None:
+    job = _job(None)
+    artifact = {"kind": "ConfigMap", "name": "suggest-1-artifacts", "key": "output.json", "bytes": 20000, "sha256": "0"}
+    job["status"] = {"result": {"outcome": "Completed", "artifacts": [artifact]}}
+    with pytest.raises(SuggestionError) as err:
+        decide_job_suggestions(job=job)
+    assert err.value.reason is Reason.NO_SUGGESTIONS
+    assert (
+        "ConfigMap suggest-1-artifacts (key output.json" in err.value.message
+        and "not supported yet" in err.value.message
+    )
+
+
 @pytest.mark.parametrize(
     ("job", "reason"),
     [

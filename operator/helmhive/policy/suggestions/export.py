@@ -172,6 +172,15 @@ def decide_job_suggestions(*, job: Mapping[str, Any], workspace: Mapping[str, An
     items = output.get("suggestions") if isinstance(output, Mapping) else None
     where = f"agentjob {ref.namespace}/{ref.name}"
     if not isinstance(items, list):
+        stored = [
+            a for a in (result.get("artifacts") or []) if isinstance(a, Mapping) and a.get("key") == "output.json"
+        ]
+        if stored:  # over 16 KiB inline: the runner kept it in the job's artifacts ConfigMap
+            raise SuggestionError(
+                Reason.NO_SUGGESTIONS,
+                f"{where} keeps its output in ConfigMap {stored[0].get('name')} (key output.json, over 16 KiB "
+                "inline); exporting from there is not supported yet",
+            )
         raise SuggestionError(
             Reason.NO_SUGGESTIONS, f"{where} has no structured output with suggestions (has it succeeded?)"
         )
