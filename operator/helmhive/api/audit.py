@@ -24,6 +24,7 @@ __all__ = [
     "AuditObject",
     "AuditRecordSpec",
     "AuditState",
+    "AuditSuggestion",
 ]
 
 MAX_DECISIONS = 100
@@ -53,6 +54,7 @@ class AuditAction(enum.StrEnum):
     CHANGE_IMPLEMENTED = "ChangeImplemented"
     CHANGE_REVIEWED = "ChangeReviewed"
     CHANGE_STAGE_FAILED = "ChangeStageFailed"
+    SUGGESTIONS_EXPORTED = "SuggestionsExported"
 
 
 class AuditActor(ApiModel):
@@ -99,6 +101,15 @@ class AuditDecision(ApiModel):
     details: Details = {}
 
 
+class AuditSuggestion(ApiModel):
+    """One exported policy suggestion: its digest and the record name it was written as (never its text)."""
+
+    digest: Annotated[str, StringConstraints(max_length=71)]
+    record: Annotated[str, StringConstraints(max_length=63)]
+    matches_job: bool | None = None
+    """Whether the job's output, when the operator read it, held a suggestion with this digest (None: job gone)."""
+
+
 class AuditRecordSpec(ApiModel):
     action: AuditAction
     actor: AuditActor
@@ -114,4 +125,8 @@ class AuditRecordSpec(ApiModel):
             "RoutingDecisions only: the batch of routing decisions this record holds (each job's "
             "are found with the label job.audit.helmhive.dev/<job uid>)."
         ),
+    )
+    suggestions: Annotated[list[AuditSuggestion], Field(max_length=20)] = Field(
+        default=[],
+        description="SuggestionsExported only: the suggestions exported, by digest (never their text).",
     )

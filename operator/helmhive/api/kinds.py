@@ -23,6 +23,7 @@ from helmhive.api.profile import ProfileSpec, ProfileStatus
 from helmhive.api.runner import RunnerSpec, RunnerStatus
 from helmhive.api.runnerpool import RunnerPoolSpec, RunnerPoolStatus
 from helmhive.api.session import SessionBindingSpec, SessionBindingStatus
+from helmhive.api.suggestion import SuggestionExportSpec, SuggestionExportStatus
 
 __all__ = ["API_VERSION", "CATEGORY", "GROUP", "KINDS", "VERSION", "KindDef", "PrinterColumn", "kind_by_name"]
 
@@ -268,6 +269,27 @@ KINDS: tuple[KindDef, ...] = (
             PrinterColumn(name="Turns", json_path=".status.turns", type="integer"),
             PrinterColumn(name="Compactions", json_path=".status.compactions", type="integer", priority=1),
             PrinterColumn(name="Last-Used", json_path=".status.lastUsedAt", type="date"),
+        ),
+    ),
+    KindDef(
+        kind="SuggestionExport",
+        plural="suggestionexports",
+        singular="suggestionexport",
+        short_names=("hhsugx",),
+        namespaced=True,
+        spec=SuggestionExportSpec,
+        status=SuggestionExportStatus,
+        description=(
+            "One export of a policy-suggestion job's suggestions to files, in the requester's name; "
+            "the operator audits it. Nothing is applied."
+        ),
+        root_validations=({"rule": "self.spec == oldSelf.spec", "message": "a suggestion export is immutable"},),
+        columns=(
+            PrinterColumn(name="Job", json_path=".spec.job"),
+            PrinterColumn(name="Exported-By", json_path=".spec.exportedBy"),
+            _cond("Recorded", "Recorded"),
+            PrinterColumn(name="Audit", json_path=".status.auditRecord", priority=1),
+            _AGE,
         ),
     ),
     KindDef(

@@ -12,7 +12,7 @@ import datetime as dt
 import enum
 from typing import Annotated
 
-from pydantic import Field, StringConstraints
+from pydantic import ConfigDict, Field, StringConstraints
 
 from helmhive.api.common import (
     DNS_LABEL_PATTERN,
@@ -38,6 +38,7 @@ __all__ = [
     "MemorySourceType",
     "Repository",
     "ServiceName",
+    "SuggestingJob",
     "WorkspaceProfileBinding",
     "WorkspaceService",
     "WorkspaceSpec",
@@ -45,6 +46,7 @@ __all__ = [
 ]
 
 MEMORY_TEXT_MAX = 2000
+SUGGESTION_DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
 ServiceName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)]
 
 
@@ -64,6 +66,8 @@ class MemorySourceType(enum.StrEnum):
     ISSUE = "issue"
     DOCUMENT = "document"
     OTHER = "other"
+    POLICY_SUGGESTION = "policy-suggestion"
+    """Suggested by a policy-suggestion job (``source.job``) and committed by a human (docs/suggestions.md)."""
 
 
 class MemoryScope(ApiModel):
@@ -71,12 +75,33 @@ class MemoryScope(ApiModel):
     service: ServiceName | None = None
 
 
+class SuggestingJob(ApiModel):
+    """The policy-suggestion job a record came from, and which of its suggestions (by digest)."""
+
+    name: Name
+    uid: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    digest: Annotated[str, StringConstraints(pattern=SUGGESTION_DIGEST_PATTERN, max_length=71)]
+
+
 class MemorySource(ApiModel):
-    """Where the decision was approved: a PR, an ADR, an issue."""
+    """Where the decision was approved: a PR, an ADR, an issue, or a policy-suggestion job."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.type == 'policy-suggestion' ? has(self.job) : !has(self.job)",
+                    "message": "source.job is required for a policy-suggestion source and forbidden otherwise",
+                }
+            ]
+        }
+    )
 
     type: MemorySourceType
     url: Url
+    """For a policy-suggestion source: the job's API path (``/apis/helmhive.dev/v1alpha1/namespaces/…``)."""
     approved_by: ShortText | None = None
+    job: SuggestingJob | None = None
 
 
 class MemoryRecordSpec(ApiModel):

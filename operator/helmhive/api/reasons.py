@@ -51,6 +51,8 @@ class ConditionType(enum.StrEnum):
     # Runner and RunnerPool (``helmhive.policy.runners.capabilities``)
     CAPABILITIES_ADVERTISED = "CapabilitiesAdvertised"
     """Does the agent advertise every agent capability the pool declares (``session-load``, ``mcp-http``…)."""
+    # SuggestionExport
+    RECORDED = "Recorded"
 
 
 class Reason(enum.StrEnum):
@@ -245,6 +247,15 @@ class Reason(enum.StrEnum):
     EFFORT_NOT_OFFERED = "EffortNotOffered"
     """A routing rejection, ``EffortNotOffered:<model>/<effort>``: the runner's catalogue does not offer
     that reasoning effort with that model."""
+    # Policy suggestions (``helmhive.policy.suggestions``; ``helmhive suggestions``)
+    NOT_A_SUGGESTION_JOB = "NotASuggestionJob"
+    """The job is not a ``policy-suggestion`` job: it has no suggestions to list or export."""
+    NO_SUGGESTIONS = "NoSuggestions"
+    """The job has no structured output yet (not finished), or its output holds no suggestions."""
+    INVALID_SUGGESTION = "InvalidSuggestion"
+    """A suggestion that does not make a valid MemoryRecord; the message gives the field path."""
+    AUDIT_RECORDED = "AuditRecorded"
+    """A SuggestionExport's ``SuggestionsExported`` AuditRecord exists."""
 
 
 _DETAIL_RE = re.compile(r"[^A-Za-z0-9_,:]+")

@@ -1,9 +1,9 @@
 """The CLI's door to the Kubernetes API: loading a client, the calls commands make, reporting errors.
 
 In ``helmhive.cli`` only this module imports the ``kubernetes`` client. :class:`CliKube` offers the
-few synchronous calls ``change`` and ``sessions`` make -- custom objects (get, list, merge patch of
-the object or its status), a ConfigMap's data, removing one key of a Secret, and who the caller is
--- and raises only the error tree of :mod:`helmhive.api.kubeerrors`, as the operator's and the
+few synchronous calls ``change``, ``sessions`` and ``suggestions`` make -- custom objects (get, list,
+create, merge patch of the object or its status), a ConfigMap's data, removing one key of a Secret,
+and who the caller is -- and raises only the error tree of :mod:`helmhive.api.kubeerrors`, as the operator's and the
 runner's doors do. ``explain-routing`` makes its calls through the operator's door
 (``helmhive.controller.kube.door``) on a client loaded here (:func:`load_api_client`).
 
@@ -122,6 +122,10 @@ class CliKube:
     def list(self, plural: str, namespace: str) -> list[dict[str, Any]]:
         result = self._call(self._custom.list_namespaced_custom_object, GROUP, VERSION, namespace, plural)
         return list(cast(dict[str, Any], result).get("items", []))
+
+    def create(self, plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        result = self._call(self._custom.create_namespaced_custom_object, GROUP, VERSION, namespace, plural, body)
+        return cast(dict[str, Any], result)
 
     def patch(self, plural: str, name: str, namespace: str, patch: dict[str, Any]) -> dict[str, Any]:
         """Merge-patch the object; ``metadata.resourceVersion`` in ``patch`` makes it conditional."""

@@ -8,7 +8,18 @@ from __future__ import annotations
 
 import typer
 
-from helmhive.cli import change, crds, demo, dev, explain, operator_cmd, runner_cmd, sessions, validate
+from helmhive.cli import (
+    change,
+    crds,
+    demo,
+    dev,
+    explain,
+    operator_cmd,
+    runner_cmd,
+    sessions,
+    suggestions,
+    validate,
+)
 
 app = typer.Typer(
     name="helmhive",
@@ -23,6 +34,7 @@ app.add_typer(operator_cmd.app, name="operator")
 app.add_typer(runner_cmd.app, name="runner")
 app.add_typer(sessions.app, name="sessions")
 app.add_typer(change.app, name="change")
+app.add_typer(suggestions.app, name="suggestions")
 app.command(name="validate")(validate.run)
 app.command(name="demo")(demo.run)
 app.command(name="explain-routing")(explain.run)

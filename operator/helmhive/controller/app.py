@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import kopf
 
-from helmhive.controller import changes, envelopes, metrics, profiles, sessionaudit, workspaces
+from helmhive.controller import changes, envelopes, metrics, profiles, sessionaudit, suggestions, workspaces
 from helmhive.controller.audit import patch_audit_retention
 from helmhive.controller.heap import limit_arenas
 from helmhive.controller.jobs import failed, lost
@@ -141,6 +141,7 @@ def register_handlers(runtime: Runtime, *, webhook: WebhookConfig | None = None)
     queue.handoff, router.rebind = router.submit_bound, queue.requeue  # bind and route in one write
     changes.register(runtime)
     sessionaudit.register(runtime)
+    suggestions.register(runtime)
     memoryaudit.register(runtime)
 
     @kopf.on.startup()

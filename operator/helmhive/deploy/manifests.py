@@ -13,6 +13,7 @@ from helmhive.deploy.admission import LABELS as _LABELS
 from helmhive.deploy.admission import build_admission_policy, resource_rule
 from helmhive.deploy.runner_execution import build_runner_execution_policy
 from helmhive.deploy.session_compactions import build_session_compactions_policy
+from helmhive.deploy.suggestion_export import build_suggestion_export_policy
 from helmhive.policy.runners.pool import RUNNER_NAME_PREFIX
 
 __all__ = [
@@ -376,4 +377,5 @@ def build_install_manifests(identity: OperatorIdentity) -> list[dict[str, Any]]:
         *build_change_approval(identity),
         *build_audit_trail_policy(identity),
         *build_session_compactions_policy(),
+        *build_suggestion_export_policy(),
     ]

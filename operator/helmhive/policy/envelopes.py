@@ -124,13 +124,32 @@ _SUGGESTION_SCHEMA: dict[str, Any] = {
             "type": "array",
             "maxItems": 20,
             "items": {
+                # Everything a MemoryRecord needs but its source, which the export sets to the job
+                # (helmhive.api.suggestion.Suggestion; docs/suggestions.md).
                 "type": "object",
-                "required": ["kind", "text", "rationale"],
+                "required": ["kind", "scope", "text", "sensitivity", "rationale"],
+                "additionalProperties": False,
                 "properties": {
+                    "name": {"type": "string", "maxLength": 63, "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
                     "kind": {"enum": ["decision", "constraint"]},
-                    "text": {"type": "string", "maxLength": 2000},
-                    "rationale": {"type": "string", "maxLength": 2000},
-                    "service": {"type": "string", "maxLength": 63},
+                    "scope": {
+                        "type": "object",
+                        "required": ["type"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "type": {"enum": ["workspace", "service"]},
+                            "service": {
+                                "type": "string",
+                                "minLength": 1,
+                                "maxLength": 63,
+                                "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+                            },
+                        },
+                    },
+                    "text": {"type": "string", "minLength": 1, "maxLength": 2000},
+                    "sensitivity": {"enum": ["public", "internal", "confidential", "restricted"]},
+                    "rationale": {"type": "string", "minLength": 1, "maxLength": 2000},
+                    "expiresAt": {"type": "string", "format": "date-time", "maxLength": 64},
                 },
             },
         }
