@@ -689,7 +689,7 @@ def test_a_policy_suggestion_answer_carries_the_suggest_lines_and_exports() -> N
         "status": {"result": {"outcome": "Completed", "output": check.document}},
     }
     views = decide_job_suggestions(job=job).views
-    assert [(v.record_name, v.problems) for v in views][0] == ("ledger-append-only", ())
+    assert len(views) == 2 and (views[0].record_name, views[0].problems) == ("ledger-append-only", ())
     assert views[1].record_name.startswith("suggest-1-") and views[1].problems == ()
     broken = rules.render_reply(prompt, turn=1, model="m", effort="e", tool_results={}, invalid_output=True)
     assert "suggestions" not in json.loads(broken)
