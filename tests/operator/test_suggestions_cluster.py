@@ -1,12 +1,15 @@
 """Policy suggestions reach a pull request: exported to files, validated, audited, never applied.
 
-The real operator, its admission policies and a runner made schedulable the way real ones are
-(its own Lease and report, with a token bound to its pod; :mod:`pools`). A ``policy-suggestion``
-job is routed to that runner; its result is then written to ``status.result`` as the runner
-writes a finished job's result (the agent's answer needs no model here: its contents are what
-this test exports). Then, as a person allowed to export (the chart's ``helmhive-suggestion-exporter``
-role): ``helmhive suggestions list|export``, ``helmhive validate`` on the files, and what the
-cluster holds afterwards.
+The real operator and its admission policies, and a runner pod started locally as ``helmhive dev
+run-pod`` does, with the reference agent (:mod:`reference_pool`). A ``policy-suggestion`` job
+runs there for real: its prompt carries ``REFERENCE-AGENT: suggest`` lines, the agent answers
+with those suggestions over ACP, and the runner checks the answer against the envelope's
+contract and writes it to ``status.result``. Then, as a person allowed to export (the chart's
+``helmhive-suggestion-exporter`` role): ``helmhive suggestions list|export``, ``helmhive
+validate`` on the files, and what the cluster holds afterwards.
+
+Two canaries: the pool's token, which appears nowhere, and a word of the suggestion's text, which
+is in the exported files but in no AuditRecord, Event or operator log.
 """
 
 from __future__ import annotations
@@ -23,43 +26,50 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from pools import CANARY, Pool, condition, make_pool
-from simulated_runner import GROUP, VERSION, SimulatedRunner
+from reference_pool import PodStarter, pool_docs, profile_doc
 
 from harness.identity import Identity
 from harness.kube import IdentityFactory, Kube
 from harness.kubectl import Kubectl
 from harness.operator import OperatorProcess
 from harness.wait import wait_for
+from helmhive.devcluster.localpod import LocalPod
 
+GROUP, VERSION = "helmhive.dev", "v1alpha1"
 API = f"{GROUP}/{VERSION}"
-SONNET = "claude-sonnet-4-5"
-CAPABILITIES = ["structured-output", "diff-review", "workspace-write"]
+RUNNER = "reference-0"
+CANARY = f"canary-suggestions-token-{uuid.uuid4().hex}"  # the pool's credential: nowhere
 TEXT_CANARY = f"text-canary-{uuid.uuid4().hex}"  # the agent's words: in the files, never in the audit trail
-
-
-def _suggestions() -> list[dict[str, Any]]:
-    return [
-        {
-            "name": "ledger-append-only",
-            "kind": "constraint",
-            "scope": {"type": "service", "service": "ledger"},
-            "text": f"Ledger entries are append-only; corrections are reversing entries. {TEXT_CANARY}",
-            "sensitivity": "internal",
-            "rationale": "Two reviews this month reverted in-place edits of ledger rows.",
-        },
-        {
-            "kind": "decision",
-            "scope": {"type": "workspace"},
-            "text": "Money is integer cents.",
-            "sensitivity": "public",
-            "rationale": "Every service already stores cents.",
-        },
+SUGGEST_PROMPT = "\n".join(
+    [
+        "Look at the ledger service.",
+        "REFERENCE-AGENT: suggest constraint service:ledger internal name=ledger-append-only "
+        f"Ledger entries are append-only; corrections are reversing entries. {TEXT_CANARY}",
+        "REFERENCE-AGENT: suggest decision workspace public Money is integer cents.",
     ]
+)
 
 
 def _obj(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": API, "kind": kind, "metadata": {"name": name}, "spec": spec}
+
+
+def _workspace() -> dict[str, Any]:
+    return _obj(
+        "Workspace",
+        "payments",
+        {"repository": {"url": "https://git.example.com/acme/payments.git"}, "services": [{"name": "ledger"}]},
+    )
+
+
+def _docs() -> list[dict[str, Any]]:
+    memory = {"enabled": True, "maxSensitivity": "internal"}
+    return [
+        *pool_docs(token=CANARY),
+        _workspace(),
+        profile_doc("suggest", "policy-suggestion", purpose="Suggestions test.", memory=memory),
+        profile_doc("review", "review-probe", purpose="Suggestions test.", memory=memory),
+    ]
 
 
 def _create(kube: Kube, namespace: str, plural: str, body: dict[str, Any]) -> None:
@@ -76,7 +86,13 @@ def _items(kube: Kube, namespace: str, plural: str) -> list[dict[str, Any]]:
     return items
 
 
-def _job(name: str, kind: str, profile: str, **extra: Any) -> dict[str, Any]:
+def _condition(obj: dict[str, Any], ctype: str) -> dict[str, Any]:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == ctype), {})
+
+
+def _job(
+    name: str, kind: str, profile: str, prompt: str = "Look at the ledger service.", **extra: Any
+) -> dict[str, Any]:
     return _obj(
         "AgentJob",
         name,
@@ -84,7 +100,7 @@ def _job(name: str, kind: str, profile: str, **extra: Any) -> dict[str, Any]:
             "workspace": "payments",
             "jobKind": kind,
             "profile": profile,
-            "request": {"title": name, "prompt": "Look at the ledger service."},
+            "request": {"title": name, "prompt": prompt},
             "timeoutSeconds": 600,
             **extra,
         },
@@ -94,9 +110,19 @@ def _job(name: str, kind: str, profile: str, **extra: Any) -> dict[str, Any]:
 def _assigned(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
     def routed() -> dict[str, Any] | None:
         job = _get(kube, namespace, "agentjobs", name)
-        return job if condition(job, "Routed").get("status") == "True" else None
+        return job if _condition(job, "Routed").get("status") == "True" else None
 
     found: dict[str, Any] = wait_for(routed, timeout=60, describe=f"job {name} routed")
+    return found
+
+
+def _succeeded(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
+    def done() -> dict[str, Any]:
+        job = _get(kube, namespace, "agentjobs", name)
+        assert _condition(job, "Succeeded").get("status") == "True", job.get("status")
+        return job
+
+    found: dict[str, Any] = wait_for(done, timeout=180, describe=f"job {name} succeeded")
     return found
 
 
@@ -111,33 +137,9 @@ def _cli(identity: Identity, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def runner(
-    operator: OperatorProcess, kube: Kube, namespace: str, service_account_identity: IdentityFactory
-) -> Iterator[SimulatedRunner]:
-    pool: Pool = make_pool(
-        kube,
-        service_account_identity,
-        namespace,
-        replicas=1,
-        concurrency=4,
-        capabilities=CAPABILITIES,
-        heartbeat={"leaseDurationSeconds": 30, "renewIntervalSeconds": 5, "reportRefreshSeconds": 300},
-    )
-    (pod,) = pool.wait_pods(1)
-    generation = wait_for(
-        lambda: (pool.get().get("status") or {}).get("credentialGeneration"), timeout=30, describe="credential"
-    )
-    made = pool.acting_as(pod, lease_seconds=30)
-    made.register(generation=generation, provider="anthropic", models=(SONNET,))
-    report = made.build_report(generation=generation, provider="anthropic", models=(SONNET,))
-    report.update(concurrency=4, capabilities=CAPABILITIES)
-    made.apply_status({"report": report})
-    made.start_heartbeat(interval=5)
-    try:
-        pool.wait_runner(pod, "schedulable", timeout=60, schedulable="Schedulable")
-        yield made
-    finally:
-        made.stop_heartbeat()
+def runner_pod(start_reference_pod: PodStarter) -> Iterator[LocalPod]:
+    with start_reference_pod(_docs(), RUNNER) as pod:
+        yield pod
 
 
 @pytest.fixture
@@ -158,7 +160,7 @@ def exporter(kube: Kube, namespace: str, service_account_identity: IdentityFacto
 
 
 def test_a_suggestion_exported_to_a_file_is_valid_audited_and_memory_only_once_committed(
-    runner: SimulatedRunner,
+    runner_pod: LocalPod,
     exporter: Identity,
     kube: Kube,
     kubectl: Kubectl,
@@ -166,26 +168,17 @@ def test_a_suggestion_exported_to_a_file_is_valid_audited_and_memory_only_once_c
     operator: OperatorProcess,
     tmp_path: Path,
 ) -> None:
-    workspace = _obj(
-        "Workspace",
-        "payments",
-        {"repository": {"url": "https://git.example.com/acme/payments.git"}, "services": [{"name": "ledger"}]},
-    )
-    _create(kube, namespace, "workspaces", workspace)
-    mappings = [{"provider": "anthropic", "model": SONNET}]
-    memory = {"enabled": True, "maxSensitivity": "internal"}
-    for name, envelope in (("suggest", "policy-suggestion"), ("review", "review-probe")):
-        spec = {"envelope": envelope, "purpose": "tests", "providerMappings": mappings, "memory": memory}
-        _create(kube, namespace, "profiles", _obj("Profile", name, spec))
-
-    # The suggestion job runs on the runner, which reports its structured answer.
-    _create(kube, namespace, "agentjobs", _job("suggest-1", "policy-suggestion", "suggest"))
-    job = _assigned(kube, namespace, "suggest-1")
-    assert job["status"]["assignment"]["runner"] == runner.name
-    result = {"outcome": "Completed", "summary": "2 suggestions", "output": {"suggestions": _suggestions()}}
-    kube.custom.patch_namespaced_custom_object_status(
-        GROUP, VERSION, namespace, "agentjobs", "suggest-1", {"status": {"result": result}}
-    )
+    # The suggestion job runs on the runner; the reference agent answers its suggest lines.
+    _create(kube, namespace, "agentjobs", _job("suggest-1", "policy-suggestion", "suggest", SUGGEST_PROMPT))
+    job = _succeeded(kube, namespace, "suggest-1")
+    assert job["status"]["assignment"]["runner"] == RUNNER
+    output = job["status"]["result"]["output"]
+    assert output["agent"] == "helmhive-reference-agent"  # the agent's answer, as the runner wrote it
+    assert [(s["kind"], s["scope"]["type"], s["sensitivity"]) for s in output["suggestions"]] == [
+        ("constraint", "service", "internal"),
+        ("decision", "workspace", "public"),
+    ]
+    assert TEXT_CANARY in output["suggestions"][0]["text"]
 
     # A job routed now is told no memory: the suggestions are in a job's status, not MemoryRecords.
     _create(kube, namespace, "agentjobs", _job("review-before", "review-probe", "review", service="ledger"))
@@ -217,12 +210,14 @@ def test_a_suggestion_exported_to_a_file_is_valid_audited_and_memory_only_once_c
     assert err.value.status in (403, 422) and "own username" in (err.value.body or "")
 
     # export, as the exporter: the files, and nothing applied.
-    out = tmp_path / "memory"
+    out = tmp_path / "exported"
     exported = _cli(exporter, "suggestions", "export", "suggest-1", "-n", namespace, "-o", str(out))
     assert exported.returncode == 0, exported.stderr
     files = sorted(p.name for p in out.iterdir())
     assert files == sorted(f"{r['record']}.yaml" for r in rows)
-    record = yaml.safe_load((out / "ledger-append-only.yaml").read_text(encoding="utf-8"))
+    text = (out / "ledger-append-only.yaml").read_text(encoding="utf-8")
+    assert TEXT_CANARY in text  # the agent's words reach the file a human reviews
+    record = yaml.safe_load(text)
     assert record["spec"]["source"]["job"] == {
         "name": "suggest-1",
         "uid": job["metadata"]["uid"],
@@ -235,7 +230,7 @@ def test_a_suggestion_exported_to_a_file_is_valid_audited_and_memory_only_once_c
         [sys.executable, "-m", "helmhive", "validate", str(out)], capture_output=True, text=True, check=False
     )
     assert alone.returncode == 0 and "2 Helmhive objects in 2 files are valid" in alone.stderr, alone.stderr
-    (tmp_path / "workspace.yaml").write_text(yaml.safe_dump(workspace), encoding="utf-8")
+    (tmp_path / "workspace.yaml").write_text(yaml.safe_dump(_workspace()), encoding="utf-8")
     beside = subprocess.run(
         [sys.executable, "-m", "helmhive", "validate", str(out), str(tmp_path / "workspace.yaml")],
         capture_output=True,
@@ -261,19 +256,25 @@ def test_a_suggestion_exported_to_a_file_is_valid_audited_and_memory_only_once_c
     (export,) = _items(kube, namespace, "suggestionexports")
     wait_for(
         lambda: (
-            condition(_get(kube, namespace, "suggestionexports", export["metadata"]["name"]), "Recorded").get("status")
+            _condition(_get(kube, namespace, "suggestionexports", export["metadata"]["name"]), "Recorded").get("status")
             == "True"
         ),
         timeout=30,
         describe="the export's Recorded condition",
     )
 
-    # No secret and no suggestion text in what the export left behind.
+    # No suggestion text in the audit trail, Events or the operator's log; the pool's token nowhere.
     trail = json.dumps(_items(kube, namespace, "auditrecords"))
     events = kubectl("get", "events", "-n", namespace, "-o", "json").stdout
     for canary in (CANARY, TEXT_CANARY):
         assert canary not in trail and canary not in events
         assert canary not in operator.log_text()
+    statuses = json.dumps(
+        [_items(kube, namespace, plural) for plural in ("agentjobs", "runners", "runnerpools", "suggestionexports")]
+    )
+    runner_log = (runner_pod.root / "container.log").read_text(encoding="utf-8", errors="replace")
+    assert '"job": "suggest-1"' in runner_log  # the runner ran it
+    assert CANARY not in statuses + runner_log
     assert CANARY not in exported.stdout + exported.stderr + listed.stdout + listed.stderr
     assert all(CANARY not in (out / f).read_text(encoding="utf-8") for f in files)
 
@@ -281,7 +282,7 @@ def test_a_suggestion_exported_to_a_file_is_valid_audited_and_memory_only_once_c
     kubectl("apply", "-n", namespace, "-f", str(out))
     for name in (r["record"] for r in rows):
         wait_for(
-            lambda n=name: condition(_get(kube, namespace, "memoryrecords", n), "Active").get("status") == "True",  # type: ignore[misc]
+            lambda n=name: _condition(_get(kube, namespace, "memoryrecords", n), "Active").get("status") == "True",  # type: ignore[misc]
             timeout=60,
             describe=f"memory record {name} Active",
         )

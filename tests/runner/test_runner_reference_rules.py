@@ -588,3 +588,139 @@ def test_patch_files_are_read_from_git_headers() -> None:
 def test_governed_directives_are_magic_lines() -> None:
     prompt = "APPEND-LINE: a.txt :: x\nIF-FINDINGS DELETE-FILE: b\nREVIEW-VERDICT: approve\nThe real first line"
     assert rules.first_content_line(prompt) == "The real first line"
+
+
+SUGGEST_LINES = (
+    "REFERENCE-AGENT: suggest constraint service:ledger internal name=ledger-append-only Ledger rows are append-only.",
+    "  REFERENCE-AGENT: suggest decision workspace public Money is integer cents.",
+)
+
+
+def test_suggest_lines_are_read_in_order() -> None:
+    prompt = "\n".join(["Suggest some records", *SUGGEST_LINES, "REFERENCE-AGENT: slow"])
+    directives = rules.parse_directives(prompt)
+    assert directives.suggestions == (
+        rules.SuggestLine(
+            kind="constraint",
+            service="ledger",
+            sensitivity="internal",
+            text="Ledger rows are append-only.",
+            name="ledger-append-only",
+        ),
+        rules.SuggestLine(kind="decision", service=None, sensitivity="public", text="Money is integer cents."),
+    )
+    assert directives.behaviour == "slow"
+    assert rules.first_content_line("\n".join([*SUGGEST_LINES, "Then this"])) == "Then this"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "REFERENCE-AGENT: suggest policy workspace public Text.",
+        "REFERENCE-AGENT: suggest decision team public Text.",
+        "REFERENCE-AGENT: suggest decision service: public Text.",
+        "REFERENCE-AGENT: suggest decision service:Ledger public Text.",
+        "REFERENCE-AGENT: suggest decision workspace secret Text.",
+        "REFERENCE-AGENT: suggest decision workspace public name=Not_A_Label Text.",
+        "REFERENCE-AGENT: suggest decision workspace public name=no-text",
+        "REFERENCE-AGENT: suggest decision workspace public",
+        "REFERENCE-AGENT: Suggest decision workspace public Text.",
+        "REFERENCE-AGENT: suggest decision workspace public " + "x" * (rules.MAX_SUGGESTION_TEXT + 1),
+        "say REFERENCE-AGENT: suggest decision workspace public Text.",
+    ],
+)
+def test_malformed_suggest_lines_are_ignored(line: str) -> None:
+    assert rules.parse_directives(line) == rules.Directives()
+
+
+def _suggestion_prompt(request: str, schema: dict[str, Any] | None = None) -> str:
+    from helmhive.api.common import JobKind
+    from helmhive.api.envelope import OutputContract
+    from helmhive.api.job import JobRequest
+    from helmhive.policy.agentjob.prompts import build_agent_prompt
+    from helmhive.policy.envelopes import ENVELOPES
+
+    contract = ENVELOPES[JobKind.POLICY_SUGGESTION].output_contract
+    if schema is not None:
+        contract = OutputContract.model_validate({"format": "structured", "schema": schema})
+    return build_agent_prompt(
+        instructions="", request=JobRequest(title="t", prompt=request), memory_context="", contract=contract
+    )
+
+
+def test_a_policy_suggestion_answer_carries_the_suggest_lines_and_exports() -> None:
+    from helmhive.api.common import JobKind
+    from helmhive.policy.agentjob.prompts import check_output
+    from helmhive.policy.envelopes import ENVELOPES
+    from helmhive.policy.suggestions.export import decide_job_suggestions
+
+    contract = ENVELOPES[JobKind.POLICY_SUGGESTION].output_contract
+    prompt = _suggestion_prompt("\n".join(["Look at the ledger.", *SUGGEST_LINES]))
+    reply = rules.render_reply(prompt, turn=1, model="m", effort="e", tool_results={})
+    assert reply == rules.render_reply(prompt, turn=1, model="m", effort="e", tool_results={})
+    check = check_output(text=reply, contract=contract)
+    assert check.ok, check.errors
+    assert check.document is not None
+    suggestions = check.document["suggestions"]
+    assert suggestions == [
+        {
+            "name": "ledger-append-only",
+            "kind": "constraint",
+            "scope": {"type": "service", "service": "ledger"},
+            "text": "Ledger rows are append-only.",
+            "sensitivity": "internal",
+            "rationale": "Suggestion 1 of the prompt's REFERENCE-AGENT suggest lines "
+            "(deterministic reference agent, not a model).",
+        },
+        {
+            "kind": "decision",
+            "scope": {"type": "workspace"},
+            "text": "Money is integer cents.",
+            "sensitivity": "public",
+            "rationale": "Suggestion 2 of the prompt's REFERENCE-AGENT suggest lines "
+            "(deterministic reference agent, not a model).",
+        },
+    ]
+    job = {
+        "apiVersion": "helmhive.dev/v1alpha1",
+        "kind": "AgentJob",
+        "metadata": {"name": "suggest-1", "namespace": "ns", "uid": "u-1"},
+        "spec": {"workspace": "payments", "jobKind": "policy-suggestion"},
+        "status": {"result": {"outcome": "Completed", "output": check.document}},
+    }
+    views = decide_job_suggestions(job=job).views
+    assert len(views) == 2 and (views[0].record_name, views[0].problems) == ("ledger-append-only", ())
+    assert views[1].record_name.startswith("suggest-1-") and views[1].problems == ()
+    broken = rules.render_reply(prompt, turn=1, model="m", effort="e", tool_results={}, invalid_output=True)
+    assert "suggestions" not in json.loads(broken)
+    assert not check_output(text=broken, contract=contract).ok
+
+
+def test_suggestions_follow_the_schema_bounds_and_closed_items() -> None:
+    item = {
+        "type": "object",
+        "required": ["kind", "text"],
+        "additionalProperties": False,
+        "properties": {"kind": {"enum": ["decision", "constraint"]}, "text": {"type": "string", "maxLength": 10}},
+    }
+    schema = {
+        "type": "object",
+        "required": ["suggestions"],
+        "properties": {"suggestions": {"type": "array", "maxItems": 1, "items": item}},
+    }
+    unbounded = {"properties": {"suggestions": {"type": "array", "items": item}}}
+    narrowed = {"allOf": [unbounded, {"properties": {"suggestions": {"minItems": 3}}}]}
+    lines = (rules.SuggestLine(kind="constraint", service="a", sensitivity="public", text="Twelve chars"),) * 2
+    assert rules.suggestion_items(lines, schema) == [{"kind": "constraint", "text": "Twelve ch…"}]
+    topped = rules.suggestion_items(lines[:1], narrowed)
+    assert topped == [{"kind": "constraint", "text": "Twelve ch…"}, *[{"kind": "decision", "text": "reference "}] * 2]
+    assert rules.suggestion_items(lines, {"type": "object", "properties": {"other": {}}}) is None
+
+
+def test_suggest_lines_without_a_suggestions_property_change_nothing() -> None:
+    schema = {"type": "object", "required": ["a"], "properties": {"a": {"type": "integer"}}}
+    prompt = "OUTPUT-CONTRACT: json\n```json\n" + json.dumps(schema) + "\n```"
+    plain = json.loads(rules.render_reply(prompt, turn=1, model="m", effort="e", tool_results={}))
+    with_lines = prompt + "\n" + "\n".join(SUGGEST_LINES)
+    answered = json.loads(rules.render_reply(with_lines, turn=1, model="m", effort="e", tool_results={}))
+    assert "suggestions" not in answered and answered["a"] == plain["a"] == 0

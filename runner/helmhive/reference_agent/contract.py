@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any, Final
 
-from helmhive.reference_agent.directives import AGENT_NAME, CONTRACT_PREFIX
+from helmhive.reference_agent.directives import AGENT_NAME, CONTRACT_PREFIX, SuggestLine
 
 _FENCE: Final = re.compile(r"```json\s*\n(.*?)\n```", re.DOTALL)
 
@@ -68,9 +69,17 @@ def minimal_instance(schema: Any) -> Any:
     return None
 
 
-def structured_answer(facts: dict[str, object], schema: dict[str, Any] | None, *, invalid: bool) -> object:
+def structured_answer(
+    facts: dict[str, object],
+    schema: dict[str, Any] | None,
+    *,
+    invalid: bool,
+    suggestions: Sequence[SuggestLine] = (),
+) -> object:
     """The JSON answer: the facts, plus the smallest document the prompt's schema accepts.
 
+    ``suggestions`` (the prompt's ``REFERENCE-AGENT: suggest`` lines) become the answer's
+    ``suggestions`` when the schema has that property (:func:`suggestion_items`).
     With ``invalid``, the schema's required properties are left out (or, when it requires
     none, the answer is no JSON object at all), so a client's contract check must fail.
     """
@@ -81,6 +90,10 @@ def structured_answer(facts: dict[str, object], schema: dict[str, Any] | None, *
     instance = minimal_instance(schema)
     if not isinstance(instance, dict):
         return facts
+    if suggestions:
+        items = suggestion_items(suggestions, schema)
+        if items is not None:
+            instance["suggestions"] = items
     closed = any(part.get("additionalProperties") is False for part in _parts(schema))
     return instance if closed else {**facts, **instance}
 
@@ -100,6 +113,66 @@ def governed_answer(document: dict[str, Any], schema: dict[str, Any] | None, *, 
         allowed = {name for part in parts if isinstance(part.get("properties"), dict) for name in part["properties"]}
         answer = {key: value for key, value in answer.items() if key in allowed}
     return answer
+
+
+def suggestion_items(suggestions: Sequence[SuggestLine], schema: dict[str, Any]) -> list[Any] | None:
+    """The ``suggestions`` array for ``schema``, one item per line in order; None when no part of
+    the schema (``allOf`` included) declares a ``suggestions`` property.
+
+    An item is ``name`` (when the line gave one), ``kind``, ``scope`` (``{"type": "workspace"}`` or
+    ``{"type": "service", "service": …}``), ``text``, ``sensitivity`` and a fixed ``rationale``
+    naming the line. A closed item schema keeps only its own properties, a string is cut to the
+    item schema's ``maxLength`` (an ending ``…`` marks a cut), the list to the smallest
+    ``maxItems`` and topped up to the largest ``minItems`` with the item schema's smallest document.
+    """
+    arrays = [
+        part["properties"]["suggestions"]
+        for part in _parts(schema)
+        if isinstance(part.get("properties"), dict) and isinstance(part["properties"].get("suggestions"), dict)
+    ]
+    if not arrays:
+        return None
+    item_schemas = [a["items"] for a in arrays if isinstance(a.get("items"), dict)]
+    closed = any(part.get("additionalProperties") is False for item in item_schemas for part in _parts(item))
+    declared = {
+        name: value
+        for item in item_schemas
+        for part in _parts(item)
+        if isinstance(part.get("properties"), dict)
+        for name, value in part["properties"].items()
+    }
+    count = len(suggestions)
+    for array in arrays:
+        if isinstance(array.get("maxItems"), int):
+            count = min(count, array["maxItems"])
+    items: list[Any] = []
+    for index, line in enumerate(suggestions[:count], start=1):
+        scope: dict[str, str] = {"type": "workspace"} if line.service is None else {"type": "service"}
+        if line.service is not None:
+            scope["service"] = line.service
+        item: dict[str, Any] = {"name": line.name} if line.name else {}
+        item.update(
+            kind=line.kind,
+            scope=scope,
+            text=line.text,
+            sensitivity=line.sensitivity,
+            rationale=f"Suggestion {index} of the prompt's REFERENCE-AGENT suggest lines "
+            "(deterministic reference agent, not a model).",
+        )
+        items.append(
+            {key: _bounded(value, declared.get(key)) for key, value in item.items() if not closed or key in declared}
+        )
+    least = max((a["minItems"] for a in arrays if isinstance(a.get("minItems"), int)), default=0)
+    filler = minimal_instance({"allOf": item_schemas}) if item_schemas else None
+    items.extend(filler for _ in range(least - len(items)))
+    return items
+
+
+def _bounded(value: Any, schema: Any) -> Any:
+    limit = schema.get("maxLength") if isinstance(schema, dict) else None
+    if not isinstance(value, str) or not isinstance(limit, int) or len(value) <= limit:
+        return value
+    return value[: limit - 1] + "…" if limit > 0 else ""
 
 
 def _parts(schema: dict[str, Any]) -> list[dict[str, Any]]:

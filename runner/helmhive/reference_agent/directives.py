@@ -46,6 +46,10 @@ MAX_OPEN_FILES: Final = 65536
 RESOURCE_ORDER: Final = ("allocate", "spin", "spawn", "openFiles")
 """The resource directives' keys, in the order they are carried out and reported."""
 INVALID_OUTPUT: Final = "invalid-output"
+SUGGEST: Final = "suggest"
+SUGGESTION_KINDS: Final = ("decision", "constraint")
+SUGGESTION_SENSITIVITIES: Final = ("public", "internal", "confidential", "restricted")
+MAX_SUGGESTION_TEXT: Final = 2000
 EditAction = Literal["APPEND-LINE", "REPLACE-TEXT", "DELETE-FILE", "WRITE-BYTES"]
 EDIT_ACTIONS: Final[tuple[EditAction, ...]] = ("APPEND-LINE", "REPLACE-TEXT", "DELETE-FILE", "WRITE-BYTES")
 IF_FINDINGS: Final = "IF-FINDINGS"
@@ -72,9 +76,22 @@ MAGIC_PREFIXES: Final = (
     *ESCAPE_PREFIXES,
 )
 _SAFE_NAME: Final = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+_DNS_LABEL: Final = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 Behaviour = Literal["normal", "hang", "stall", "crash", "crash-once", "slow"]
 BEHAVIOURS: Final[tuple[Behaviour, ...]] = ("normal", "hang", "stall", "crash", "crash-once", "slow")
+
+
+@dataclass(frozen=True, slots=True)
+class SuggestLine:
+    """One ``REFERENCE-AGENT: suggest`` line: a suggested memory record, as the prompt spelled it."""
+
+    kind: str
+    service: str | None
+    """The scope: a service's name, or None for the workspace."""
+    sensitivity: str
+    text: str
+    name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +112,7 @@ class Directives:
     spin_seconds: int = 0
     spawn: int = 0
     open_files: int = 0
+    suggestions: tuple[SuggestLine, ...] = ()
 
     def resources(self) -> dict[str, int]:
         """The resource directives asked for, by key in :data:`RESOURCE_ORDER` (0: not asked)."""
@@ -129,7 +147,9 @@ def parse_directives(prompt: str) -> Directives:
     * ``PAD-REPLY: <n>`` appends ``n`` characters of filler to the answer (at most 1,000,000);
     * ``WRITE-HOME-FILE: <name>`` writes the file ``<name>`` in its ``$HOME`` itself;
     * ``ALLOCATE: <MiB>``, ``SPIN: <seconds>``, ``SPAWN: <n>``, ``OPEN-FILES: <n>`` use that much
-      memory, CPU time, processes or open files (see :data:`RESOURCE_ORDER`; the last value wins).
+      memory, CPU time, processes or open files (see :data:`RESOURCE_ORDER`; the last value wins);
+    * ``REFERENCE-AGENT: suggest <kind> <scope> <sensitivity> [name=<name>] <text>`` is one suggested
+      memory record (:func:`parse_suggest_line`), in order; a malformed one is ignored.
 
     Prefixes are case-sensitive and must start the line (leading blanks are ignored). Unknown
     behaviours, unsafe file names (only ``[A-Za-z0-9._-]``, no path) and bad ports are ignored.
@@ -150,6 +170,7 @@ def parse_directives(prompt: str) -> Directives:
         OPEN_FILES_PREFIX: MAX_OPEN_FILES,
     }
     behaviour: Behaviour | None = None
+    suggestions: list[SuggestLine] = []
     for raw in prompt.splitlines():
         line = raw.strip()
         amount = next((prefix for prefix in amounts if line.startswith(prefix)), None)
@@ -176,6 +197,10 @@ def parse_directives(prompt: str) -> Directives:
             port = line.removeprefix(CONNECT_PREFIX).strip()
             if port.isdigit() and 0 < int(port) < 65536 and int(port) not in connects:
                 connects.append(int(port))
+        elif line.startswith(DIRECTIVE_PREFIX) and _is_suggest(line):
+            suggestion = parse_suggest_line(line)
+            if suggestion is not None:
+                suggestions.append(suggestion)
         elif line.startswith(DIRECTIVE_PREFIX):
             value = line.removeprefix(DIRECTIVE_PREFIX).strip().lower()
             invalid = invalid or value == INVALID_OUTPUT
@@ -195,7 +220,43 @@ def parse_directives(prompt: str) -> Directives:
         spin_seconds=amounts[SPIN_PREFIX],
         spawn=amounts[SPAWN_PREFIX],
         open_files=amounts[OPEN_FILES_PREFIX],
+        suggestions=tuple(suggestions),
     )
+
+
+def _is_suggest(line: str) -> bool:
+    words = line.removeprefix(DIRECTIVE_PREFIX).split(maxsplit=1)
+    return bool(words) and words[0] == SUGGEST
+
+
+def parse_suggest_line(line: str) -> SuggestLine | None:
+    """Read ``REFERENCE-AGENT: suggest <kind> <scope> <sensitivity> [name=<name>] <text>``; None if malformed.
+
+    ``<kind>`` is one of :data:`SUGGESTION_KINDS`, ``<scope>`` is ``workspace`` or
+    ``service:<name>``, ``<sensitivity>`` one of :data:`SUGGESTION_SENSITIVITIES`; the optional
+    ``name=<name>`` names the record (names are DNS labels); ``<text>`` is the rest of the line,
+    trimmed: not empty, at most :data:`MAX_SUGGESTION_TEXT` characters. Words are separated by
+    blanks and are case-sensitive.
+    """
+    words = line.strip().removeprefix(DIRECTIVE_PREFIX).split(maxsplit=4)
+    if len(words) < 5 or words[0] != SUGGEST:
+        return None
+    _, kind, scope, sensitivity, rest = words
+    name: str | None = None
+    if rest.startswith("name="):
+        first, _, rest = rest.partition(" ")
+        name = first.removeprefix("name=")
+        if not _DNS_LABEL.match(name):
+            return None
+    text = rest.strip()
+    service = scope.removeprefix("service:") if scope.startswith("service:") else None
+    if kind not in SUGGESTION_KINDS or sensitivity not in SUGGESTION_SENSITIVITIES:
+        return None
+    if scope != "workspace" and (service is None or not _DNS_LABEL.match(service)):
+        return None
+    if not text or len(text) > MAX_SUGGESTION_TEXT:
+        return None
+    return SuggestLine(kind=kind, service=service, sensitivity=sensitivity, text=text, name=name)
 
 
 def _add(items: list[str], value: str) -> None:

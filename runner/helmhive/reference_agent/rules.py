@@ -22,6 +22,7 @@ from helmhive.reference_agent.contract import (
     governed_answer,
     minimal_instance,
     structured_answer,
+    suggestion_items,
 )
 from helmhive.reference_agent.directives import (
     ACP_WRITE_PREFIX,
@@ -46,6 +47,7 @@ from helmhive.reference_agent.directives import (
     MAX_PAD,
     MAX_SPAWN,
     MAX_SPIN_SECONDS,
+    MAX_SUGGESTION_TEXT,
     MODEL_OPTION_ID,
     MODELS,
     OPEN_FILES_PREFIX,
@@ -54,6 +56,9 @@ from helmhive.reference_agent.directives import (
     RESOURCE_ORDER,
     SPAWN_PREFIX,
     SPIN_PREFIX,
+    SUGGEST,
+    SUGGESTION_KINDS,
+    SUGGESTION_SENSITIVITIES,
     TOOL_PREFIX,
     UNLESS_FINDINGS,
     VERDICT_PREFIX,
@@ -61,8 +66,10 @@ from helmhive.reference_agent.directives import (
     Behaviour,
     Directives,
     EditAction,
+    SuggestLine,
     as_behaviour,
     parse_directives,
+    parse_suggest_line,
 )
 from helmhive.reference_agent.governed import (
     MAX_CRITERIA,
@@ -121,6 +128,7 @@ __all__ = [
     "MAX_SPAWN",
     "MAX_SPIN_SECONDS",
     "MAX_STEPS",
+    "MAX_SUGGESTION_TEXT",
     "MAX_WRITE_BYTES",
     "MODELS",
     "MODEL_OPTION_ID",
@@ -134,6 +142,9 @@ __all__ = [
     "SPAWN_PREFIX",
     "SPIN_PREFIX",
     "STAGES",
+    "SUGGEST",
+    "SUGGESTION_KINDS",
+    "SUGGESTION_SENSITIVITIES",
     "TOOL_PREFIX",
     "UNLESS_FINDINGS",
     "VERDICT_PREFIX",
@@ -147,6 +158,7 @@ __all__ = [
     "EditOutcome",
     "GovernedPrompt",
     "Stage",
+    "SuggestLine",
     "ToolKindName",
     "Verdict",
     "as_behaviour",
@@ -160,6 +172,7 @@ __all__ = [
     "parse_directives",
     "parse_edits",
     "parse_governed",
+    "parse_suggest_line",
     "patch_files",
     "prompt_digest",
     "pseudo_random_bytes",
@@ -167,6 +180,7 @@ __all__ = [
     "review_reasons",
     "safe_relpath",
     "structured_answer",
+    "suggestion_items",
     "tool_kind",
 ]
 
@@ -273,7 +287,9 @@ def render_reply(
     facts.update({key: value for key, value in extras.items() if value})
     if directives.json_output:
         return json.dumps(
-            structured_answer(facts, find_schema(prompt), invalid=invalid), sort_keys=True, separators=(",", ":")
+            structured_answer(facts, find_schema(prompt), invalid=invalid, suggestions=directives.suggestions),
+            sort_keys=True,
+            separators=(",", ":"),
         )
     out = [
         f"{AGENT_NAME}: deterministic reference agent, not a model.",
