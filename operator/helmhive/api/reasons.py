@@ -48,6 +48,11 @@ class ConditionType(enum.StrEnum):
     CREDENTIAL_AVAILABLE = "CredentialAvailable"
     WARM_PODS_READY = "WarmPodsReady"
     """A JobPod pool's warm set (``execution.warmPods``): are that many warm pods ready to be claimed."""
+    # kstatus's abnormal-true conditions, derived from the above (``helmhive.policy.kstatus``)
+    RECONCILING = "Reconciling"
+    """True while the object is progressing (queued, running, a stage pending, pods starting); absent otherwise."""
+    STALLED = "Stalled"
+    """True while it has failed and will not progress without a person; absent otherwise."""
 
 
 class Reason(enum.StrEnum):
@@ -234,6 +239,9 @@ class Reason(enum.StrEnum):
     """The operator's create or delete of a warm pod was refused (a quota, an admission policy)."""
     NO_WARM_PODS = "NoWarmPods"
     """``execution.warmPods`` is 0: every job's pod is created when the job starts."""
+    # A RunnerPool's Reconciling condition (``helmhive.policy.kstatus``)
+    RUNNER_PODS_STARTING = "RunnerPodsStarting"
+    """Fewer of the pool's runners are Online than its ``replicas``: its pods are starting or rolling out."""
 
 
 _DETAIL_RE = re.compile(r"[^A-Za-z0-9_,:]+")
