@@ -55,7 +55,8 @@ def build_like_router_status(*, runners: int, concurrency: int, now: dt.datetime
     The binding is the bench Profile's (``BENCH_PROFILE_SPEC``, decided as the queue step does,
     ``helmhive.controller.jobs.binding``), the decision ``decide_route`` over ``runners`` runners
     like the bench's (so ``MAX_CANDIDATES`` candidate rows once there are that many), the wire
-    form ``agentjob.route`` with the binding: routing, the assignment, Routed/Ready, the profile.
+    form ``agentjob.route`` with the binding: routing, the assignment, Routed/Ready/Reconciling,
+    ``observedGeneration``, the profile.
     """
     parsed, verdict = decide_profile_body(BENCH_PROFILE_SPEC)
     assert parsed is not None and verdict.effective is not None, verdict.violations

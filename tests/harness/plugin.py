@@ -117,10 +117,25 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Build the control-plane binaries now, outside any test's timeout, if a test needs them."""
     config = session.config
-    if config.option.collectonly or _source(config) != "local":
+    if config.option.collectonly:
+        return
+    if any("kstatus" in getattr(item, "fixturenames", ()) for item in session.items):
+        _prebuild_kstatus(config)
+    if _source(config) != "local":
         return
     if any("cluster" in getattr(item, "fixturenames", ()) for item in session.items):
         _ensure_built(config)
+
+
+def _prebuild_kstatus(config: pytest.Config) -> None:
+    """Build the kstatus program (``harness.kstatus_tool``) outside any test's timeout; a failure is
+    left to the ``kstatus`` fixtures, which build again and fail their tests with the log."""
+    from harness.kstatus_tool import ensure_kstatus
+
+    log_path = Path(tempfile.mkdtemp(prefix="helmhive-kstatus-")) / "build.log"
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    with _BuildLog(log_path, reporter) as log, contextlib.suppress(BuildError, OSError):
+        ensure_kstatus(log=log)
 
 
 class _BuildLog(io.TextIOWrapper):

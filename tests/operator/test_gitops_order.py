@@ -191,12 +191,20 @@ EXPECTED: Summary = {
     ("MemoryRecord", "ledger-append-only"): {"conditions": {"Active": ("True", "InEffect")}},
     ("MemoryRecord", "api-freeze-q4"): {"conditions": {"Active": ("True", "InEffect")}},
     ("AgentJob", "check-anthropic-login"): {
-        "conditions": {"Routed": ("False", "NoEligibleRunner"), "Ready": ("False", "NoEligibleRunner")},
+        "conditions": {
+            "Routed": ("False", "NoEligibleRunner"),
+            "Ready": ("False", "NoEligibleRunner"),
+            "Stalled": ("True", "NoEligibleRunner"),  # kstatus: failed closed, Failed
+        },
         "profile": "connection-check",
         "assignment": None,
     },
     ("AgentJob", "review-diff"): {
-        "conditions": {"Routed": ("False", "NoEligibleRunner"), "Ready": ("False", "NoEligibleRunner")},
+        "conditions": {
+            "Routed": ("False", "NoEligibleRunner"),
+            "Ready": ("False", "NoEligibleRunner"),
+            "Stalled": ("True", "NoEligibleRunner"),  # kstatus: failed closed, Failed
+        },
         "profile": "quick-review",
         "assignment": None,
     },
@@ -408,7 +416,11 @@ def test_a_workspace_that_never_appears_fails_closed_at_the_deadline_counted_fro
     assert failed["status"] == "False"
     assert f"until {deadline}" in failed["message"]
     job_now = _get(kube, namespace, "AgentJob", name)
-    assert _conditions(job_now) == {"Routed": ("False", "WorkspaceNotFound"), "Ready": ("False", "WorkspaceNotFound")}
+    assert _conditions(job_now) == {
+        "Routed": ("False", "WorkspaceNotFound"),
+        "Ready": ("False", "WorkspaceNotFound"),
+        "Stalled": ("True", "WorkspaceNotFound"),
+    }
     assert job_now["status"].get("profile") is None
     gone = wait_for(
         reason_is(kube, namespace, "MemoryRecord", "money-is-integer-cents", "Active", "WorkspaceNotFound"),
@@ -423,5 +435,9 @@ def test_a_workspace_that_never_appears_fails_closed_at_the_deadline_counted_fro
     )
     wait_for(reason_is(kube, namespace, "Workspace", "payments", "Ready", "Reconciled"), timeout=CONVERGE)
     after = _get(kube, namespace, "AgentJob", name)
-    assert _conditions(after) == {"Routed": ("False", "WorkspaceNotFound"), "Ready": ("False", "WorkspaceNotFound")}
+    assert _conditions(after) == {
+        "Routed": ("False", "WorkspaceNotFound"),
+        "Ready": ("False", "WorkspaceNotFound"),
+        "Stalled": ("True", "WorkspaceNotFound"),
+    }
     assert after["status"].get("profile") is None

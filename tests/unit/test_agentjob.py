@@ -13,6 +13,7 @@ from helmhive.api.job import Assignment, ModelSource
 from helmhive.api.reasons import Reason
 from helmhive.policy.agentjob import life as agentjob
 from helmhive.policy.agentjob.life import (
+    DERIVED_FIELDS,
     STATUS_WRITERS,
     STEP_WRITERS,
     AgentJob,
@@ -47,6 +48,8 @@ def body(
     meta: dict[str, Any] = {"name": "j", "namespace": "team", "uid": "u-1", "generation": 1, "resourceVersion": "42"}
     if deleting:
         meta["deletionTimestamp"] = EARLIER
+    if status or conditions:  # the operator has written it, so it observed generation 1
+        status.setdefault("observedGeneration", 1)
     return {
         "apiVersion": "helmhive.dev/v1alpha1",
         "kind": "AgentJob",
@@ -183,9 +186,16 @@ def test_bind_writes_the_profile_and_sheds_the_waiting_conditions() -> None:
     waiting = parse_agent_job(
         body(conditions=[cond("Routed", "False", "WaitingForWorkspace"), cond("Ready", "False", "WaitingForWorkspace")])
     )
-    patch = agentjob.bind(waiting, binding=BINDING)
-    assert patch.status == {"profile": BINDING, "conditions": []}
-    assert agentjob.bind(parse_agent_job(SAMPLES["new"]), binding=BINDING).status == {"profile": BINDING}
+    patch = agentjob.bind(waiting, binding=BINDING, now=NOW)
+    # Without its waiting Ready it is a job to route: kstatus's Reconciling says so, in the same write.
+    assert set(patch.status) == {"profile", "conditions"} and patch.status["profile"] == BINDING
+    (reconciling,) = patch.status["conditions"]
+    assert (reconciling["type"], reconciling["status"], reconciling["reason"]) == ("Reconciling", "True", "Pending")
+    new = agentjob.bind(parse_agent_job(SAMPLES["new"]), binding=BINDING, now=NOW).status
+    assert new == {"profile": BINDING, "conditions": patch.status["conditions"], "observedGeneration": 1}
+    # Bound again (a newer revision), nothing about its progress changes: only the binding is written.
+    bound = parse_agent_job(body(conditions=patch.status["conditions"]))
+    assert agentjob.bind(bound, binding=BINDING, now=NOW).status == {"profile": BINDING}
 
 
 @pytest.mark.parametrize(
@@ -194,9 +204,11 @@ def test_bind_writes_the_profile_and_sheds_the_waiting_conditions() -> None:
 )
 def test_wait_and_fail_write_routed_and_ready_false_once(step: Any, reason: Reason) -> None:
     patch = step(parse_agent_job(SAMPLES["new"]), reason=reason, message="workspace w does not exist", now=NOW)
+    kstatus = "Reconciling" if step is agentjob.wait else "Stalled"  # waiting moves on; failed closed does not
     assert {c["type"]: (c["status"], c["reason"]) for c in patch.status["conditions"]} == {
         "Routed": ("False", reason.value),
         "Ready": ("False", reason.value),
+        kstatus: ("True", reason.value),
     }
     after = body(conditions=patch.status["conditions"])
     assert step(parse_agent_job(after), reason=reason, message="workspace w does not exist", now=NOW) is None
@@ -239,13 +251,17 @@ def test_route_assigned_writes_assignment_routing_conditions_and_the_binding() -
         binding=BINDING,
         now=NOW,
     )
-    assert set(patch.status) == {"profile", "routing", "conditions", "assignment"}
+    assert set(patch.status) == {"profile", "routing", "conditions", "assignment", "observedGeneration"}
     assert patch.status["assignment"]["runner"] == "r1" and patch.status["assignment"]["memoryIds"] == ["mem"]
     typed = Assignment.model_validate(patch.status["assignment"])  # the wire form is the API's type
     assert typed.to_wire() == {**patch.status["assignment"], "assignedAt": typed.to_wire()["assignedAt"]}
     assert typed.assigned_at == NOW and typed.model_source is ModelSource.MAPPING
     conds = {c["type"]: (c["status"], c["reason"]) for c in patch.status["conditions"]}
-    assert conds == {"Routed": ("True", "Assigned"), "Ready": ("Unknown", "Assigned")}
+    assert conds == {
+        "Routed": ("True", "Assigned"),
+        "Ready": ("Unknown", "Assigned"),
+        "Reconciling": ("True", "Assigned"),
+    }
 
 
 def test_route_waiting_counts_one_more_attempt_and_failed_does_not() -> None:
@@ -257,7 +273,11 @@ def test_route_waiting_counts_one_more_attempt_and_failed_does_not() -> None:
     failed = route_step(job, decision=decision(RouteOutcome.FAILED), now=NOW)
     assert failed.status["routing"]["attempts"] == 2
     conds = {c["type"]: (c["status"], c["reason"]) for c in failed.status["conditions"]}
-    assert conds == {"Routed": ("False", "NoEligibleRunner"), "Ready": ("False", "NoEligibleRunner")}
+    assert conds == {
+        "Routed": ("False", "NoEligibleRunner"),
+        "Ready": ("False", "NoEligibleRunner"),
+        "Stalled": ("True", "NoEligibleRunner"),
+    }
 
 
 def test_start_marks_running_and_resets_the_result_but_started_at() -> None:
@@ -303,7 +323,13 @@ def test_a_lost_read_only_job_is_requeued_by_deleting_all_but_its_binding() -> N
     assert status["assignment"] is None and status["result"] is None and status["attempts"] == 1
     assert "profile" not in status, "the binding is kept as it is"
     after = apply_merge_patch(job.raw_status, status)
-    assert set(after) == {"profile", "attempts", "conditions"}, "session, routing, result, assignment deleted"
+    assert set(after) == {"profile", "attempts", "conditions", "observedGeneration"}, (
+        "session, routing, result, assignment deleted"
+    )
+    assert [(c["type"], c["status"], c["reason"]) for c in after["conditions"]] == [
+        ("Routed", "Unknown", "RunnerLost"),
+        ("Reconciling", "True", "RunnerLost"),
+    ]
     assert parse_agent_job({**SAMPLES["running"], "status": after}).requeued
 
 
@@ -315,7 +341,8 @@ def test_a_requeued_job_lost_again_ends() -> None:
 
 
 def test_the_patch_is_made_conditional_on_the_resource_version_read() -> None:
-    patch = agentjob.bind(parse_agent_job(SAMPLES["new"]), binding=BINDING)
+    first = agentjob.bind(parse_agent_job(SAMPLES["new"]), binding=BINDING, now=NOW)
+    patch = agentjob.bind(parse_agent_job(body(**first.status)), binding=BINDING, now=NOW)
     assert patch.conditional("42") == {"metadata": {"resourceVersion": "42"}, "status": {"profile": BINDING}}
 
 
@@ -366,7 +393,7 @@ def _every_step_on_every_sample() -> list[tuple[AgentJob, StatusPatch]]:
     for sample in SAMPLES.values():
         job = parse_agent_job(sample)
         made: list[StatusPatch | None] = [
-            agentjob.bind(job, binding=BINDING),
+            agentjob.bind(job, binding=BINDING, now=NOW),
             agentjob.wait(job, reason=Reason.WAITING_FOR_WORKSPACE, message="m", now=NOW),
             agentjob.fail(job, reason=Reason.WORKSPACE_NOT_FOUND, message="m", now=NOW),
             *(route_step(job, decision=decision(o), binding=BINDING, now=NOW) for o in RouteOutcome),
@@ -374,7 +401,7 @@ def _every_step_on_every_sample() -> list[tuple[AgentJob, StatusPatch]]:
             agentjob.finish(job, succeeded=False, reason="AgentFailed", message="m", result={}, now=NOW),
             agentjob.lost(job, message="m", why_not_rerun="w", now=NOW),
             agentjob.requeue(job, message="m", retry_message="r", now=NOW),
-            agentjob.close(job, why_not_rerun="w"),
+            agentjob.close(job, why_not_rerun="w", now=NOW),
         ]
         pairs += [(job, p) for p in made if p is not None]
     return pairs
@@ -383,7 +410,7 @@ def _every_step_on_every_sample() -> list[tuple[AgentJob, StatusPatch]]:
 def test_every_field_a_step_writes_is_in_the_table_with_that_steps_writer() -> None:
     seen: set[tuple[str, Writer, Step]] = set()
     for job, patch in _every_step_on_every_sample():
-        for written in written_fields(job, patch):
+        for written in written_fields(job, patch) - DERIVED_FIELDS:
             assert written in STATUS_WRITERS, f"{patch.step} writes {written}, which the table does not list"
             writers = STATUS_WRITERS[written]
             assert patch.step in writers.get(patch.writer, frozenset()), (

@@ -9,16 +9,26 @@ against the Python sets they mirror, so a new final or retryable reason cannot b
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from lupa import luajit21
+from test_kstatus import CASES
 
 from helmhive.api.reasons import Reason
 from helmhive.policy.agentjob.retry import RETRYABLE_REASONS
 from helmhive.policy.change.decision import TERMINAL_REASONS
+from helmhive.policy.kstatus import (
+    CHANGE_SUSPENDED_REASONS,
+    DECIDERS,
+    RUNNER_STARTING_REASONS,
+    RUNNER_SUSPENDED_REASONS,
+    WARM_POD_FAILED_REASONS,
+)
+from helmhive.policy.waiting import WAITING_REASONS
 
 ROOT = Path(__file__).resolve().parents[2] / "charts" / "helmhive" / "argocd"
 CHECKS = ROOT / "resource_customizations" / "helmhive.dev"
@@ -120,3 +130,35 @@ def test_argocd_cm_carries_exactly_the_scripts() -> None:
         )
         for kind in KINDS
     }
+
+
+def _lua_table(kind: str, name: str) -> set[str]:
+    """The keys of ``local <name> = {A = true, ...}`` in ``kind``'s script."""
+    script = (CHECKS / kind / "health.lua").read_text(encoding="utf-8")
+    found = re.search(rf"local {name} = \{{([^}}]*)\}}", script)
+    assert found is not None, f"{kind}'s script has no table {name}"
+    return set(re.findall(r"(\w+) = true", found.group(1)))
+
+
+def test_the_scripts_reason_tables_are_the_python_sets_kstatus_uses() -> None:
+    assert _lua_table("AgentJob", "retryable") == set(RETRYABLE_REASONS)
+    assert _lua_table("AgentJob", "waiting") == set(WAITING_REASONS)
+    assert _lua_table("Change", "final") == set(TERMINAL_REASONS - {Reason.REVIEW_APPROVED})
+    assert _lua_table("Change", "human") == set(CHANGE_SUSPENDED_REASONS)
+    assert _lua_table("Runner", "suspended") == set(RUNNER_SUSPENDED_REASONS)
+    assert _lua_table("Runner", "starting") == set(RUNNER_STARTING_REASONS)
+    pool = (CHECKS / "RunnerPool" / "health.lua").read_text(encoding="utf-8")
+    assert set(re.findall(r'warm\.reason == "(\w+)"', pool)) == set(WARM_POD_FAILED_REASONS)
+
+
+_ARGO = {"Progressing": "Progressing", "Ready": "Healthy", "Failed": "Degraded", "Suspended": "Suspended"}
+
+
+@pytest.mark.parametrize(
+    ("kind", "case", "status"),
+    [pytest.param(k, case, s, id=f"{k}-{case}") for k, case, s, _, _ in CASES if k in KINDS],
+)
+def test_argo_cd_and_kstatus_read_each_state_alike(kind: str, case: str, status: dict[str, Any]) -> None:
+    """Argo CD's Healthy/Progressing/Degraded/Suspended is kstatus's Ready/Progressing/Failed/Suspended."""
+    obj = {"kind": kind, "metadata": {"name": "x", "generation": 1}, "status": status}
+    assert health(kind, obj)["status"] == _ARGO[DECIDERS[kind](status).progress.value], case

@@ -36,7 +36,7 @@ NOW = dt.datetime(2026, 12, 2, 11, 0, tzinfo=dt.UTC)
 def test_the_like_for_like_status_is_what_the_router_writes_for_an_assigned_bench_job() -> None:
     status = build_like_router_status(runners=30, concurrency=10, now=NOW)
 
-    assert sorted(status) == ["assignment", "conditions", "profile", "routing"]
+    assert sorted(status) == ["assignment", "conditions", "observedGeneration", "profile", "routing"]
     parsed = AgentJobStatus.model_validate(status)  # the API models accept it as a job's status
     # It round-trips unchanged (the model adds only its default ``attempts: 0``): nothing dropped or reshaped.
     assert parsed.to_wire() == {"attempts": 0, **status}
@@ -47,7 +47,11 @@ def test_the_like_for_like_status_is_what_the_router_writes_for_an_assigned_benc
     assert parsed.assignment.runner in {c.runner for c in parsed.routing.rows()}
     assert parsed.assignment.runner_namespace == NS
     conditions = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
-    assert conditions == {"Routed": ("True", "Assigned"), "Ready": ("Unknown", "Assigned")}
+    assert conditions == {
+        "Routed": ("True", "Assigned"),
+        "Ready": ("Unknown", "Assigned"),
+        "Reconciling": ("True", "Assigned"),  # kstatus: assigned, not run yet
+    }
 
 
 def test_the_like_for_like_binding_is_the_queue_steps_binding_of_the_bench_profile() -> None:

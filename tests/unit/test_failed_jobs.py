@@ -71,8 +71,9 @@ def test_a_read_only_job_ended_by_an_infrastructure_failure_is_requeued_once(rea
     # The same shape as the lost-runner re-queue: only the binding (and observedGeneration) kept.
     assert set(after) == {"profile", "observedGeneration", "attempts", "conditions"}
     assert after["attempts"] == 1 and after["profile"]["revision"] == "probe-1"
-    (routed,) = after["conditions"]
+    routed, reconciling = after["conditions"]
     assert (routed["type"], routed["status"], routed["reason"]) == ("Routed", "Unknown", reason)
+    assert (reconciling["type"], reconciling["status"], reconciling["reason"]) == ("Reconciling", "True", reason)
     assert "the agent exited with exit code 70; re-queued: " in routed["message"]
     assert "it is read-only" in routed["message"]
     assert outcome.patch.conditional("7")["metadata"] == {"resourceVersion": "7"}

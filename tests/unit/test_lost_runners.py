@@ -154,8 +154,9 @@ def test_a_read_only_job_is_requeued_once_with_only_its_binding_kept() -> None:
     assert set(status) == {"profile", "observedGeneration", "attempts", "conditions"}
     assert status["attempts"] == 1
     assert status["profile"]["revision"] == "p-1"
-    (routed,) = status["conditions"]
+    routed, reconciling = status["conditions"]
     assert (routed["type"], routed["status"], routed["reason"]) == ("Routed", "Unknown", "RunnerLost")
+    assert (reconciling["type"], reconciling["status"], reconciling["reason"]) == ("Reconciling", "True", "RunnerLost")
     assert routed["message"].startswith(MESSAGE + "; re-queued: RunnerLost: it is read-only")
     assert routed["observedGeneration"] == 1
     assert update.body["metadata"]["resourceVersion"] == "42"

@@ -288,15 +288,51 @@ def test_an_unchanged_derivation_is_not_a_change_even_as_the_heartbeat_moves() -
     assert not again.changed
     assert again.status["lastHeartbeatTime"] != first.status["lastHeartbeatTime"]
     # A change of status moves the transition time of that condition only.
-    offline = build_runner_status(
-        observed=stored, derived=derive(the_report=report(), now=later), generation=1, now=later
-    )
+    stale = derive(the_report=report(), the_lease=lease(), now=later)  # renewed 31 s before, for 20 s
+    offline = build_runner_status(observed=stored, derived=stale, generation=1, now=later)
     assert offline.changed
     online = find_condition(offline.status["conditions"], "Online")
     auth = find_condition(offline.status["conditions"], "Authenticated")
     assert online is not None and auth is not None
     assert online["lastTransitionTime"] == "2026-06-01T12:00:30Z"
     assert auth["lastTransitionTime"] == "2026-06-01T12:00:00Z"
+
+
+def test_kstatus_conditions_follow_schedulable_and_are_written_only_when_they_change() -> None:
+    def kstatus(update: Any) -> dict[str, tuple[str, str]]:
+        return {
+            c["type"]: (c["status"], c["reason"])
+            for c in update.status["conditions"]
+            if c["type"] in ("Reconciling", "Stalled")
+        }
+
+    registering = build_runner_status(observed=observed(), derived=derive(the_lease=lease()), generation=1, now=NOW)
+    assert kstatus(registering) == {"Reconciling": ("True", "NeverReported")}
+    stored = observed(report=report().to_wire(), **registering.status)
+    schedulable = build_runner_status(
+        observed=stored, derived=derive(the_report=report(), the_lease=lease()), generation=1, now=NOW
+    )
+    assert schedulable.changed and kstatus(schedulable) == {}, "Reconciling is removed, not set False"
+    later = NOW + dt.timedelta(seconds=30)
+    stored = observed(report=report().to_wire(), **schedulable.status)
+    stale = derive(the_report=report(), the_lease=lease(), now=later)  # renewed 31 s before, for 20 s
+    offline = build_runner_status(observed=stored, derived=stale, generation=1, now=later)
+    assert kstatus(offline) == {"Stalled": ("True", "HeartbeatStale")}
+    stored = observed(report=report().to_wire(), **offline.status)
+    still = build_runner_status(
+        observed=stored,
+        derived=derive(the_report=report(), the_lease=lease(), now=later + dt.timedelta(seconds=5)),
+        generation=1,
+        now=later,
+    )
+    assert not still.changed, "the same verdict writes nothing"
+    drained = build_runner_status(
+        observed=stored,
+        derived=derive(the_report=report(), the_lease=lease(), runner_state=ControlState.DRAINING),
+        generation=1,
+        now=later,
+    )
+    assert kstatus(drained) == {}, "drained by an administrator: neither condition (kstatus: Current)"
 
 
 # --- Audited transitions ------------------------------------------------------------------------

@@ -53,6 +53,11 @@ class ConditionType(enum.StrEnum):
     """Does the agent advertise every agent capability the pool declares (``session-load``, ``mcp-http``…)."""
     # SuggestionExport
     RECORDED = "Recorded"
+    # kstatus's abnormal-true conditions, derived from the above (``helmhive.policy.kstatus``)
+    RECONCILING = "Reconciling"
+    """True while the object is progressing (queued, running, a stage pending, pods starting); absent otherwise."""
+    STALLED = "Stalled"
+    """True while it has failed and will not progress without a person; absent otherwise."""
 
 
 class Reason(enum.StrEnum):
@@ -256,6 +261,9 @@ class Reason(enum.StrEnum):
     """A suggestion that does not make a valid MemoryRecord; the message gives the field path."""
     AUDIT_RECORDED = "AuditRecorded"
     """A SuggestionExport's ``SuggestionsExported`` AuditRecord exists."""
+    # A RunnerPool's Reconciling condition (``helmhive.policy.kstatus``)
+    RUNNER_PODS_STARTING = "RunnerPodsStarting"
+    """Fewer of the pool's runners are Online than its ``replicas``: its pods are starting or rolling out."""
 
 
 _DETAIL_RE = re.compile(r"[^A-Za-z0-9_,:]+")

@@ -11,6 +11,7 @@ names the latest, history is bounded, and a revision a running job references is
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -27,6 +28,7 @@ from helmhive.controller.runtime import Runtime
 from helmhive.policy.agentjob.life import parse_agent_job
 from helmhive.policy.audit.records import build_audit_record
 from helmhive.policy.conditions import set_condition
+from helmhive.policy.kstatus import with_kstatus
 from helmhive.policy.profiles.narrowing import decide_profile_body, format_violations
 from helmhive.policy.profiles.revisions import (
     LABEL_PROFILE,
@@ -87,6 +89,12 @@ async def _referenced_revisions(runtime: Runtime, namespace: str, profile: str) 
     return referenced
 
 
+def _with_kstatus(conditions: list[dict[str, Any]], meta: Mapping[str, Any], now: dt.datetime) -> list[dict[str, Any]]:
+    """``conditions`` with kstatus's ``Stalled`` for a profile that is not valid (helmhive.policy.kstatus)."""
+    derived = with_kstatus("Profile", {"conditions": conditions}, generation=meta.get("generation"), now=now)
+    return list(derived.get("conditions", conditions))
+
+
 async def reconcile_profile(runtime: Runtime, body: Mapping[str, Any], logger: kopf.Logger) -> None:
     """Write ``Valid``, the effective profile and the current revision; create revisions; prune."""
     meta = body["metadata"]
@@ -104,10 +112,11 @@ async def reconcile_profile(runtime: Runtime, body: Mapping[str, Any], logger: k
             generation=meta.get("generation"),
             now=now,
         )
-        if update.changed or status.get("effective") is not None:
+        conditions = _with_kstatus(update.conditions, meta, now)
+        if conditions != status.get("conditions") or status.get("effective") is not None:
             patch = {
                 "status": {
-                    "conditions": update.conditions,
+                    "conditions": conditions,
                     "effective": None,
                     "observedGeneration": meta.get("generation"),
                 }
@@ -172,7 +181,7 @@ async def reconcile_profile(runtime: Runtime, body: Mapping[str, Any], logger: k
     )
     ordered = sorted(known.values(), key=lambda r: int(r.get("revision", 0)))
     desired = {
-        "conditions": update.conditions,
+        "conditions": _with_kstatus(update.conditions, meta, now),
         "effective": verdict.effective.to_wire(),
         "currentRevision": current,
         "currentHash": digest,

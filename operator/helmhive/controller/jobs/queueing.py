@@ -154,7 +154,7 @@ class JobQueue:
             reason, message = missing.final_reason, missing.message
         else:
             self.forget(key)
-            bound = agentjob.bind(job, binding=binding)
+            bound = agentjob.bind(job, binding=binding, now=self.runtime.clock())
             if self.handoff is not None:
                 # Routing writes the binding with its decision: one conditional status write per job.
                 self.handoff(body, binding, bound.status.get("conditions"))

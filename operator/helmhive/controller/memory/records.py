@@ -51,6 +51,7 @@ from helmhive.controller.profiles import actor_from
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.audit.records import build_audit_record
 from helmhive.policy.conditions import find_condition, set_condition
+from helmhive.policy.kstatus import with_kstatus
 from helmhive.policy.memory.selection import MemoryActivity
 from helmhive.policy.memory.status import decide_memory_status
 from helmhive.policy.waiting import parse_timestamp
@@ -237,11 +238,14 @@ class MemoryReconciler:
             generation=meta.get("generation"),
             now=now,
         )
+        generation = meta.get("generation")
+        conditions = with_kstatus("MemoryRecord", {"conditions": update.conditions}, generation=generation, now=now)
+        conditions = conditions.get("conditions", update.conditions)
         digest = memory_hash(body.get("spec") or {})
-        if not update.changed and status.get("contentHash") == digest:
+        if conditions == status.get("conditions") and status.get("contentHash") == digest:
             return True
         patch: dict[str, Any] = {
-            "conditions": update.conditions,
+            "conditions": conditions,
             "contentHash": digest,
             "observedGeneration": meta.get("generation"),
         }

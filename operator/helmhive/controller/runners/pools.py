@@ -47,6 +47,7 @@ from helmhive.controller.runtime import Runtime
 from helmhive.policy.conditions import find_condition, set_condition
 from helmhive.policy.jobpods.view import PodView
 from helmhive.policy.jobpods.warmset import WarmVerdict
+from helmhive.policy.kstatus import with_kstatus
 from helmhive.policy.runners.capabilities import decide_pool_capabilities_condition
 from helmhive.policy.runners.credentials import CredentialDecision, build_credential_verdict
 from helmhive.policy.runners.pool import PoolRef, build_pool_objects, decide_pool_name_problem, decide_pruned_objects
@@ -309,6 +310,10 @@ class PoolLoop:
             conditions = [c for c in conditions if c.get("type") != ConditionType.WARM_PODS_READY]
             desired["warmPodsReady"] = None
             changed = True
+        # kstatus's Reconciling/Stalled, from the status about to be written (helmhive.policy.kstatus)
+        merged = {**status, **desired, "conditions": conditions}
+        conditions = with_kstatus("RunnerPool", merged, generation=generation, now=now).get("conditions", conditions)
+        changed = changed or conditions != list(status.get("conditions") or [])
         changed = changed or any(status.get(key) != value for key, value in desired.items())
         if not changed or self.status_memo.pending("status", resource_version, now=clock):
             return

@@ -151,5 +151,5 @@ def decide_failed_requeue(
     if decision.retry:
         patch = requeue(job, message=message, retry_message=decision.message, now=now, reason=reason)
     else:
-        patch = close(job, why_not_rerun=decision.message)
+        patch = close(job, why_not_rerun=decision.message, now=now)
     return FailedOutcome(patch=patch, failure=reason, retry=decision)

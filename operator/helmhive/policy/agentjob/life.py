@@ -39,8 +39,11 @@ costs the API server less for the routed job's large status.
 
 Status fields and their writers (one writer per step; a field with two writers has them in
 turn: the operator until the runner starts the job, the runner until it ends it, the operator
-again only when the runner is lost or the job is re-queued or closed). ``observedGeneration`` is
-written by no step; re-queue keeps it. :data:`STATUS_WRITERS` is this table as data (a unit test keeps them equal)::
+again only when the runner is lost or the job is re-queued or closed). :data:`DERIVED_FIELDS`
+(``observedGeneration`` and kstatus's ``Reconciling`` and ``Stalled`` conditions, derived from the
+status a step makes by :func:`~helmhive.policy.agentjob.patch.build_step_patch`) are in no row:
+every step writes them, in its own write, when its result changes them; re-queue keeps
+``observedGeneration``. :data:`STATUS_WRITERS` is this table as data (a unit test keeps them equal)::
 
     field                  writer    steps
     profile                operator  bind, route
@@ -70,12 +73,14 @@ parts live in :mod:`helmhive.policy.agentjob.state` (the job read once, its stat
 from __future__ import annotations
 
 from helmhive.policy.agentjob.patch import (
+    DERIVED_FIELDS,
     STATUS_WRITERS,
     STEP_WRITERS,
     StatusPatch,
     Step,
     Writer,
     apply_merge_patch,
+    build_step_patch,
     written_fields,
 )
 from helmhive.policy.agentjob.state import (
@@ -102,6 +107,7 @@ from helmhive.policy.agentjob.steps import (
 )
 
 __all__ = [
+    "DERIVED_FIELDS",
     "NOT_RERUN",
     "STATUS_WRITERS",
     "STEP_WRITERS",
@@ -113,6 +119,7 @@ __all__ = [
     "Writer",
     "apply_merge_patch",
     "bind",
+    "build_step_patch",
     "close",
     "decide_finished",
     "decide_held_runner",

@@ -9,6 +9,7 @@ the two equal). :func:`written_fields` says which of those fields a patch change
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,14 +17,17 @@ from typing import Any
 
 from helmhive.api.kinds import API_VERSION
 from helmhive.policy.agentjob.state import AgentJob
+from helmhive.policy.kstatus import with_kstatus
 
 __all__ = [
+    "DERIVED_FIELDS",
     "STATUS_WRITERS",
     "STEP_WRITERS",
     "StatusPatch",
     "Step",
     "Writer",
     "apply_merge_patch",
+    "build_step_patch",
     "written_fields",
 ]
 
@@ -79,6 +83,9 @@ STATUS_WRITERS: Mapping[str, Mapping[Writer, frozenset[Step]]] = {
 }
 """Every status field a step writes, by writer, with its steps (:mod:`helmhive.policy.agentjob.life`'s table)."""
 
+DERIVED_FIELDS = frozenset({"observedGeneration", "conditions[Reconciling]", "conditions[Stalled]"})
+"""Fields no row of the table lists: :func:`build_step_patch` derives them in every step's write."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class StatusPatch:
@@ -111,6 +118,22 @@ class StatusPatch:
             "metadata": {"name": job.name, "namespace": job.namespace, "resourceVersion": job.resource_version},
             "status": apply_merge_patch(job.raw_status, self.status),
         }
+
+
+def build_step_patch(step: Step, job: AgentJob, status: Mapping[str, Any], *, now: dt.datetime) -> StatusPatch:
+    """The patch of ``step`` writing ``status``, with the ``Reconciling``/``Stalled`` conditions and
+    ``observedGeneration`` the job will have once it is written (:mod:`helmhive.policy.kstatus`).
+
+    Only what differs from the stored status is added, so a step that leaves the job's progress
+    where it was writes no more than before.
+    """
+    merged = apply_merge_patch(job.raw_status, status)
+    derived = with_kstatus("AgentJob", merged, generation=job.generation, now=now)
+    out = dict(status)
+    for key in ("conditions", "observedGeneration"):
+        if derived.get(key) != merged.get(key):
+            out[key] = derived.get(key)
+    return StatusPatch(step=step, status=out)
 
 
 def apply_merge_patch(target: Any, patch: Any) -> Any:

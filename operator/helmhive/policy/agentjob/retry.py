@@ -29,9 +29,11 @@ from helmhive.api.common import FilesystemAccess, JobKind
 from helmhive.api.reasons import ConditionType, Reason
 from helmhive.policy.agentjob.state import AgentJob
 from helmhive.policy.envelopes import ENVELOPES, is_implementation
+from helmhive.policy.finality import NOT_RERUN, RETRYABLE_REASONS
 
 __all__ = [
     "MAX_AUTOMATIC_RETRIES",
+    "NOT_RERUN",
     "RETRYABLE_REASONS",
     "RetryDecision",
     "decide_job_retry",
@@ -42,11 +44,6 @@ __all__ = [
 
 MAX_AUTOMATIC_RETRIES = 1
 """A job is re-run automatically at most this many times."""
-
-RETRYABLE_REASONS = frozenset(
-    {Reason.RUNNER_LOST, Reason.JOB_POD_LOST, Reason.INTERRUPTED, Reason.AGENT_CRASHED, Reason.AGENT_UNRESPONSIVE}
-)
-"""Failures of the infrastructure, not of the job: the only ones worth running again."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from helmhive.api.reasons import ConditionType, Reason
-from helmhive.policy.agentjob.patch import StatusPatch, Step
-from helmhive.policy.agentjob.retry import RetryDecision, decide_job_retry, decide_retry_window
+from helmhive.policy.agentjob.patch import StatusPatch, Step, build_step_patch
+from helmhive.policy.agentjob.retry import NOT_RERUN, RetryDecision, decide_job_retry, decide_retry_window
 from helmhive.policy.agentjob.state import AgentJob
 from helmhive.policy.conditions import set_condition
 from helmhive.policy.timestamps import format_timestamp
@@ -48,13 +48,13 @@ def _set_conditions(
     return current
 
 
-def bind(job: AgentJob, *, binding: Mapping[str, Any]) -> StatusPatch:
+def bind(job: AgentJob, *, binding: Mapping[str, Any], now: dt.datetime) -> StatusPatch:
     """Bound at queue time: ``status.profile``; a job that waited for a reference sheds its waiting conditions."""
     status: dict[str, Any] = {"profile": dict(binding)}
     cleared = build_bound_conditions(job.conditions)
     if cleared is not None:
         status["conditions"] = cleared
-    return StatusPatch(step=Step.BIND, status=status)
+    return build_step_patch(Step.BIND, job, status, now=now)
 
 
 def wait(job: AgentJob, *, reason: Reason, message: str, now: dt.datetime) -> StatusPatch | None:
@@ -71,7 +71,7 @@ def _unbound(step: Step, job: AgentJob, *, reason: Reason, message: str, now: dt
     update = build_unbound_conditions(
         job.conditions, reason=reason, message=message, generation=job.generation, now=now
     )
-    return StatusPatch(step=step, status={"conditions": update.conditions}) if update.changed else None
+    return build_step_patch(step, job, {"conditions": update.conditions}, now=now) if update.changed else None
 
 
 _CLEARED_RESULT = {
@@ -114,7 +114,7 @@ def start(
     }
     if session is not None:
         status["session"] = dict(session)
-    return StatusPatch(step=Step.START, status=status)
+    return build_step_patch(Step.START, job, status, now=now)
 
 
 def finish(
@@ -135,7 +135,7 @@ def finish(
     body: dict[str, Any] = {**_CLEARED_RESULT, **dict(result), "outcome": reason, "completedAt": format_timestamp(now)}
     if started and "startedAt" not in result:
         body["startedAt"] = started
-    return StatusPatch(step=Step.FINISH, status={"conditions": conditions, "result": body})
+    return build_step_patch(Step.FINISH, job, {"conditions": conditions, "result": body}, now=now)
 
 
 def _lost_conditions(job: AgentJob, *, message: str, now: dt.datetime) -> list[dict[str, Any]]:
@@ -161,11 +161,8 @@ def lost(job: AgentJob, *, message: str, why_not_rerun: str, now: dt.datetime) -
     The assignment and the rest of the result stay (a job that may have written keeps its history).
     """
     conditions = _with_verdict(_lost_conditions(job, message=message, now=now), message, why_not_rerun)
-    return StatusPatch(step=Step.LOST, status={"conditions": conditions, "result": _lost_result(job, now)})
+    return build_step_patch(Step.LOST, job, {"conditions": conditions, "result": _lost_result(job, now)}, now=now)
 
-
-NOT_RERUN = "; not re-run: "
-"""What separates an ended job's message from the operator's verdict; its presence means "decided"."""
 
 _MESSAGE_MAX = 1024
 
@@ -181,13 +178,13 @@ def _with_verdict(conditions: list[dict[str, Any]], message: str, why: str) -> l
     return conditions
 
 
-def close(job: AgentJob, *, why_not_rerun: str) -> StatusPatch:
+def close(job: AgentJob, *, why_not_rerun: str, now: dt.datetime) -> StatusPatch:
     """Its runner ended it with an infrastructure reason and it is not run again: the verdict is added to
     the ``Succeeded`` and ``Ready`` messages (status, reason and times stay the runner's)."""
     succeeded = job.condition(ConditionType.SUCCEEDED) or {}
     message = str(succeeded.get("message") or "")
     conditions = _with_verdict([dict(c) for c in job.conditions], message, why_not_rerun)
-    return StatusPatch(step=Step.CLOSE, status={"conditions": conditions})
+    return build_step_patch(Step.CLOSE, job, {"conditions": conditions}, now=now)
 
 
 _KEPT_ON_REQUEUE = frozenset({"profile", "observedGeneration"})
@@ -211,7 +208,7 @@ def requeue(
     ).conditions
     status: dict[str, Any] = {k: None for k in job.raw_status if k not in _KEPT_ON_REQUEUE}
     status.update({"attempts": job.attempts + 1, "conditions": conditions})
-    return StatusPatch(step=Step.REQUEUE, status=status)
+    return build_step_patch(Step.REQUEUE, job, status, now=now)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -65,23 +65,12 @@ from helmhive.policy.change.jobs import (
     view_stage_job,
 )
 from helmhive.policy.conditions import find_condition, set_condition
+from helmhive.policy.finality import TERMINAL_REASONS
+from helmhive.policy.kstatus import with_kstatus
 
 __all__ = ["AUTOMATIC_APPROVER", "TERMINAL_REASONS", "ChangeDecision", "decide_change"]
 
 AUTOMATIC_APPROVER = "Automatic"
-TERMINAL_REASONS = frozenset(
-    {
-        Reason.REVIEW_APPROVED,
-        Reason.CHANGES_REQUESTED,
-        Reason.CHECKS_FAILED,
-        Reason.PLANNING_FAILED,
-        Reason.IMPLEMENTATION_FAILED,
-        Reason.REVIEW_FAILED,
-        Reason.JOB_MISSING,
-        Reason.INVALID_SPEC,
-    }
-)
-"""``Ready`` reasons after which a Change never acts again."""
 
 
 def decide_change(
@@ -91,7 +80,21 @@ def decide_change(
     workspace_exists: bool,
     now: dt.datetime,
 ) -> ChangeDecision:
-    """The next step of one Change (see the module docstring)."""
+    """The next step of one Change (see the module docstring), its status with kstatus's conditions
+    and ``observedGeneration`` (:mod:`helmhive.policy.kstatus`)."""
+    decision = _decide(change=change, jobs=jobs, workspace_exists=workspace_exists, now=now)
+    generation = (change.get("metadata") or {}).get("generation")
+    decision.status = with_kstatus("Change", decision.status, generation=generation, now=now)
+    return decision
+
+
+def _decide(
+    *,
+    change: Mapping[str, Any],
+    jobs: Mapping[str, Mapping[str, Any]],
+    workspace_exists: bool,
+    now: dt.datetime,
+) -> ChangeDecision:
     raw_status = change.get("status") or {}
     conditions = list(raw_status.get("conditions") or [])
     try:

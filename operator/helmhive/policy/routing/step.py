@@ -10,7 +10,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from helmhive.policy.agentjob.patch import StatusPatch, Step
+from helmhive.policy.agentjob.patch import StatusPatch, Step, build_step_patch
 from helmhive.policy.agentjob.state import AgentJob
 from helmhive.policy.routing.route import RouteOutcome, RoutingDecision, build_status_patch
 
@@ -40,4 +40,4 @@ def route(
     )
     if binding is not None:
         status["profile"] = dict(binding)
-    return StatusPatch(step=Step.ROUTE, status=status)
+    return build_step_patch(Step.ROUTE, job, status, now=now)

@@ -18,6 +18,7 @@ from helmhive.api.common import ControlState
 from helmhive.api.reasons import ConditionType
 from helmhive.api.runner import RunnerReport, RunnerStatus
 from helmhive.policy.conditions import set_condition
+from helmhive.policy.kstatus import with_kstatus
 from helmhive.policy.runners.capabilities import decide_runner_capabilities_condition
 from helmhive.policy.runners.freshness import format_time
 from helmhive.policy.runners.state import RunnerDerived
@@ -73,6 +74,9 @@ def build_runner_status(
             now=now,
         )
         conditions, changed = update.conditions, changed or update.changed
+    derived_kstatus = with_kstatus("Runner", {"conditions": conditions}, generation=generation, now=now)
+    if derived_kstatus.get("conditions", conditions) != conditions:
+        conditions, changed = derived_kstatus["conditions"], True
     registered = _registration(observed, observed.report)
     models = summarise_models(observed.report)
     status: dict[str, Any] = {

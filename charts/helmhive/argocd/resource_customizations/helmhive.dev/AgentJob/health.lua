@@ -1,7 +1,8 @@
 -- Argo CD health of a Helmhive AgentJob (docs/install.md, "Argo CD and Flux"), from its Ready condition.
 -- Ready True: Healthy. Ready False: Degraded, but for an infrastructure failure the operator may still
--- run again (its message has no "; not re-run:" verdict yet): Progressing. No Ready yet, or Unknown
--- (queued, waiting for a runner or capacity, running): Progressing.
+-- run again (its message has no "; not re-run:" verdict yet), or a wait for a Workspace or Profile not
+-- there yet (until its deadline): Progressing. No Ready yet, or Unknown (queued, waiting for a runner
+-- or capacity, running): Progressing.
 local hs = {status = "Progressing", message = "waiting for the operator to route the job"}
 if obj.status == nil or obj.status.conditions == nil then
   return hs
@@ -26,8 +27,9 @@ elseif ready.status == "False" then
   local base = string.match(ready.reason or "", "^([^:]*)")
   local retryable = {RunnerLost = true, JobPodLost = true, Interrupted = true, AgentCrashed = true,
     AgentUnresponsive = true}
+  local waiting = {WaitingForWorkspace = true, WaitingForProfile = true}
   local decided = ready.message ~= nil and string.find(ready.message, "; not re-run: ", 1, true) ~= nil
-  if retryable[base] and not decided then
+  if (retryable[base] and not decided) or waiting[base] then
     hs.status = "Progressing"
   else
     hs.status = "Degraded"

@@ -30,6 +30,11 @@ if ready.status == "False" then
   hs.message = said(ready)
   return hs
 end
+if ready.status ~= "True" then
+  -- Unknown: the operator has not applied the pool's objects yet.
+  hs.message = said(ready)
+  return hs
+end
 local credential = found["CredentialAvailable"]
 if credential ~= nil and credential.status == "False" then
   -- Applied with the pool in one directory, the Secret may come a moment later.
