@@ -15,6 +15,7 @@ from helmhive.runner.adapters.claude_models import (
     build_resolution_env,
     decide_catalogue,
     decide_default_request,
+    parse_help_features,
     parse_init_model,
     read_settings,
 )
@@ -110,3 +111,26 @@ def test_the_catalogue_is_aliases_and_their_ids_or_exactly_the_pin() -> None:
     assert pinned == (["sonnet", "claude-sonnet-5-5"], "sonnet")
     chosen = decide_catalogue(pinned=("sonnet", "opus"), pinned_default="opus", table=table)
     assert chosen == (["sonnet", "opus"], "opus")
+
+
+HELP = """Usage: claude [options] [command] [prompt]
+
+Options:
+  --bg, --background                    Start the session in the background and
+                                        print its id; later, claude
+                                        --resume <session-id>, continues that
+  --effort <level>                      Effort level for the current session
+                                        (low, medium, high)
+  --mcp-config <configs...>             Load MCP servers from JSON files or
+  -r, --resume [value]                  Resume a conversation by session ID
+"""
+
+
+def test_help_features_read_the_option_column_only() -> None:
+    """An option named only inside another option's description (``--resume`` under ``--bg``) is not an option."""
+    features = parse_help_features(HELP)
+    assert (features.resume, features.fork, features.mcp) == (True, False, True)
+    assert features.efforts == ("low", "medium", "high")
+    without = "\n".join(line for line in HELP.splitlines() if not line.startswith("  -r, --resume"))
+    assert parse_help_features(without).resume is False  # the description's mention does not count
+    assert parse_help_features("").efforts == ()

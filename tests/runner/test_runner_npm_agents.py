@@ -172,3 +172,14 @@ def _assert_needs_attention(rig: RunnerRig, report: dict[str, Any], reason: str,
     assert derived.reported_status is ReportedStatus.NEEDS_ATTENTION
     assert derived.schedulable.status is False
     assert derived.schedulable.reason == reason and detail in derived.schedulable.message
+
+
+async def test_claude_cli_reports_what_its_help_lists_as_capabilities_and_efforts(tmp_path: Path) -> None:
+    """The real CLI's ``--help``: session load, fork and MCP advertised; --effort's levels for every model."""
+    claude = npm_bin(*CLAUDE_CODE)
+    report = await ClaudeCliAdapter(ClaudeCliConfig(path=str(claude), env=_env(tmp_path / "home"))).probe()
+    assert report.capabilities_known
+    assert {"session-load", "session-fork", "mcp-http", "mcp-sse"} <= set(report.capabilities.names())
+    assert {"low", "medium", "high"} <= set(report.effort_levels)
+    assert report.models and set(report.model_efforts) == set(report.models)
+    assert all(levels == report.effort_levels for levels in report.model_efforts.values())

@@ -79,8 +79,8 @@ def runner(
     models: Iterable[str] = ("sonnet",),
     default: str | None = None,
     capabilities: Iterable[str] = (),
-    agent_capabilities: Iterable[str] = ("session-load", "session-fork"),
-    efforts: Mapping[str, Iterable[str]] | None = None,
+    agent_capabilities: Iterable[str] | None = ("session-load", "session-fork"),
+    efforts: Mapping[str, Iterable[str] | None] | None = None,
     labels: Mapping[str, str] | None = None,
     concurrency: int = 1,
     schedulable: bool = True,
@@ -101,8 +101,12 @@ def runner(
         default_model=default,
         models=frozenset(models),
         capabilities=frozenset(capabilities),
-        agent_capabilities=frozenset(agent_capabilities),
-        efforts={m: frozenset(e) for m, e in efforts.items()} if efforts is not None else _all_efforts(models, default),
+        agent_capabilities=frozenset(agent_capabilities) if agent_capabilities is not None else None,
+        efforts=(
+            {m: frozenset(e) if e is not None else None for m, e in efforts.items()}
+            if efforts is not None
+            else _all_efforts(models, default)
+        ),
         labels=dict(labels or {}),
         concurrency=concurrency,
         credential_generation=generation,

@@ -4,7 +4,8 @@
 1 ms over 1,000 runners). This is the earlier, straightforward implementation, copied
 unchanged but for its imports and later rules: a runner's catalogue must offer the option's
 reasoning effort with its model (``EffortNotOffered``), and a resuming (forking) profile needs an
-agent that advertised ``session-load`` (``session-fork``) (issue 39); and a job that no runner can serve *yet* waits for
+agent that advertised ``session-load`` (``session-fork``), and waits for a runner whose agent was not
+probed yet (issue 39); and a job that no runner can serve *yet* waits for
 a runner until its deadline instead of failing closed at once (:func:`_wait_for_runner`, as
 ``docs/routing.md`` says), and so does one that a runner not schedulable now would pass every
 other runner-level check of (a pool rolling out, a runner restarting), whatever other runners
@@ -88,6 +89,8 @@ def _runner_check(
         if capability not in runner.capabilities:
             return _REQUIREMENT, f"{Reason.MISSING_CAPABILITY.value}:{capability}"
     for capability in agent:
+        if runner.agent_capabilities is None:
+            return _REQUIREMENT, f"{Reason.MISSING_CAPABILITY.value}:{capability}/{Reason.AGENT_NOT_PROBED.value}"
         if capability not in runner.agent_capabilities:
             return _REQUIREMENT, f"{Reason.MISSING_CAPABILITY.value}:{capability}"
     for key, value in labels:
@@ -249,13 +252,20 @@ def decide_route(
             policy=policy,
             now=now,
         )
+    # Not schedulable now, or its agent not probed yet, and would pass every other runner-level check.
+    unprobed = "/" + Reason.AGENT_NOT_PROBED.value
     later = [
         r
         for r in results.values()
-        if r.rank == _UNSCHEDULABLE
+        if (r.rank == _UNSCHEDULABLE or r.reason.endswith(unprobed))
         and _runner_check(
-            dataclasses.replace(r.runner, schedulable=True), providers=providers, capabilities=capabilities,
-            labels=labels, agent=agent,
+            dataclasses.replace(
+                r.runner,
+                schedulable=True,
+                agent_capabilities=r.runner.agent_capabilities if r.runner.agent_capabilities is not None
+                else frozenset(agent),
+            ),
+            providers=providers, capabilities=capabilities, labels=labels, agent=agent,
         ) is None
     ]  # fmt: skip
     if options and later:

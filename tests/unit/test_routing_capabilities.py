@@ -179,3 +179,50 @@ def test_routing_reads_only_the_offered_capabilities_and_the_advertisement() -> 
     view = build_runner_view(runner=facts, pool=None, serves_namespace=True)
     assert view.capabilities == {"diff-review"}
     assert view.agent_capabilities == {"session-load"}
+
+
+# -- what a runner has not learnt yet --------------------------------------------------------------
+
+
+def test_a_resuming_job_waits_for_a_runner_whose_agent_was_not_probed_yet() -> None:
+    """Not probed is not "not advertised": the job waits (visibly) instead of failing closed."""
+    unprobed = runner("a", agent_capabilities=None)
+    decision = _route([unprobed], session=SessionPolicy.RESUME)
+    assert decision.outcome is RouteOutcome.WAITING
+    assert _reasons(decision)["a"] == "MissingCapability:session-load/AgentNotProbed"
+    assert "a (MissingCapability:session-load/AgentNotProbed)" in decision.message
+    # A fresh job needs nothing of the agent, and runs there at once.
+    assert _route([unprobed]).outcome is RouteOutcome.ASSIGNED
+    # Beside a runner whose agent lacks it: still waiting, not failed with the other's reason.
+    lacking = runner("b", agent_capabilities=["session-fork"])
+    assert _route([unprobed, lacking], session=SessionPolicy.RESUME).outcome is RouteOutcome.WAITING
+    assert _route([lacking], session=SessionPolicy.RESUME).outcome is RouteOutcome.FAILED
+
+
+def test_efforts_not_learnt_are_left_to_the_runner() -> None:
+    """A model whose efforts the probe did not learn (None) is not refused an effort at queue time."""
+    unlearnt = runner("a", models=["small", "large"], efforts={"small": ["low"], "large": None})
+    decision = _route([unlearnt], mappings=[mapping("anthropic", "large", effort="high")])
+    assert decision.choice is not None and decision.choice.effort == "high"
+    learnt = _route([unlearnt], mappings=[mapping("anthropic", "small", effort="high")])
+    assert learnt.reason is Reason.EFFORT_NOT_OFFERED
+
+
+def test_a_report_without_the_advertisement_has_learnt_no_efforts() -> None:
+    """A runner that never probed its agent (or is older than per-model efforts) reports none learnt."""
+    report = _report(declared=["diff-review"], advertised=None)
+    facts = RunnerFacts(
+        namespace="team",
+        name="pool-0",
+        pool="pool",
+        report=report,
+        schedulable=True,
+        schedulable_reason="Schedulable",
+        reported_status=None,
+        control_state=None,
+    )
+    view = build_runner_view(runner=facts, pool=None, serves_namespace=True)
+    assert view.agent_capabilities is None
+    assert view.offers_effort("anything", "high")
+    verdict = decide_runner_capabilities_condition(report)
+    assert (verdict.status, verdict.reason) == (None, Reason.AGENT_NOT_PROBED)

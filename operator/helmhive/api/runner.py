@@ -81,17 +81,22 @@ class RunnerSpec(ApiModel):
 class ModelEntry(ApiModel):
     id: ModelId
     display_name: ShortText | None = None
-    efforts: Annotated[
-        list[Annotated[str, Field(max_length=32)]],
-        Field(
-            max_length=8,
-            description=(
-                "The reasoning efforts the agent offers with this model (for an ACP agent, its effort option "
-                "once this model is set). Empty: no effort can be chosen, and routing refuses a job that "
-                "asks for one with this model (`EffortNotOffered`)."
+    efforts: (
+        Annotated[
+            list[Annotated[str, Field(max_length=32)]] | None,
+            Field(
+                max_length=8,
+                description=(
+                    "The reasoning efforts the agent offers with this model (for an ACP agent, its effort option "
+                    "once this model is set). Empty: no effort can be chosen, and routing refuses a job that "
+                    "asks for one with this model (`EffortNotOffered`). Absent: the runner has not learnt them "
+                    "(a model past the probe's bound, or one the agent would not set), and routing leaves the "
+                    "check to the runner."
+                ),
             ),
-        ),
-    ] = []
+        ]
+        | None
+    ) = None
 
 
 class ModelCatalogue(ApiModel):

@@ -32,6 +32,7 @@ _MODEL_NOT_ADVERTISED = Reason.MODEL_NOT_ADVERTISED.value
 _NO_DEFAULT_MODEL = Reason.NO_DEFAULT_MODEL.value
 _NO_FREE_CONCURRENCY = Reason.NO_FREE_CONCURRENCY.value
 _EFFORT_NOT_OFFERED = Reason.EFFORT_NOT_OFFERED.value
+_AGENT_NOT_PROBED = Reason.AGENT_NOT_PROBED.value
 
 _Result = tuple[int, int, str, str, str, "RouteOption | None", "str | None", RunnerView]
 """One runner's closest result: (rank, option position, namespace, name, reason, option, model, runner).
@@ -112,8 +113,11 @@ def _runner_check(
         for capability in capabilities:
             if capability not in runner.capabilities:
                 return _REQUIREMENT, f"{_MISSING_CAPABILITY}:{capability}"
+    advertised = runner.agent_capabilities
     for capability in agent:
-        if capability not in runner.agent_capabilities:
+        if advertised is None:
+            return _REQUIREMENT, f"{_MISSING_CAPABILITY}:{capability}/{_AGENT_NOT_PROBED}"
+        if capability not in advertised:
             return _REQUIREMENT, f"{_MISSING_CAPABILITY}:{capability}"
     if labels:
         runner_labels = runner.labels

@@ -198,6 +198,21 @@ def _not_schedulable(runner: RunnerFacts, pool: PoolServing | None) -> str | Non
     return None
 
 
+def _advertised(report: RunnerReport | None) -> frozenset[str] | None:
+    """What the runner's agent advertised; None until a probe reached it (``AgentNotProbed``)."""
+    if report is None or report.agent_capabilities is None:
+        return None
+    return frozenset(report.agent_capabilities)
+
+
+def _efforts(report: RunnerReport | None) -> dict[str, frozenset[str] | None]:
+    """Each model's efforts, as learnt. A report without the agent's advertisement (a runner that
+    has not probed its agent, or one older than per-model efforts) has learnt none of them."""
+    if report is None or report.agent_capabilities is None:
+        return {}
+    return {m.id: frozenset(m.efforts) if m.efforts is not None else None for m in report.catalogue.models}
+
+
 def build_runner_view(*, runner: RunnerFacts, pool: PoolServing | None, serves_namespace: bool) -> RunnerView:
     """One runner as :func:`decide_route` sees it.
 
@@ -221,8 +236,12 @@ def build_runner_view(*, runner: RunnerFacts, pool: PoolServing | None, serves_n
         default_model=report.catalogue.default if report is not None else None,
         models=frozenset(m.id for m in report.catalogue.models) if report is not None else frozenset(),
         capabilities=frozenset(report.capabilities) if report is not None else frozenset(),
-        agent_capabilities=frozenset(report.agent_capabilities or ()) if report is not None else frozenset(),
-        efforts={m.id: frozenset(m.efforts) for m in report.catalogue.models} if report is not None else {},
+        agent_capabilities=(
+            frozenset(report.agent_capabilities)
+            if report is not None and report.agent_capabilities is not None
+            else None
+        ),
+        efforts=_efforts(report),
         labels=dict(report.placement_labels) if report is not None else {},
         concurrency=concurrency,
         credential_generation=report.credential_generation if report is not None else 0,

@@ -59,10 +59,12 @@ class RunnerView:
     models: frozenset[str] = frozenset()
     capabilities: frozenset[str] = frozenset()
     """What the runner offers: its pool's declaration less what its agent did not advertise."""
-    agent_capabilities: frozenset[str] = frozenset()
-    """What its agent advertised (``session-load``, ``session-fork``…), which a session policy needs."""
-    efforts: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    """The reasoning efforts its catalogue offers, per model id."""
+    agent_capabilities: frozenset[str] | None = frozenset()
+    """What its agent advertised (``session-load``, ``session-fork``…), which a session policy needs;
+    None until a probe of the runner initialised its agent (a job needing one then waits)."""
+    efforts: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
+    """The reasoning efforts its catalogue offers, per model id; None (or a model not named): not
+    learnt, so routing does not refuse an effort with it and the runner's own check decides."""
     labels: Mapping[str, str] = field(default_factory=dict)
     concurrency: int = 1
     credential_generation: int = 0
@@ -78,8 +80,9 @@ class RunnerView:
         return model in self.models or model == self.default_model
 
     def offers_effort(self, model: str, effort: str) -> bool:
-        """The runner's catalogue offers ``effort`` with ``model``."""
-        return effort in self.efforts.get(model, ())
+        """The runner's catalogue offers ``effort`` with ``model``, or has not learnt that model's efforts."""
+        known = self.efforts.get(model)
+        return known is None or effort in known
 
 
 @dataclass(frozen=True, kw_only=True)

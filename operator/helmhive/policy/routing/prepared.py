@@ -94,14 +94,16 @@ def build_static_checks(runners: Sequence[RunnerView], requirement: Requirement)
         key = runner.key
         held.discard(key)  # a key given twice: its last view decides
         later.discard(key)
+        advertised = runner.agent_capabilities
+        unprobed = bool(required_agent) and advertised is None  # not known yet: may fit once probed
         fits = (
             runner.serves_namespace
             and runner.provider in providers
             and required <= runner.capabilities
-            and required_agent <= runner.agent_capabilities
+            and (advertised is None or required_agent <= advertised)
             and required_labels <= runner.labels.items()
         )
-        if runner.schedulable and fits:
+        if runner.schedulable and fits and not unprobed:
             failed = None
         else:
             failed = _runner_check(
@@ -116,7 +118,7 @@ def build_static_checks(runners: Sequence[RunnerView], requirement: Requirement)
             entries[key] = (failed[0], _NO_POSITION, runner.namespace, runner.name, failed[1], None, None, runner)
             if runner.schedulable_reason == _HEARTBEAT_HELD:
                 held.add(key)  # maybe alive: the operator only lost sight of it (policy.runners)
-            if fits and not runner.schedulable:
+            if fits and (unprobed or not runner.schedulable):
                 later.add(key)
             continue
         entries[key] = _model_entry(key, runner, by_provider[runner.provider or ""])
@@ -153,7 +155,7 @@ def _model_entry(key: RunnerKey, runner: RunnerView, options: Sequence[RouteOpti
                 closest = (_MODEL, option.position, runner.namespace, runner.name, reason, option, None, runner)
             continue
         effort = option.effort
-        if effort is not None and effort.value not in runner.efforts.get(model, ()):
+        if effort is not None and not runner.offers_effort(model, effort.value):
             if closest is None:
                 reason = f"{_EFFORT_NOT_OFFERED}:{model}/{effort.value}"
                 closest = (_MODEL, option.position, runner.namespace, runner.name, reason, option, model, runner)

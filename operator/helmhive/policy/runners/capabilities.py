@@ -131,6 +131,13 @@ def decide_runner_capabilities_condition(report: RunnerReport | None) -> Conditi
             message="no probe has learnt yet whether the agent offers "
             + _listed(w.name for w in report.withheld_capabilities),
         )
+    if report.agent_capabilities is None:  # never probed, or a runner older than the advertisement
+        return ConditionVerdict(
+            status=None,
+            reason=Reason.AGENT_NOT_PROBED,
+            message="the runner has not reported what its agent advertises yet; a job needing session load "
+            "or fork waits for it",
+        )
     return ConditionVerdict(
         status=True,
         reason=Reason.ALL_ADVERTISED,

@@ -76,6 +76,14 @@ PromptBlock = (
 )
 
 
+_EffortsKey = tuple[object, ...]
+_LEARNT_EFFORTS: dict[_EffortsKey, dict[str, list[str]]] = {}
+"""Efforts per model, learnt once per (agent program and environment, agent, version, models) in this process and
+shared by every adapter instance, so a spare adapter probing while a job holds the main one does
+not set each model again."""
+_LEARNT_KEPT = 4  # agent versions remembered (an upgrade in place adds one)
+
+
 class AcpAdapter(AcpSession):
     """The :class:`~helmhive.runner.adapters.base.AgentAdapter` for ACP agents."""
 
@@ -83,7 +91,6 @@ class AcpAdapter(AcpSession):
         self._config = config
         self._proc = None
         self._lock = asyncio.Lock()
-        self._efforts: tuple[tuple[object, ...], dict[str, list[str]]] | None = None
 
     @property
     def name(self) -> str:
@@ -151,9 +158,11 @@ class AcpAdapter(AcpSession):
             report = with_catalogue(report, response.config_options)
             try:
                 efforts = await self._efforts_known(proc, response.session_id, response.config_options, report)
-            except AdapterFailure as failure:  # the agent died or hung on a config request: not a login problem
-                failing = {"auth": AuthState.FAILING, "auth_reason": AuthReason.AGENT_CRASHED}
-                return report.model_copy(update={**failing, "auth_message": failure.message})
+            except AdapterFailure as failure:
+                # The session opened, so the login is fine; the efforts stay unlearnt this time (the
+                # runner keeps the last ones learnt) and the next turn finds out whether the agent is well.
+                log.warning("the efforts per model were not learnt: %s", failure.message)
+                efforts = {}
             return report.model_copy(
                 update={
                     "model_efforts": efforts,
@@ -172,11 +181,16 @@ class AcpAdapter(AcpSession):
         report: AdapterReport,
     ) -> dict[str, list[str]]:
         """The efforts per model: learnt once per agent version and model list, then remembered."""
-        key = (report.agent_name, report.agent_version, tuple(report.models))
-        if self._efforts is None or self._efforts[0] != key:
+        config = self._config  # the same program with the same (non-secret) environment: the same answer
+        key = (config.command, config.args, tuple(sorted(config.env.items())), report.agent_name,
+               report.agent_version, tuple(report.models))  # fmt: skip
+        found = _LEARNT_EFFORTS.get(key)
+        if found is None:
             found = await self._efforts_per_model(proc, session_id, options_from_acp(options))
-            self._efforts = (key, found)
-        return dict(self._efforts[1])
+            while len(_LEARNT_EFFORTS) >= _LEARNT_KEPT:
+                _LEARNT_EFFORTS.pop(next(iter(_LEARNT_EFFORTS)))
+            _LEARNT_EFFORTS[key] = found
+        return {model: list(levels) for model, levels in found.items()}
 
     # -- turn --------------------------------------------------------------------------------
     async def run_turn(self, request: TurnRequest, cancel: asyncio.Event | None = None) -> TurnResult:

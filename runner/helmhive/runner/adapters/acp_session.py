@@ -253,13 +253,14 @@ class AcpSession:
 
         The efforts on offer depend on the model (the seed's "model goes first"), so each other
         model is set once on this throwaway session and its effort option read from the answer.
-        A model the agent refuses to set, or an agent with no effort option, is left out: its
-        models then offer the session's own efforts (:attr:`AdapterReport.effort_levels`).
+        A model without an effort option offers none (``[]``); a model the agent refuses to set, or
+        one past :data:`MAX_EFFORT_PROBES`, is left out: its efforts are not learnt (the catalogue
+        then names none, and routing leaves the check to the turn).
         """
         model, effort = find_option(options, ConfigKind.MODEL), find_option(options, ConfigKind.EFFORT)
-        if model is None or effort is None:
+        if model is None:
             return {}
-        found = {model.current_value: list(effort.values)}
+        found = {model.current_value: list(effort.values) if effort is not None else []}
         for value in model.values[:MAX_EFFORT_PROBES]:
             if value in found:
                 continue

@@ -203,6 +203,8 @@ class ClaudeCliAdapter:
                     "models": models,
                     "default_model": self._default,
                     "effort_levels": list(features.efforts),
+                    # --effort's levels apply to every model; unknown (none learnt) when --help did not answer.
+                    "model_efforts": {m: list(features.efforts) for m in models} if self._help is not None else {},
                     "capabilities": AgentCapabilities(
                         load_session=features.resume,
                         fork_session=features.resume and features.fork,

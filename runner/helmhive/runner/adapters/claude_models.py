@@ -124,7 +124,7 @@ class HelpFeatures:
     efforts: tuple[str, ...] = ()
 
 
-_OPTION = re.compile(r"^\s+(?:-\w, )?(--[a-z][a-z-]*)")
+_OPTION = re.compile(r"^ {2}(?:-\w, )?(--[a-z][a-z-]*)")  # the option column; descriptions sit deeper
 _LEVELS = re.compile(r"\(([a-z]+(?:, [a-z]+)+)\)")
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "build_fingerprint",
     "build_report",
     "decide_auth_report",
+    "decide_learnt",
     "decide_report_write",
     "decide_verified_at",
     "report_content",
@@ -161,17 +162,39 @@ def _efforts(levels: Iterable[str]) -> list[str]:
     return [e for e in dict.fromkeys(levels) if _EFFORT.match(e)][:MAX_EFFORTS]
 
 
+def decide_learnt(*, previous: AdapterReport | None, current: AdapterReport) -> AdapterReport:
+    """``current``, keeping what an earlier probe of the same agent learnt that this one did not.
+
+    A probe that never reached the agent (``capabilities_known`` False) keeps the last known
+    advertisement; one that learnt no efforts per model (the agent hung on a config request, the
+    Claude CLI's ``--help`` did not answer) keeps the last ones, if the agent's version and models
+    are unchanged. So one bad probe does not make routing refuse jobs the runner can run.
+    """
+    if previous is None:
+        return current
+    update: dict[str, object] = {}
+    if not current.capabilities_known and previous.capabilities_known:
+        update |= {"capabilities": previous.capabilities, "capabilities_known": True}
+    same_agent = (previous.agent_name, previous.agent_version, previous.models) == (
+        current.agent_name,
+        current.agent_version,
+        current.models,
+    )
+    if not current.model_efforts and previous.model_efforts and same_agent:
+        update["model_efforts"] = previous.model_efforts
+    return current.model_copy(update=update) if update else current
+
+
 def build_catalogue(*, adapter: AdapterReport) -> ModelCatalogue:
     """The model catalogue: the models the agent offers (invalid IDs dropped), each with its efforts, and its default.
 
-    A model's efforts are those the agent named for it (:attr:`AdapterReport.model_efforts`), else
-    the session's own (:attr:`AdapterReport.effort_levels`).
+    A model's efforts are those the probe learnt for it (:attr:`AdapterReport.model_efforts`);
+    a model it did not learn has none named (``efforts`` absent), which routing reads as unknown.
     """
-    shared = _efforts(adapter.effort_levels)
     models = [m for m in dict.fromkeys(adapter.models) if len(m) <= 128 and _MODEL_ID.match(m)][:MAX_MODELS]
     default = adapter.default_model if adapter.default_model in models else None
     entries = [
-        ModelEntry(id=m, efforts=_efforts(adapter.model_efforts[m]) if m in adapter.model_efforts else shared)
+        ModelEntry(id=m, efforts=_efforts(adapter.model_efforts[m]) if m in adapter.model_efforts else None)
         for m in models
     ]
     return ModelCatalogue(models=entries, default=default)

@@ -36,6 +36,7 @@ from helmhive.runner.program.report import (
     build_fingerprint,
     build_report,
     decide_auth_report,
+    decide_learnt,
     decide_report_write,
     decide_verified_at,
     reverify_interval,
@@ -113,10 +114,7 @@ class Reporting:
             )
         self.probes += 1
         record_probe(config=self.config, auth=report.auth.value)
-        previous = self._adapter_report
-        if not report.capabilities_known and previous is not None and previous.capabilities_known:
-            # A probe that never reached the agent learnt nothing new about what it offers: keep its word.
-            report = report.model_copy(update={"capabilities": previous.capabilities, "capabilities_known": True})
+        report = decide_learnt(previous=self._adapter_report, current=report)
         self._adapter_report = report
         verdict = decide_auth_report(adapter=report, credential_present=self.credential.present())
         verified_at = decide_verified_at(
