@@ -289,3 +289,37 @@ def test_a_suggestion_exported_to_a_file_is_valid_audited_and_memory_only_once_c
     _create(kube, namespace, "agentjobs", _job("review-after", "review-probe", "review", service="ledger"))
     after = _assigned(kube, namespace, "review-after")["status"]["assignment"]
     assert after["memoryIds"] == ["ledger-append-only", rows[1]["record"]]  # the constraint first
+
+
+def test_an_output_over_16_kib_is_exported_from_the_jobs_artifacts_config_map(
+    runner_pod: LocalPod, exporter: Identity, kube: Kube, namespace: str, tmp_path: Path
+) -> None:
+    """The runner keeps an output over 16 KiB in ``<job>-artifacts``; list and export read it from there."""
+    lines = [
+        f"REFERENCE-AGENT: suggest decision workspace internal name=long-{i} {i}: " + "Keep entries immutable. " * 78
+        for i in range(10)
+    ]
+    _create(kube, namespace, "agentjobs", _job("suggest-big", "policy-suggestion", "suggest", "\n".join(lines)))
+    job = _succeeded(kube, namespace, "suggest-big")
+    result = job["status"]["result"]
+    assert "output" not in result or result["output"] is None  # too large to be inline
+    stored = [a for a in result["artifacts"] if a["key"] == "output.json"]
+    assert stored and stored[0]["bytes"] > 16 * 1024 and not stored[0].get("truncated")
+
+    listed = _cli(exporter, "suggestions", "list", "suggest-big", "-n", namespace, "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    out = tmp_path / "big"
+    exported = _cli(exporter, "suggestions", "export", "suggest-big", "-n", namespace, "-o", str(out))
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    files = sorted(out.glob("*.yaml"))
+    assert [p.stem for p in files] == sorted(f"long-{i}" for i in range(10))
+    record = yaml.safe_load(files[0].read_text())
+    assert record["kind"] == "MemoryRecord" and "Keep entries immutable." in record["spec"]["text"]
+    valid = subprocess.run(
+        [sys.executable, "-m", "helmhive", "validate", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert valid.returncode == 0, valid.stdout + valid.stderr

@@ -7,7 +7,9 @@ cluster); the real-API-server half is ``tests/operator/test_suggestions_cluster.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +34,10 @@ from helmhive.policy.suggestions.audit import (
 from helmhive.policy.suggestions.export import (
     SuggestionError,
     build_record_file,
+    build_stored_output,
     build_suggestion_export,
     decide_job_suggestions,
+    decide_stored_output,
     suggestion_digest,
 )
 
@@ -157,17 +161,35 @@ def test_a_suggestion_that_cannot_be_a_record_says_where_and_why() -> None:
     assert [v.record_name for v in found.valid] == ["twice"]
 
 
-def test_an_output_kept_in_the_artifacts_config_map_is_named_not_read() -> None:
+def test_an_output_kept_in_the_artifacts_config_map_is_read_and_checked() -> None:
+    """Over 16 KiB the runner keeps the output in the job's ConfigMap: read whole, checked by SHA-256."""
+    output = {"suggestions": [_suggestion()]}
+    text = json.dumps(output, sort_keys=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()
     job = _job(None)
-    artifact = {"kind": "ConfigMap", "name": "suggest-1-artifacts", "key": "output.json", "bytes": 20000, "sha256": "0"}
-    job["status"] = {"result": {"outcome": "Completed", "artifacts": [artifact]}}
+    artifact = {"kind": "ConfigMap", "name": "suggest-1-artifacts", "key": "output.json", "bytes": len(text)}
+    job["status"] = {"result": {"outcome": "Completed", "artifacts": [{**artifact, "sha256": digest}]}}
+    stored = decide_stored_output(job)
+    assert stored is not None and (stored.config_map, stored.key) == ("suggest-1-artifacts", "output.json")
+    where = "agentjob team-a/suggest-1"
+    found = decide_job_suggestions(job=job, stored_output=build_stored_output(stored, text, where=where))
+    assert [v.suggestion.text for v in found.valid if v.suggestion] == [_suggestion()["text"]]
+    # Not read by the caller: named, not silently "no suggestions".
     with pytest.raises(SuggestionError) as err:
         decide_job_suggestions(job=job)
-    assert err.value.reason is Reason.NO_SUGGESTIONS
-    assert (
-        "ConfigMap suggest-1-artifacts (key output.json" in err.value.message
-        and "not supported yet" in err.value.message
-    )
+    assert err.value.reason is Reason.OUTPUT_NOT_READABLE and "suggest-1-artifacts" in err.value.message
+    # Missing, altered, cut short, or not an object: refused with the same reason.
+    for bad_text, bad in [
+        (None, stored),
+        (text + " ", stored),
+        (text, replace(stored, truncated=True)),
+        ("[1]", replace(stored, sha256=hashlib.sha256(b"[1]").hexdigest())),
+    ]:
+        with pytest.raises(SuggestionError) as err:
+            build_stored_output(bad, bad_text, where=where)
+        assert err.value.reason is Reason.OUTPUT_NOT_READABLE
+    # An inline output needs no ConfigMap.
+    assert decide_stored_output(_job(output["suggestions"])) is None
 
 
 @pytest.mark.parametrize(

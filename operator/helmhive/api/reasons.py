@@ -259,6 +259,8 @@ class Reason(enum.StrEnum):
     """The job has no structured output yet (not finished), or its output holds no suggestions."""
     INVALID_SUGGESTION = "InvalidSuggestion"
     """A suggestion that does not make a valid MemoryRecord; the message gives the field path."""
+    OUTPUT_NOT_READABLE = "OutputNotReadable"
+    """A job's output kept in its artifacts ConfigMap is missing, cut short, or not what the job recorded."""
     AUDIT_RECORDED = "AuditRecorded"
     """A SuggestionExport's ``SuggestionsExported`` AuditRecord exists."""
     # A RunnerPool's Reconciling condition (``helmhive.policy.kstatus``)

@@ -43,8 +43,10 @@ from helmhive.policy.suggestions.export import (
     SuggestionError,
     SuggestionView,
     build_record_file,
+    build_stored_output,
     build_suggestion_export,
     decide_job_suggestions,
+    decide_stored_output,
 )
 
 app = typer.Typer(no_args_is_help=True, help="List a policy-suggestion job's suggestions; export them as files.")
@@ -68,7 +70,15 @@ def _read(api: CliKube, job_name: str, namespace: str) -> tuple[JobSuggestions, 
             f"workspace {namespace}/{workspace_name} not read ({err.status or 'no answer'}): service scopes not checked"
         )
     try:
-        return decide_job_suggestions(job=job, workspace=workspace), note
+        stored_output = None
+        stored = decide_stored_output(job)
+        if stored is not None:  # over 16 KiB: the runner kept the output in the job's artifacts ConfigMap
+            try:
+                data = api.config_map_data(stored.config_map, namespace)
+            except KubeError as err:
+                raise api_error(err, f"ConfigMap {namespace}/{stored.config_map}") from None
+            stored_output = build_stored_output(stored, data.get(stored.key), where=f"agentjob {namespace}/{job_name}")
+        return decide_job_suggestions(job=job, workspace=workspace, stored_output=stored_output), note
     except SuggestionError as err:
         raise fail(f"{err.reason.value}: {err.message}") from None
 

@@ -56,6 +56,8 @@ def build_suggestion_export_policy() -> list[dict[str, Any]]:
         "rules": [
             {"apiGroups": [GROUP], "resources": ["agentjobs", "workspaces"], "verbs": ["get", "list", "watch"]},
             {"apiGroups": [GROUP], "resources": ["suggestionexports"], "verbs": ["get", "list", "watch", "create"]},
+            # An output over 16 KiB is kept in the job's <job>-artifacts ConfigMap, read from there.
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
         ],
     }
     return [policy, binding, role]

@@ -35,13 +35,16 @@ from helmhive.policy.violations import Violation, field_path
 
 __all__ = [
     "JobSuggestions",
+    "StoredOutput",
     "SuggestingJobRef",
     "SuggestionError",
     "SuggestionView",
     "build_record_file",
+    "build_stored_output",
     "build_suggested_record",
     "build_suggestion_export",
     "decide_job_suggestions",
+    "decide_stored_output",
     "job_api_path",
     "suggestion_digest",
 ]
@@ -159,27 +162,91 @@ def _job_ref(job: Mapping[str, Any]) -> SuggestingJobRef:
     )
 
 
-def decide_job_suggestions(*, job: Mapping[str, Any], workspace: Mapping[str, Any] | None = None) -> JobSuggestions:
+_OUTPUT_KEY = "output.json"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredOutput:
+    """Where the runner kept a job's output too large to be inline (over 16 KiB): its artifacts ConfigMap."""
+
+    config_map: str
+    key: str
+    sha256: str
+    truncated: bool
+
+
+def _result(job: Mapping[str, Any]) -> Mapping[str, Any]:
+    status = job.get("status")
+    result = status.get("result") if isinstance(status, Mapping) else None
+    return result if isinstance(result, Mapping) else {}
+
+
+def decide_stored_output(job: Mapping[str, Any]) -> StoredOutput | None:
+    """The job's output in its artifacts ConfigMap, when it is not inline; None otherwise."""
+    result = _result(job)
+    if isinstance(result.get("output"), Mapping):
+        return None
+    for artifact in result.get("artifacts") or []:
+        if isinstance(artifact, Mapping) and artifact.get("key") == _OUTPUT_KEY and artifact.get("kind") == "ConfigMap":
+            return StoredOutput(
+                config_map=str(artifact.get("name") or ""),
+                key=_OUTPUT_KEY,
+                sha256=str(artifact.get("sha256") or ""),
+                truncated=bool(artifact.get("truncated")),
+            )
+    return None
+
+
+def build_stored_output(stored: StoredOutput, text: str | None, *, where: str) -> dict[str, Any]:
+    """The output read from ``stored``'s ConfigMap (``text``: its key's value, None if absent), checked.
+
+    Raises :class:`SuggestionError` (``OutputNotReadable``) when the key is missing, the runner cut
+    it short (over the artifacts' budget), or its SHA-256 is not the one the job recorded.
+    """
+    source = f"ConfigMap {stored.config_map} key {stored.key}"
+    if stored.truncated:
+        raise SuggestionError(Reason.OUTPUT_NOT_READABLE, f"{where}'s output in {source} was cut short; not exported")
+    if text is None:
+        raise SuggestionError(Reason.OUTPUT_NOT_READABLE, f"{where}'s output: {source} is not there")
+    if hashlib.sha256(text.encode()).hexdigest() != stored.sha256:
+        raise SuggestionError(
+            Reason.OUTPUT_NOT_READABLE, f"{where}'s output in {source} is not the one the job recorded (SHA-256)"
+        )
+    try:
+        output = json.loads(text)
+    except ValueError:
+        raise SuggestionError(Reason.OUTPUT_NOT_READABLE, f"{where}'s output in {source} is not JSON") from None
+    if not isinstance(output, dict):
+        raise SuggestionError(Reason.OUTPUT_NOT_READABLE, f"{where}'s output in {source} is not a JSON object")
+    return output
+
+
+def decide_job_suggestions(
+    *,
+    job: Mapping[str, Any],
+    workspace: Mapping[str, Any] | None = None,
+    stored_output: Mapping[str, Any] | None = None,
+) -> JobSuggestions:
     """Each suggestion of ``job`` with its digest and record, or its problems. Raises :class:`SuggestionError`.
 
     ``workspace`` is the job's Workspace as read from the cluster, if the caller could read it:
     then a service scope is checked against its services, as ``helmhive validate`` would with
-    both files.
+    both files. ``stored_output`` is the output read from the job's artifacts ConfigMap
+    (:func:`decide_stored_output`, :func:`build_stored_output`) when it was too large to be inline.
     """
     ref = _job_ref(job)
-    result = ((job.get("status") or {}).get("result") or {}) if isinstance(job.get("status"), Mapping) else {}
-    output = result.get("output") if isinstance(result, Mapping) else None
+    result = _result(job)
+    output = result.get("output")
+    if not isinstance(output, Mapping):
+        output = stored_output
     items = output.get("suggestions") if isinstance(output, Mapping) else None
     where = f"agentjob {ref.namespace}/{ref.name}"
     if not isinstance(items, list):
-        stored = [
-            a for a in (result.get("artifacts") or []) if isinstance(a, Mapping) and a.get("key") == "output.json"
-        ]
-        if stored:  # over 16 KiB inline: the runner kept it in the job's artifacts ConfigMap
+        stored = decide_stored_output(job)
+        if stored is not None:  # the caller did not read it
             raise SuggestionError(
-                Reason.NO_SUGGESTIONS,
-                f"{where} keeps its output in ConfigMap {stored[0].get('name')} (key output.json, over 16 KiB "
-                "inline); exporting from there is not supported yet",
+                Reason.OUTPUT_NOT_READABLE,
+                f"{where} keeps its output in ConfigMap {stored.config_map} (key {stored.key}); read it first",
             )
         raise SuggestionError(
             Reason.NO_SUGGESTIONS, f"{where} has no structured output with suggestions (has it succeeded?)"
