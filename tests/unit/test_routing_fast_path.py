@@ -150,8 +150,9 @@ def test_large_fleets_agree_too(count: int) -> None:
         assert decide_route(**case) == oracle.decide_route(**case)
 
 
-# A loaded CI machine may generate slowly; the cases are the same (derandomized) either way.
-@settings(max_examples=600, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+# 200 cases, not 600: the equality test above already walks 600 fleets through the same code, and
+# this one took 105 s of the suite at c748278 (most of it generating fleets).
+@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_an_assigned_job_meets_what_the_runner_would_refuse_at_run_time(case: dict[str, Any]) -> None:
     """The runner's run-time refusals (``EffortNotOffered``, ``ResumeUnsupported``, ``ForkUnsupported``)
