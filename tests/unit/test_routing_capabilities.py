@@ -45,6 +45,21 @@ def _route(
     )
 
 
+def _view(report: RunnerReport) -> RunnerView:
+    """The schedulable runner ``pool-0`` with ``report``, as routing sees it."""
+    facts = RunnerFacts(
+        namespace="team",
+        name="pool-0",
+        pool="pool",
+        report=report,
+        schedulable=True,
+        schedulable_reason="Schedulable",
+        reported_status=None,
+        control_state=None,
+    )
+    return build_runner_view(runner=facts, pool=None, serves_namespace=True)
+
+
 def _reasons(decision: RoutingDecision) -> dict[str, str]:
     return {c.runner: c.reason for c in decision.candidates}
 
@@ -166,17 +181,7 @@ def test_the_runner_and_pool_conditions_name_a_declared_capability_the_agent_lac
 
 def test_routing_reads_only_the_offered_capabilities_and_the_advertisement() -> None:
     report = _report(declared=["mcp-sse", "diff-review"], advertised=["session-load"])
-    facts = RunnerFacts(
-        namespace="team",
-        name="pool-0",
-        pool="pool",
-        report=report,
-        schedulable=True,
-        schedulable_reason="Schedulable",
-        reported_status=None,
-        control_state=None,
-    )
-    view = build_runner_view(runner=facts, pool=None, serves_namespace=True)
+    view = _view(report)
     assert view.capabilities == {"diff-review"}
     assert view.agent_capabilities == {"session-load"}
 
@@ -211,17 +216,7 @@ def test_efforts_not_learnt_are_left_to_the_runner() -> None:
 def test_a_report_without_the_advertisement_has_learnt_no_efforts() -> None:
     """A runner that never probed its agent (or is older than per-model efforts) reports none learnt."""
     report = _report(declared=["diff-review"], advertised=None)
-    facts = RunnerFacts(
-        namespace="team",
-        name="pool-0",
-        pool="pool",
-        report=report,
-        schedulable=True,
-        schedulable_reason="Schedulable",
-        reported_status=None,
-        control_state=None,
-    )
-    view = build_runner_view(runner=facts, pool=None, serves_namespace=True)
+    view = _view(report)
     assert view.agent_capabilities is None
     assert view.offers_effort("anything", "high")
     verdict = decide_runner_capabilities_condition(report)
