@@ -29,6 +29,7 @@ from helmhive.api.common import (
 
 __all__ = [
     "MEMORY_TEXT_MAX",
+    "CheckedMemoryScope",
     "MemoryKind",
     "MemoryRecordSpec",
     "MemoryRecordStatus",
@@ -75,6 +76,22 @@ class MemoryScope(ApiModel):
     service: ServiceName | None = None
 
 
+CheckedMemoryScope = Annotated[
+    MemoryScope,
+    Field(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.type == 'service' ? has(self.service) : !has(self.service)",
+                    "message": "scope.service is required for a service scope and forbidden otherwise",
+                }
+            ]
+        }
+    ),
+]
+"""A scope as a record or a suggestion carries it: a service scope names its service, no other does (CEL)."""
+
+
 class SuggestingJob(ApiModel):
     """The policy-suggestion job a record came from, and which of its suggestions (by digest)."""
 
@@ -106,19 +123,7 @@ class MemorySource(ApiModel):
 
 class MemoryRecordSpec(ApiModel):
     workspace: Name
-    scope: Annotated[
-        MemoryScope,
-        Field(
-            json_schema_extra={
-                "x-kubernetes-validations": [
-                    {
-                        "rule": "self.type == 'service' ? has(self.service) : !has(self.service)",
-                        "message": "scope.service is required for a service scope and forbidden otherwise",
-                    }
-                ]
-            }
-        ),
-    ]
+    scope: CheckedMemoryScope
     kind: MemoryKind
     text: Annotated[str, StringConstraints(min_length=1, max_length=MEMORY_TEXT_MAX)]
     source: MemorySource

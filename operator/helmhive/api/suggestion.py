@@ -18,7 +18,7 @@ from typing import Annotated
 from pydantic import Field, StringConstraints
 
 from helmhive.api.common import DNS_LABEL_PATTERN, ApiModel, Name, Sensitivity, ShortText, StatusBase, Timestamp
-from helmhive.api.memory import MEMORY_TEXT_MAX, SUGGESTION_DIGEST_PATTERN, MemoryKind, MemoryScope
+from helmhive.api.memory import MEMORY_TEXT_MAX, SUGGESTION_DIGEST_PATTERN, CheckedMemoryScope, MemoryKind
 
 __all__ = [
     "MAX_SUGGESTIONS",
@@ -41,19 +41,7 @@ class Suggestion(ApiModel):
     name: RecordName | None = None
     """The record's name; without one the export names it after the job and the suggestion's digest."""
     kind: MemoryKind
-    scope: Annotated[
-        MemoryScope,
-        Field(
-            json_schema_extra={
-                "x-kubernetes-validations": [
-                    {
-                        "rule": "self.type == 'service' ? has(self.service) : !has(self.service)",
-                        "message": "scope.service is required for a service scope and forbidden otherwise",
-                    }
-                ]
-            }
-        ),
-    ]
+    scope: CheckedMemoryScope
     text: Annotated[str, StringConstraints(min_length=1, max_length=MEMORY_TEXT_MAX)]
     sensitivity: Sensitivity
     rationale: Annotated[str, StringConstraints(min_length=1, max_length=2000)]
