@@ -145,10 +145,10 @@ def test_a_resource_version_that_is_not_an_integer_is_applied_as_newest() -> Non
 
 def test_the_store_keeps_slim_facts_not_objects() -> None:
     facts = build_job_facts(job("a", 12, runner="r1", change=("c", 2)))
-    assert facts == (12, RUNNER, (("team", "c", 2), "anthropic"), None)
+    assert facts == (12, RUNNER, (("team", "c", 2), "anthropic"), None, None)
     body = job("b", 13, runner="r1")
     body["status"]["profile"]["revision"] = "p-1"
-    assert build_job_facts(body) == (13, RUNNER, None, ("p", "p-1"))
+    assert build_job_facts(body) == (13, RUNNER, None, ("p", "p-1"), None)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -230,3 +230,33 @@ def test_revisions_in_use_follow_each_unfinished_jobs_binding() -> None:
     store.observe("DELETED", bound("b", 6, "p-2"))
     assert store.revisions_in_use("team", "p") == set()
     assert store._bindings == {("other", "p"): {("other", "d"): "p-9"}}  # nothing empty left behind
+
+
+def _probe(name: str, version: int, *, runner: str | None = None, finished: bool = False) -> dict[str, Any]:
+    body = job(name, version, runner=runner, finished=finished)
+    body["metadata"]["labels"] = {
+        "helmhive.dev/qualification": "r1",
+        "helmhive.dev/qualification-probe": "connection-test",
+    }
+    body["metadata"]["annotations"] = {"helmhive.dev/qualification-round": "1"}
+    return body
+
+
+def test_the_store_tells_which_runner_freed_a_slot_and_whose_probe_changed() -> None:
+    store = JobStore()
+    released: list[tuple[str, str]] = []
+    probed: list[tuple[str, str]] = []
+    store.on_release, store.on_probe = released.append, probed.append
+    store.observe("ADDED", job("user", 1, runner="r1"))
+    store.observe("MODIFIED", job("user", 2, runner="r1"))  # still holds r1: nothing freed
+    assert released == [] and probed == []
+    store.observe("MODIFIED", job("user", 3, runner="r1", finished=True))
+    assert released == [RUNNER]
+    store.observe("ADDED", _probe("r1-q1-connection", 4))
+    assert probed == [("team", "r1")]
+    assert store.probes_of(("team", "r1"))["r1-q1-connection"].round == 1
+    store.observe("MODIFIED", _probe("r1-q1-connection", 5, runner="r1"))
+    store.observe("DELETED", _probe("r1-q1-connection", 6, runner="r1"))
+    assert probed == [("team", "r1")] * 3
+    assert released == [RUNNER, RUNNER]  # the probe held r1, and its deletion freed it
+    assert store.probes_of(("team", "r1")) == {}

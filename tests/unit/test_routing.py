@@ -524,6 +524,7 @@ def test_the_public_surfaces_are_pinned() -> None:
         "decide_active_jobs",
         "decide_implementation_provider",
         "decide_job_route",
+        "decide_pinned_runners",
         "decide_pool_serves",
         "match_label_selector",
         "parse_memory_record",

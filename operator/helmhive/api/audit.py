@@ -42,6 +42,8 @@ class AuditAction(enum.StrEnum):
     RUNNER_STATUS_CHANGED = "RunnerStatusChanged"
     RUNNER_CREDENTIAL_ROTATED = "RunnerCredentialRotated"
     RUNNER_REVOKED = "RunnerRevoked"
+    RUNNER_QUALIFIED = "RunnerQualified"
+    RUNNER_QUALIFICATION_FAILED = "RunnerQualificationFailed"
     JOB_ROUTED = "JobRouted"
     JOB_ROUTING_FAILED = "JobRoutingFailed"
     MEMORY_INJECTED = "MemoryInjected"

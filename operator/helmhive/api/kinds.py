@@ -202,6 +202,7 @@ KINDS: tuple[KindDef, ...] = (
             PrinterColumn(name="Default", json_path=".status.report.catalogue.default", priority=1),
             PrinterColumn(name="Jobs", json_path=".status.report.activeJobs", type="integer", priority=1),
             _cond("Schedulable", "Schedulable"),
+            _cond("Qualified", "Qualified", priority=1),
             _AGE,
         ),
     ),
@@ -223,6 +224,8 @@ KINDS: tuple[KindDef, ...] = (
             _cond("Ready", "Ready"),
             _reason("Reason", "Ready", priority=0),
             PrinterColumn(name="Provider", json_path=".status.assignment.provider", priority=1),
+            # A qualification probe names the runner it qualifies (docs/runners.md#qualification).
+            PrinterColumn(name="Qualifies", json_path=r".metadata.labels.helmhive\.dev/qualification"),
             _AGE,
         ),
     ),

@@ -51,6 +51,9 @@ class ConditionType(enum.StrEnum):
     # Runner and RunnerPool (``helmhive.policy.runners.capabilities``)
     CAPABILITIES_ADVERTISED = "CapabilitiesAdvertised"
     """Does the agent advertise every agent capability the pool declares (``session-load``, ``mcp-http``…)."""
+    # Runner (``helmhive.policy.runners.qualification``)
+    QUALIFIED = "Qualified"
+    """Has the runner passed its pool's qualification probes, recently enough (only when the pool names probes)."""
     # SuggestionExport
     RECORDED = "Recorded"
     # kstatus's abnormal-true conditions, derived from the above (``helmhive.policy.kstatus``)
@@ -110,6 +113,12 @@ class Reason(enum.StrEnum):
     CREDENTIAL_MISSING = "CredentialMissing"
     SCHEDULABLE = "Schedulable"
     NOT_SCHEDULABLE = "NotSchedulable"
+    # Runner qualification (``Qualified``; each but QUALIFIED also makes Schedulable False)
+    QUALIFIED = "Qualified"
+    QUALIFICATION_PENDING = "QualificationPending"
+    """No round has passed yet for this registration and credential: the probes run (or wait to)."""
+    QUALIFICATION_FAILED = "QualificationFailed"
+    QUALIFICATION_STALE = "QualificationStale"
     # Routing
     ASSIGNED = "Assigned"
     NO_ELIGIBLE_RUNNER = "NoEligibleRunner"

@@ -16,6 +16,7 @@ from typing import Annotated
 from pydantic import Field
 
 from helmhive.api.common import (
+    ATOMIC_OBJECT,
     ApiModel,
     ControlState,
     LabelMap,
@@ -29,6 +30,7 @@ from helmhive.api.common import (
 from helmhive.api.egress import CredentialIsolation
 from helmhive.api.envelope import Capability
 from helmhive.api.profile import ModelId, ProviderName
+from helmhive.api.qualification import RunnerQualification
 from helmhive.api.runnerpool import AdapterType
 
 __all__ = [
@@ -245,6 +247,8 @@ class RunnerStatus(StatusBase):
     """The registration (``report.registeredAt``) the operator has audited; a differing report is a new one."""
     models: Annotated[str, Field(max_length=256)] | None = None
     """The advertised model ids, default first, for ``kubectl get runners`` (derived from the report)."""
+    qualification: Annotated[RunnerQualification | None, Field(json_schema_extra=ATOMIC_OBJECT)] = None
+    """The current qualification round, when the pool names probes (``spec.qualification``)."""
 
 
 def build_report_digest(report: RunnerReport) -> str:

@@ -37,6 +37,7 @@ from helmhive.api.pod_settings import (
     decide_resource_problems,
 )
 from helmhive.api.profile import ModelId, ProviderName
+from helmhive.api.qualification import QUALIFICATION_RULES, QualificationSpec
 
 __all__ = [
     "DEFAULT_JOB_DISK_BYTES",
@@ -426,6 +427,16 @@ class RunnerPoolSpec(ApiModel):
         PodMetadata,
         Field(description="Labels and annotations for the runner pods; Helmhive's own keys are reserved."),
     ] = PodMetadata()
+    qualification: Annotated[
+        QualificationSpec | None,
+        Field(
+            description=(
+                "Probes that qualify each runner before (and while) it takes user jobs: run by the operator as "
+                "AgentJobs routed to that runner, labelled helmhive.dev/qualification=<runner> (docs/runners.md)."
+            ),
+            json_schema_extra={"x-kubernetes-validations": QUALIFICATION_RULES},
+        ),
+    ] = None
 
     @model_validator(mode="after")
     def _pool_rules(self) -> RunnerPoolSpec:

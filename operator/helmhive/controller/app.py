@@ -126,6 +126,9 @@ def register_handlers(runtime: Runtime, *, webhook: WebhookConfig | None = None)
 
     envelopes.register(runtime)
     runner_wakes = runners.RunnerWakes()
+    # A runner's pool loop hears of its qualification jobs, and of a freed slot a probe waits for.
+    runtime.job_store.store.on_probe = runner_wakes.touched
+    runtime.job_store.store.on_release = runner_wakes.slot_freed
     runners.register(runtime, runner_wakes)
     runnerpools.register(runtime, runner_wakes)
     profiles.register(runtime, operator_username=runtime.config.username)

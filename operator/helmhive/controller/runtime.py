@@ -135,6 +135,8 @@ class Runtime:
     """The operator's AgentJob store (jobs by runner, implementations by change), filled by the AgentJob watch."""
     contact: ApiContact = field(default_factory=ApiContact)
     """Contact with the API server since the process started (the heartbeat hold's clock)."""
+    slot_waited_for: Callable[[tuple[str, str]], bool] = field(default=lambda _runner: False)
+    """Whether a job waits for a free slot on a runner (set by the router): qualification leaves it that slot."""
 
     def __post_init__(self) -> None:
         self.deadlines = DeadlineScheduler(clock=self.now)

@@ -22,6 +22,7 @@ __all__ = [
     "build_envelope_policy",
     "build_install_manifests",
     "build_operator_rbac",
+    "build_qualification_policy",
     "build_runner_identity_policy",
 ]
 
@@ -125,6 +126,45 @@ def build_envelope_policy(identity: OperatorIdentity) -> list[dict[str, Any]]:
     )
 
 
+QUALIFICATION_POLICY_NAME = "helmhive-qualification-jobs"
+_QUALIFICATION_VALUE = (
+    "has({o}.metadata.labels) && 'helmhive.dev/qualification' in {o}.metadata.labels"
+    " ? {o}.metadata.labels['helmhive.dev/qualification'] : ''"
+)
+
+
+def build_qualification_policy(identity: OperatorIdentity) -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy (and binding): only the operator sets an AgentJob's qualification label.
+
+    The label pins a job to one runner and lets it past that runner's qualification block
+    (``docs/runners.md#qualification``); anyone else who creates or updates an AgentJob must leave
+    it as it was (absent on create).
+    """
+    return build_admission_policy(
+        QUALIFICATION_POLICY_NAME,
+        resource_rules=[resource_rule(GROUP, ["CREATE", "UPDATE"], ["agentjobs"])],
+        variables=[
+            {"name": "label", "expression": _QUALIFICATION_VALUE.format(o="object")},
+            {
+                "name": "oldLabel",
+                "expression": f"request.operation == 'UPDATE' ? ({_QUALIFICATION_VALUE.format(o='oldObject')}) : ''",
+            },
+        ],
+        validations=[
+            {
+                "expression": f"request.userInfo.username == '{identity.username}' || "
+                "variables.label == variables.oldLabel",
+                "messageExpression": (
+                    "'metadata.labels[helmhive.dev/qualification] is set by the Helmhive operator only (it pins a "
+                    "qualification probe to its runner): ' + request.userInfo.username + ' may not ' + "
+                    "(variables.oldLabel == '' ? 'set' : 'change') + ' it on agentjob ' + request.name"
+                ),
+                "reason": "Forbidden",
+            }
+        ],
+    )
+
+
 # The status fields the operator derives; a runner's write must leave each as it was.
 _OPERATOR_RUNNER_FIELDS = (
     "conditions",
@@ -134,6 +174,7 @@ _OPERATOR_RUNNER_FIELDS = (
     "registeredAt",
     "models",
     "observedGeneration",
+    "qualification",
 )
 
 
@@ -378,4 +419,5 @@ def build_install_manifests(identity: OperatorIdentity) -> list[dict[str, Any]]:
         *build_audit_trail_policy(identity),
         *build_session_compactions_policy(),
         *build_suggestion_export_policy(),
+        *build_qualification_policy(identity),
     ]

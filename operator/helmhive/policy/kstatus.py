@@ -90,9 +90,11 @@ RUNNER_STARTING_REASONS = frozenset(
         Reason.CREDENTIAL_ROTATED,
         Reason.HEARTBEAT_HELD,
         Reason.AUTHENTICATION_UNKNOWN,
+        Reason.QUALIFICATION_PENDING,
     }
 )
-"""A Runner's ``Schedulable`` reasons while it registers, renews or catches up with a rotated credential."""
+"""A Runner's ``Schedulable`` reasons while it registers, renews, catches up with a rotated credential or
+runs its first qualification round."""
 WARM_POD_FAILED_REASONS = frozenset({Reason.WARM_POD_FAILING, Reason.WARM_PODS_NOT_KEPT})
 """A JobPod pool's ``WarmPodsReady`` reasons that no waiting mends."""
 
@@ -180,9 +182,10 @@ def decide_runnerpool_progress(status: Mapping[str, Any]) -> ProgressVerdict:
 
 
 def decide_runner_progress(status: Mapping[str, Any]) -> ProgressVerdict:
-    """From ``Schedulable``: True is ready; drained or disabled is suspended; registering, renewing or
-    catching up with a rotated credential is progressing; anything else (its heartbeat or login
-    failing, its credential missing, revoked) is failed."""
+    """From ``Schedulable``: True is ready; drained or disabled is suspended; registering, renewing,
+    catching up with a rotated credential or qualifying for the first time is progressing; anything
+    else (its heartbeat or login failing, its credential missing, revoked, a failed or stale
+    qualification) is failed."""
     schedulable = find_condition(_conditions(status), ConditionType.SCHEDULABLE)
     if schedulable is None:
         return _pending("waiting for the runner to register")

@@ -30,6 +30,7 @@ from typing import Any
 
 from helmhive.api.audit import AuditAction
 from helmhive.api.kinds import GROUP, VERSION, kind_by_name
+from helmhive.api.qualification import QUALIFICATION_LABEL
 from helmhive.controller.audit import ensure_audit_unless_terminating
 from helmhive.controller.kube.door import Conflict, Invalid, KubeError
 from helmhive.controller.router.events import RunnerEventSeries
@@ -277,12 +278,16 @@ class RouterAudits:
 def plain_job(body: Mapping[str, Any]) -> dict[str, Any]:
     """A plain copy of the parts of a job the router reads (Kopf's body views are not kept)."""
     meta = body.get("metadata") or {}
+    plain_meta = {
+        k: meta[k]
+        for k in ("name", "namespace", "uid", "resourceVersion", "generation", "deletionTimestamp")
+        if k in meta
+    }
+    qualifies = (meta.get("labels") or {}).get(QUALIFICATION_LABEL)
+    if qualifies:  # the one label routing reads: a qualification probe is pinned to its runner
+        plain_meta["labels"] = {QUALIFICATION_LABEL: str(qualifies)}
     return {
-        "metadata": {
-            k: meta[k]
-            for k in ("name", "namespace", "uid", "resourceVersion", "generation", "deletionTimestamp")
-            if k in meta
-        },
+        "metadata": plain_meta,
         "spec": _plain(body.get("spec") or {}),
         "status": _plain(body.get("status") or {}),
     }

@@ -83,6 +83,10 @@ class Capacity(WorkQueue):
             self._facts[key] = (version, facts)
         return facts
 
+    def waited_for(self, runner: RunnerKey) -> bool:
+        """Some job waits for a free slot on ``runner`` (a qualification probe must not take it)."""
+        return any(runner in waiting.blocked for waiting in self.waiting.values())
+
     def forget_runner(self, key: RunnerKey) -> None:
         """A deleted runner's parsed facts and schedulability go with it (one that comes back is new)."""
         self._facts.pop(key, None)

@@ -49,6 +49,7 @@ __all__ = ["AGENT_JOB", "RateLimiter", "Router", "RouterSettings", "RouterStats"
 def register(runtime: Runtime, router: Router | None = None) -> Router:
     """Register the routing indexes and handlers; return the router (tests and probes read its stats)."""
     router = router or Router(runtime)
+    runtime.slot_waited_for = router.waited_for  # qualification probes never take a slot a job waits for
 
     @kopf.on.startup()
     async def start_router(**kwargs: Any) -> None:

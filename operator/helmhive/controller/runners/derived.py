@@ -36,10 +36,16 @@ from helmhive.api.runner import REPORT_DIGEST_ANNOTATION, ReportedStatus, Runner
 from helmhive.controller.audit import ensure_audit_unless_terminating
 from helmhive.controller.kube.contact import run_contact_probe
 from helmhive.controller.kube.door import Kube, KubeError
+from helmhive.controller.runners.qualification import (
+    decide_runner_qualification,
+    ensure_qualification_steps,
+    patch_old_probes,
+)
 from helmhive.controller.runners.wakes import RunnerWakes
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.audit.records import build_audit_record
 from helmhive.policy.runners.pool import PoolRef, build_owner_reference, runner_resource_name
+from helmhive.policy.runners.qualification import QualificationDecision, apply_qualification
 from helmhive.policy.runners.state import HeartbeatHold, LeaseView, PoolFacts, RunnerDerived, decide_runner_status
 from helmhive.policy.runners.status import RunnerTransition, build_runner_status, decide_runner_transitions
 
@@ -205,8 +211,14 @@ async def _write_runner(
     status: dict[str, Any],
     now: dt.datetime,
     logger: kopf.Logger,
+    qualification: QualificationDecision | None = None,
+    facts: PoolFacts | None = None,
 ) -> None:
-    """Audit the transitions, then apply the operator's status fields (and adopt the Runner)."""
+    """Start a due probe, audit the transitions, then apply the operator's status fields (and adopt the Runner)."""
+    if qualification is not None and facts is not None:
+        await ensure_qualification_steps(kube, view, pool=pool, decision=qualification, facts=facts, now=now)
+        if qualification.ended is not None:
+            logger.info("runner %s: %s", view.name, qualification.message)
     for transition in decide_runner_transitions(name=view.name, observed=view.status, derived=derived):
         record = _audit_record(view, transition, pool.name, now)
         event_type = "Warning" if transition.action in _WARNING_ACTIONS else "Normal"
@@ -245,6 +257,8 @@ class RunnerPatchResult:
 
     derived: dict[str, RunnerDerived]
     retry: set[str]
+    wants_slot: set[str] = field(default_factory=set)
+    """Runners whose due probe waits for a free slot (look again when one frees)."""
 
 
 async def patch_runners(
@@ -264,7 +278,8 @@ async def patch_runners(
     clock = time.monotonic()
     results: dict[str, RunnerDerived] = {}
     retry: set[str] = set()
-    writes: list[tuple[ParsedRunner, RunnerDerived, dict[str, Any]]] = []
+    writes: list[tuple[ParsedRunner, RunnerDerived, dict[str, Any], QualificationDecision | None]] = []
+    wants_slot: set[str] = set()
     seen: list[str] = []
     for view in runners:
         seen.append(view.name)
@@ -281,23 +296,45 @@ async def patch_runners(
             grace=grace,
             hold=_heartbeat_hold(runtime, lease, view.status.reported_status, now=now),
         )
+        qualification = decide_runner_qualification(runtime, view, derived, facts, now)
+        if qualification is not None:
+            derived = apply_qualification(derived, qualification)
+            if qualification.wants_slot:
+                wants_slot.add(view.name)
         results[view.name] = derived
-        update = build_runner_status(observed=view.status, derived=derived, generation=view.generation, now=now)
+        update = build_runner_status(
+            observed=view.status, derived=derived, generation=view.generation, now=now, qualification=qualification
+        )
         adopted = pool.uid in view.owner_uids
         if update.changed or not adopted:
             if memo.pending(view.name, view.resource_version, now=clock):
                 retry.add(view.name)  # our write is still on its way through the watch; look again
             else:
-                writes.append((view, derived, update.status))
+                writes.append((view, derived, update.status, qualification))
     memo.forget_except(seen)
     gate = asyncio.Semaphore(_WRITERS)
+    store = runtime.job_store.store
 
-    async def write(view: ParsedRunner, derived: RunnerDerived, status: dict[str, Any]) -> None:
+    async def write(
+        view: ParsedRunner, derived: RunnerDerived, status: dict[str, Any], qualification: QualificationDecision | None
+    ) -> None:
         async with gate:
             try:
                 await _write_runner(
-                    runtime.kube, view, pool=pool, derived=derived, status=status, now=now, logger=logger
+                    runtime.kube,
+                    view,
+                    pool=pool,
+                    derived=derived,
+                    status=status,
+                    now=now,
+                    logger=logger,
+                    qualification=qualification,
+                    facts=facts,
                 )
+                if qualification is not None:
+                    await patch_old_probes(
+                        runtime.kube, view, qualification, store.probes_of((view.namespace, view.name))
+                    )
             except KubeError as err:
                 logger.warning("runner %s/%s: status not written (will retry): %s", view.namespace, view.name, err)
                 retry.add(view.name)
@@ -305,7 +342,7 @@ async def patch_runners(
             memo.record(view.name, view.resource_version, now=clock)
 
     await asyncio.gather(*(write(*item) for item in writes))
-    return RunnerPatchResult(derived=results, retry=retry)
+    return RunnerPatchResult(derived=results, retry=retry, wants_slot=wants_slot)
 
 
 def register(runtime: Runtime, wakes: RunnerWakes) -> None:

@@ -43,6 +43,7 @@ from helmhive.controller.kube.door import KubeError
 from helmhive.controller.runners import jobpods
 from helmhive.controller.runners.credentials import check_credential
 from helmhive.controller.runners.derived import ParsedRunner, RunnerWakes, WriteMemo, patch_runners
+from helmhive.controller.runners.qualification import QUALIFICATION_NONE, ensure_qualification_objects
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.conditions import find_condition, set_condition
 from helmhive.policy.jobpods.view import PodView
@@ -87,6 +88,8 @@ class PoolLoop:
     facts: PoolFacts | None = None
     job_pods: jobpods.JobPodKeeper = field(default_factory=jobpods.JobPodKeeper)
     spec: RunnerPoolSpec | None = None
+    qualification_digest: str | None = QUALIFICATION_NONE
+    """What the qualification objects were last applied from (:func:`ensure_qualification_objects`)."""
 
     @classmethod
     def resume(cls, *, runtime: Runtime, ref: PoolRef, status: dict[str, Any], wakes: RunnerWakes) -> PoolLoop:
@@ -134,6 +137,7 @@ class PoolLoop:
             kube, ref, resync = self.runtime.kube, self.ref, self.runtime.config.objects_resync_seconds
             await self.job_pods.ensure_link(kube, pool=ref, spec=spec, clock=clock, resync=resync, logger=logger)
             await self._apply_objects(spec, clock=clock, logger=logger)
+            await self._apply_qualification(spec, logger=logger)
             pods = job_pods.get((ref.namespace, ref.name), ())
             if self.ready.reason is Reason.RECONCILED:  # warm pods only behind their NetworkPolicy
                 await self.job_pods.keep_warm(kube, pool=ref, spec=spec, pods=pods, clock=clock, logger=logger)
@@ -143,6 +147,7 @@ class PoolLoop:
                 credential_generation=self.credential.generation,
                 credential_available=self.credential.available,
                 auth_max_age=dt.timedelta(seconds=spec.heartbeat.auth_max_age_seconds),
+                qualification=spec.qualification,
             )
             counts = decide_pool_counts(
                 replicas=spec.replicas, runners=await self._derive_runners(facts, runners, leases, logger=logger)
@@ -200,6 +205,8 @@ class PoolLoop:
                     self.reviews.discard(name)
                 if derived.online.status is not True:
                     self._await_renewal(name, derived, leases)
+            for name in result.derived:
+                self.wakes.wake_on_free_slot(namespace=self.ref.namespace, name=name, wanted=name in result.wants_slot)
             for name in result.retry:
                 current = self.reviews.when(name)
                 retry_at = now + dt.timedelta(seconds=RETRY_SECONDS)
@@ -269,6 +276,13 @@ class PoolLoop:
         self.applied_digest = digest
         self.next_apply = clock + self.runtime.config.objects_resync_seconds
         self.ready = ConditionVerdict(status=True, reason=Reason.RECONCILED, message=f"{len(objects)} objects applied")
+
+    async def _apply_qualification(self, spec: RunnerPoolSpec, *, logger: kopf.Logger) -> None:
+        digest = await ensure_qualification_objects(
+            self.runtime.kube, self.ref, spec, applied=self.qualification_digest, logger=logger
+        )
+        if digest is not None:
+            self.qualification_digest = digest
 
     async def _patch_status(
         self,

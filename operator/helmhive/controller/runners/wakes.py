@@ -33,6 +33,7 @@ class RunnerWakes:
         self._pool_of: dict[tuple[str, str], str] = {}
         self._lease_seen: dict[tuple[str, str], tuple[Any, ...]] = {}
         self._on_renewal: set[tuple[str, str]] = set()
+        self._on_free_slot: set[tuple[str, str]] = set()
 
     def attach(self, pool: PoolKey, wake: Callable[[], None]) -> None:
         self._wake[pool] = wake
@@ -66,6 +67,25 @@ class RunnerWakes:
         """Mark this runner at its Lease's next renewal (it was derived with a stale heartbeat)."""
         self._on_renewal.add((namespace, name))
 
+    def wake_on_free_slot(self, *, namespace: str, name: str, wanted: bool = True) -> None:
+        """Mark this runner when a job stops holding a slot on it (a qualification probe waits for one)."""
+        if wanted:
+            self._on_free_slot.add((namespace, name))
+        else:
+            self._on_free_slot.discard((namespace, name))
+
+    def slot_freed(self, runner: tuple[str, str]) -> None:
+        """A job stopped holding a slot on ``runner`` (from the AgentJob store)."""
+        if runner in self._on_free_slot:
+            self._on_free_slot.discard(runner)
+            self.touched(runner)
+
+    def touched(self, runner: tuple[str, str]) -> None:
+        """Mark ``runner`` (one of its qualification jobs changed), if its pool is known."""
+        pool = self._pool_of.get(runner)
+        if pool is not None:
+            self.mark((runner[0], pool), runner[1])
+
     def runner_changed(self, *, namespace: str, name: str, pool: str | None) -> None:
         key = (namespace, name)
         previous = self._pool_of.get(key)
@@ -73,6 +93,7 @@ class RunnerWakes:
             self._pool_of.pop(key, None)
             self._lease_seen.pop(key, None)
             self._on_renewal.discard(key)
+            self._on_free_slot.discard(key)
         else:
             self._pool_of[key] = pool
             self.mark((namespace, pool), name)

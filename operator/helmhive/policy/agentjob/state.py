@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from helmhive.api.job import AgentJobSpec, AgentJobStatus, ProfileBinding
 from helmhive.api.profile import EffectiveProfile
+from helmhive.api.qualification import QUALIFICATION_LABEL
 from helmhive.api.reasons import ConditionType, Reason
 from helmhive.policy.waiting import WAITING_REASONS
 
@@ -58,6 +59,8 @@ class AgentJob:
     """``status.conditions`` as read (wire form; the steps build on them)."""
     condition_status: Mapping[str, tuple[str, str]]
     """Each condition type's (status, reason)."""
+    qualifies: str | None = None
+    """The runner this job qualifies (label ``helmhive.dev/qualification``): routing considers only it."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -304,7 +307,14 @@ def parse_agent_job(body: Mapping[str, Any]) -> AgentJob:
         raw_status=status,
         conditions=conditions,
         condition_status=_condition_status(conditions),
+        qualifies=_qualifies(meta),
     )
+
+
+def _qualifies(meta: Mapping[str, Any]) -> str | None:
+    labels = meta.get("labels")
+    value = labels.get(QUALIFICATION_LABEL) if isinstance(labels, Mapping) else None
+    return str(value) if value else None
 
 
 def _read_conditions(status: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:

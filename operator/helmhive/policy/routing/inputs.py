@@ -21,6 +21,7 @@ Nothing here does I/O or reads the clock.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from pydantic import ValidationError
 from helmhive.api.job import AgentJobSpec, ChangeStage, ProfileBinding
 from helmhive.api.memory import MemoryRecordSpec
 from helmhive.api.profile import SessionScope
-from helmhive.api.reasons import ConditionType
+from helmhive.api.reasons import ConditionType, Reason
 from helmhive.api.session import SessionBindingSpec
 from helmhive.policy.agentjob.life import AgentJob, decide_held_runner, parse_agent_job
 from helmhive.policy.conditions import find_condition
@@ -55,6 +56,7 @@ from helmhive.policy.routing.route import (
     SessionBindingView,
     decide_route,
 )
+from helmhive.policy.runners.qualification import BLOCKING_REASONS
 
 __all__ = [
     "PoolServing",
@@ -67,6 +69,7 @@ __all__ = [
     "decide_active_jobs",
     "decide_implementation_provider",
     "decide_job_route",
+    "decide_pinned_runners",
     "decide_pool_serves",
     "match_label_selector",
     "parse_memory_record",
@@ -227,20 +230,41 @@ def build_route_inputs(
     ``sessions`` may hold every stored binding: only those of the job's workspace and profile
     are kept (decide_route matches the rest of the key). For a change's review,
     ``implementation_provider`` names the provider of the same iteration's implementation,
-    which the review avoids.
+    which the review avoids. A qualification probe (:attr:`AgentJob.qualifies`) sees only its runner
+    (:func:`decide_pinned_runners`).
     """
     workspace, profile = job.spec.workspace, job.binding.name
     change = job.spec.change
     avoid = None
     if change is not None and change.stage is ChangeStage.REVIEW:
         avoid = implementation_provider((job.namespace, change.name, change.iteration))
+    pinned = job.state.qualifies
     return RouteInputs(
         job=job,
-        runners=runners,
+        runners=runners if pinned is None else decide_pinned_runners(runners, namespace=job.namespace, name=pinned),
         active_jobs=active_jobs,
         bindings=[v for v in sessions if v.workspace == workspace and v.profile == profile],
         avoid_provider=avoid,
     )
+
+
+def decide_pinned_runners(runners: Iterable[RunnerView], *, namespace: str, name: str) -> list[RunnerView]:
+    """The one runner a qualification probe qualifies, as the probe sees it.
+
+    Qualification's own Schedulable reasons (pending, failed, stale) do not stop its probes, and the
+    probe lives in the runner's pool's namespace whether or not the pool serves it. Every other
+    reason (offline, draining, unauthenticated…) still does. Any other runner is not considered.
+    """
+    pinned: list[RunnerView] = []
+    for runner in runners:
+        if runner.namespace != namespace or runner.name != name:
+            continue
+        unblock = not runner.schedulable and runner.schedulable_reason in BLOCKING_REASONS
+        changes: dict[str, object] = {"serves_namespace": True}
+        if unblock:
+            changes |= {"schedulable": True, "schedulable_reason": Reason.SCHEDULABLE.value}
+        pinned.append(dataclasses.replace(runner, **changes))  # type: ignore[arg-type]
+    return pinned
 
 
 def decide_job_route(inputs: RouteInputs, *, now: dt.datetime, policy: RoutingPolicy | None = None) -> RoutingDecision:

@@ -14,7 +14,13 @@ answers what the routing and lost-runner indexes used to:
 - :meth:`JobStore.implementation_provider`: which provider ran a change's implementation
   (:func:`helmhive.policy.routing.inputs.decide_implementation_provider`);
 - :meth:`JobStore.revisions_in_use`: the revisions of a profile that unfinished jobs are bound
-  to (the profile handler never prunes them), so a profile event does not LIST every job.
+  to (the profile handler never prunes them), so a profile event does not LIST every job;
+- :meth:`JobStore.probes_of`: a runner's qualification jobs
+  (:func:`helmhive.policy.runners.qualification.parse_probe_job`), for its pool's loop.
+
+Two optional listeners tell the operator what changed, by runner: :attr:`JobStore.on_release`
+(a job stopped holding a slot on it) and :attr:`JobStore.on_probe` (one of its qualification
+jobs changed).
 
 It holds only these slim facts and each job's ``resourceVersion``, never whole objects.
 
@@ -34,12 +40,13 @@ reservations (:mod:`helmhive.controller.router.capacity`).
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from helmhive.policy.agentjob.life import AgentJob, parse_agent_job
 from helmhive.policy.routing.inputs import decide_implementation_provider
 from helmhive.policy.routing.route import RunnerKey
+from helmhive.policy.runners.qualification import ProbeJobView, parse_probe_job
 
 __all__ = [
     "ImplementationKey",
@@ -70,6 +77,8 @@ class JobFacts(NamedTuple):
     """For a change's assigned implementation job: its key and the provider it ran on."""
     binding: ProfileKey | None = None
     """For a job bound to a profile revision and not finished: (profile, revision)."""
+    probe: tuple[RunnerKey, ProbeJobView] | None = None
+    """For a qualification job: the runner it qualifies, and its outcome so far."""
 
 
 def parse_resource_version(body: Mapping[str, Any]) -> int | None:
@@ -90,12 +99,17 @@ def build_job_facts(body: Mapping[str, Any]) -> JobFacts:
     """The slim facts of one job object."""
     job = parse_agent_job(body)
     runner = job.held_runner
+    meta = body.get("metadata") or {}
     return JobFacts(
         version=parse_resource_version(body),
         runner=_intern_key(runner) if runner is not None else None,
         implementation=decide_implementation_provider(body),
         binding=job_binding(job),
+        probe=parse_probe_job(body) if _QUALIFICATION_LABEL in (meta.get("labels") or {}) else None,
     )
+
+
+_QUALIFICATION_LABEL = "helmhive.dev/qualification"
 
 
 def job_binding(job: AgentJob) -> ProfileKey | None:
@@ -128,9 +142,14 @@ class JobStore:
         self._implementations: dict[ImplementationKey, dict[JobKey, str]] = {}
         self._bindings: dict[tuple[str, str], dict[JobKey, str]] = {}
         """(namespace, profile) -> unfinished job -> the revision it is bound to."""
+        self._probes: dict[RunnerKey, dict[str, ProbeJobView]] = {}
         self._tombstones: dict[JobKey, int | None] = {}
         self.listing = False
         self.synced = False
+        self.on_release: Callable[[RunnerKey], None] | None = None
+        """Called when a job stops holding a slot on a runner (finished, deleted, re-assigned)."""
+        self.on_probe: Callable[[RunnerKey], None] | None = None
+        """Called when one of a runner's qualification jobs is added, changed or deleted."""
 
     # Reads ------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -163,6 +182,10 @@ class JobStore:
     def revisions_in_use(self, namespace: str, profile: str) -> set[str]:
         """The revisions of ``profile`` that unfinished jobs in ``namespace`` are bound to."""
         return set((self._bindings.get((namespace, profile)) or {}).values())
+
+    def probes_of(self, runner: RunnerKey) -> Mapping[str, ProbeJobView]:
+        """The qualification jobs of ``runner``, by job name."""
+        return self._probes.get(runner) or {}
 
     # Writes -----------------------------------------------------------------------------------
     def observe(self, event_type: str | None, body: Mapping[str, Any]) -> bool:
@@ -201,7 +224,7 @@ class JobStore:
         current = self._facts.get(key)
         if current is not None and not _newer(facts.version, current.version):
             return False
-        self._drop(key)
+        self._drop(key, replaced_by=facts)
         self._facts[key] = facts
         if facts.runner is not None:
             jobs = self._by_runner.setdefault(facts.runner, set())
@@ -213,9 +236,14 @@ class JobStore:
         if facts.binding is not None:
             profile, revision = facts.binding
             self._bindings.setdefault((key[0], profile), {})[key] = revision
+        if facts.probe is not None:
+            runner, view = facts.probe
+            self._probes.setdefault(runner, {})[key[1]] = view
+            if self.on_probe is not None:
+                self.on_probe(runner)
         return True
 
-    def _drop(self, key: JobKey) -> None:
+    def _drop(self, key: JobKey, *, replaced_by: JobFacts | None = None) -> None:
         current = self._facts.pop(key, None)
         if current is None:
             return
@@ -228,6 +256,19 @@ class JobStore:
                 else:
                     del self._by_runner[current.runner]
                     self._counts.pop(current.runner, None)
+            released = replaced_by is None or replaced_by.runner != current.runner
+            if released and self.on_release is not None:
+                self.on_release(current.runner)
+        if current.probe is not None:
+            runner = current.probe[0]
+            probes = self._probes.get(runner)
+            if probes is not None:
+                probes.pop(key[1], None)
+                if not probes:
+                    del self._probes[runner]
+            moved = replaced_by is None or replaced_by.probe is None or replaced_by.probe[0] != runner
+            if moved and self.on_probe is not None:
+                self.on_probe(runner)
         if current.implementation is not None:
             change = current.implementation[0]
             providers = self._implementations.get(change)

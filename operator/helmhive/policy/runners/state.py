@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from helmhive.api.common import ControlState
+from helmhive.api.qualification import QualificationSpec
 from helmhive.api.reasons import Reason
 from helmhive.api.runner import AuthState, ReportedStatus, RunnerReport, RunnerSpec
 from helmhive.policy.runners.freshness import (
@@ -107,6 +108,8 @@ class PoolFacts:
     credential_generation: int = 0
     credential_available: bool = True
     auth_max_age: dt.timedelta = dt.timedelta(seconds=3600)
+    qualification: QualificationSpec | None = None
+    """The pool's qualification probes (:mod:`helmhive.policy.runners.qualification` decides with them)."""
 
 
 @dataclass(frozen=True, kw_only=True)

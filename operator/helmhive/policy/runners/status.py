@@ -16,17 +16,19 @@ from typing import Any
 from helmhive.api.audit import AuditAction
 from helmhive.api.common import ControlState
 from helmhive.api.reasons import ConditionType
-from helmhive.api.runner import RunnerReport, RunnerStatus
+from helmhive.api.runner import ReportedStatus, RunnerReport, RunnerStatus
 from helmhive.policy.conditions import set_condition
 from helmhive.policy.kstatus import with_kstatus
 from helmhive.policy.runners.capabilities import decide_runner_capabilities_condition
 from helmhive.policy.runners.freshness import format_time
+from helmhive.policy.runners.qualification import QualificationDecision
 from helmhive.policy.runners.state import RunnerDerived
 
 __all__ = [
     "RunnerStatusUpdate",
     "RunnerTransition",
     "build_runner_status",
+    "decide_registration",
     "decide_runner_transitions",
     "summarise_models",
 ]
@@ -40,7 +42,8 @@ class RunnerStatusUpdate:
     changed: bool
 
 
-def _registration(observed: RunnerStatus, report: RunnerReport | None) -> dt.datetime | None:
+def decide_registration(observed: RunnerStatus, report: RunnerReport | None) -> dt.datetime | None:
+    """The runner's registration: its report's ``registeredAt``, else the one already audited."""
     if report is None:
         return observed.registered_at
     if report.registered_at is not None:
@@ -54,16 +57,26 @@ def build_runner_status(
     derived: RunnerDerived,
     generation: int | None,
     now: dt.datetime,
+    qualification: QualificationDecision | None = None,
 ) -> RunnerStatusUpdate:
-    """Return every status field the operator owns (never ``report``); ``changed`` ignores the heartbeat time."""
+    """Return every status field the operator owns (never ``report``); ``changed`` ignores the heartbeat time.
+
+    ``qualification`` (its pool names probes) adds the ``Qualified`` condition and
+    ``qualification``; without it both are left out, so the apply removes them.
+    """
     conditions: list[dict[str, Any]] = [c.to_wire() for c in observed.conditions]
     changed = False
-    for ctype, verdict in (
+    verdicts = [
         (ConditionType.ONLINE, derived.online),
         (ConditionType.AUTHENTICATED, derived.authenticated),
         (ConditionType.SCHEDULABLE, derived.schedulable),
         (ConditionType.CAPABILITIES_ADVERTISED, decide_runner_capabilities_condition(observed.report)),
-    ):
+    ]
+    if qualification is not None and qualification.condition is not None:
+        verdicts.append((ConditionType.QUALIFIED, qualification.condition))
+    elif any(c.get("type") == ConditionType.QUALIFIED for c in conditions):
+        conditions, changed = [c for c in conditions if c.get("type") != ConditionType.QUALIFIED], True
+    for ctype, verdict in verdicts:
         update = set_condition(
             conditions,
             type=ctype,
@@ -77,7 +90,7 @@ def build_runner_status(
     derived_kstatus = with_kstatus("Runner", {"conditions": conditions}, generation=generation, now=now)
     if derived_kstatus.get("conditions", conditions) != conditions:
         conditions, changed = derived_kstatus["conditions"], True
-    registered = _registration(observed, observed.report)
+    registered = decide_registration(observed, observed.report)
     models = summarise_models(observed.report)
     status: dict[str, Any] = {
         "reportedStatus": derived.reported_status.value,
@@ -92,6 +105,9 @@ def build_runner_status(
         status["lastHeartbeatTime"] = format_time(derived.heartbeat_time)
     if registered is not None:
         status["registeredAt"] = format_time(registered)
+    record = qualification.record if qualification is not None else None
+    if record is not None:
+        status["qualification"] = record.to_wire()
     changed = (
         changed
         or observed.reported_status != derived.reported_status
@@ -99,6 +115,7 @@ def build_runner_status(
         or observed.observed_generation != generation
         or observed.registered_at != registered
         or (observed.models or "") != models
+        or observed.qualification != record
     )
     return RunnerStatusUpdate(status=status, changed=changed)
 
@@ -131,7 +148,7 @@ def decide_runner_transitions(*, name: str, observed: RunnerStatus, derived: Run
     """The transitions between the stored status and ``derived`` that the audit trail must record."""
     out: list[RunnerTransition] = []
     report = observed.report
-    registered = _registration(observed, report)
+    registered = decide_registration(observed, report)
     if report is not None and registered is not None and registered != observed.registered_at:
         out.append(
             RunnerTransition(
@@ -170,4 +187,6 @@ def decide_runner_transitions(*, name: str, observed: RunnerStatus, derived: Run
 def _why(derived: RunnerDerived) -> str:
     if derived.online.status is not True:
         return derived.online.reason
-    return derived.authenticated.reason
+    if derived.authenticated.status is not True or derived.reported_status is ReportedStatus.ONLINE:
+        return derived.authenticated.reason
+    return derived.schedulable.reason  # NeedsAttention for a failed or stale qualification

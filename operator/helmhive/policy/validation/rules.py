@@ -16,6 +16,7 @@ from typing import Any
 from helmhive.api.egress import POOL_RULES
 from helmhive.api.execution import EXECUTION_RULES
 from helmhive.api.pod_settings import RESERVED_ANNOTATION_RULE, RESERVED_LABEL_RULE, RESOURCE_RULES, TOLERATION_RULE
+from helmhive.api.qualification import QUALIFICATION_RULES
 from helmhive.api.reasons import Reason
 from helmhive.policy.validation.apiserver import api_regex
 from helmhive.policy.violations import PathSegment, Violation, field_path
@@ -42,6 +43,7 @@ _MODEL_CHECKED = frozenset(
         TOLERATION_RULE,
         RESERVED_LABEL_RULE,
         RESERVED_ANNOTATION_RULE,
+        *QUALIFICATION_RULES,
     )
 )
 """Rules the spec's pydantic models enforce too (step 3), with the same message: offline, the models check them."""

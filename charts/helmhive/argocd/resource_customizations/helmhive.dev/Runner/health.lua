@@ -1,6 +1,7 @@
 -- Argo CD health of a Helmhive Runner (docs/install.md, "Argo CD and Flux"), from its Schedulable
 -- condition: Healthy when routing may assign it jobs; Suspended when an administrator drains or
--- disables it; Progressing while it registers, renews or catches up with a rotated credential;
+-- disables it; Progressing while it registers, renews, catches up with a rotated credential or
+-- runs its first qualification probes;
 -- Degraded when it is unhealthy (its heartbeat or authentication failing, its credential missing
 -- or revoked).
 local hs = {status = "Progressing", message = "waiting for the runner to register"}
@@ -23,7 +24,7 @@ end
 hs.message = said
 local suspended = {Draining = true, Disabled = true}
 local starting = {NeverReported = true, LeaseMissing = true, CredentialRotated = true, HeartbeatHeld = true,
-  AuthenticationUnknown = true}
+  AuthenticationUnknown = true, QualificationPending = true}
 if schedulable.status == "True" then
   hs.status = "Healthy"
 elseif suspended[schedulable.reason] then
