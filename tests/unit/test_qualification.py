@@ -25,6 +25,7 @@ from helmhive.policy.routing.route import RunnerView
 from helmhive.policy.runners.pool import PoolRef
 from helmhive.policy.runners.probes import build_probe_job, build_qualification_objects
 from helmhive.policy.runners.qualification import (
+    MAX_FAILURES,
     ProbeJobView,
     QualificationDecision,
     QualificationFacts,
@@ -382,3 +383,29 @@ def test_a_probe_sees_only_its_runner_past_qualifications_own_block() -> None:
     (offline,) = decide_pinned_runners([_view("x-0", reason=Reason.HEARTBEAT_STALE)], namespace="team", name="x-0")
     assert not offline.schedulable and offline.schedulable_reason == Reason.HEARTBEAT_STALE
     assert decide_pinned_runners(fleet, namespace="other", name="pool-a-0") == []
+
+
+def test_a_probe_waits_while_an_earlier_rounds_probe_is_still_in_flight() -> None:
+    qualified = qualified_record()
+    left_over = job(ProbeKind.REVIEW_PROBE, 1, ProbeOutcome.RUNNING)
+    rotated = decide(stored=qualified, generation=2, jobs=jobs(left_over))
+    assert rotated.record is not None and rotated.record.round == 2
+    assert rotated.start is None and not rotated.wants_slot  # the old job's deletion wakes the loop
+    gone = decide(stored=rotated.record, generation=2)
+    assert gone.start is not None and gone.start.job == f"{RUNNER}-q2-connection"
+
+
+def test_failed_rounds_are_counted_up_to_the_schemas_bound() -> None:
+    record = decide().record
+    assert record is not None
+    many = record.model_copy(update={"failures": MAX_FAILURES})
+    failed = decide(stored=many, jobs=jobs(job(ProbeKind.CONNECTION_TEST, 1, ProbeOutcome.FAILED)))
+    assert failed.record is not None and failed.record.failures == MAX_FAILURES
+    RunnerQualification.model_validate(failed.record.to_wire())  # still a valid status
+
+
+def test_a_failure_the_operator_will_not_rerun_is_the_probes_outcome() -> None:
+    closed = _cond("Succeeded", "False", "AgentCrashed")
+    closed["message"] = "the agent crashed; not re-run: the failure is older than the re-run window"
+    parsed = parse_probe_job(_job_body(conditions=[closed], attempts=0))
+    assert parsed is not None and parsed[1].outcome is ProbeOutcome.FAILED

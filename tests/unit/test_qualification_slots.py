@@ -23,6 +23,7 @@ from helmhive.controller.runners.derived import ParsedRunner
 from helmhive.controller.runners.qualification import decide_runner_qualification
 from helmhive.controller.runners.wakes import RunnerWakes
 from helmhive.controller.runtime import Runtime
+from helmhive.policy.routing.route import RouteOutcome, RoutingDecision
 from helmhive.policy.runners.state import ConditionVerdict, PoolFacts, RunnerDerived
 
 NOW = dt.datetime(2026, 6, 1, 12, 0, 0, tzinfo=dt.UTC)
@@ -117,3 +118,26 @@ def test_a_runner_that_is_not_otherwise_schedulable_is_not_probed() -> None:
 def test_a_pool_without_probes_costs_nothing() -> None:
     runtime = Runtime(kube=None)  # type: ignore[arg-type]
     assert decide_runner_qualification(runtime, _runner(), schedulable_derivation(), PoolFacts(), NOW) is None
+
+
+def test_a_freed_slot_goes_to_a_waiting_user_job_before_a_probe_and_its_end_wakes_the_probe() -> None:
+    router = Router(Runtime(kube=None), RouterSettings())  # type: ignore[arg-type]
+    unblocked: list[tuple[str, str]] = []
+    router.on_unblocked = unblocked.append
+    waiting = RoutingDecision(
+        outcome=RouteOutcome.WAITING,
+        reason=Reason.WAITING_FOR_CAPACITY,
+        message="busy",
+        capacity_blocked=frozenset({KEY}),
+    )
+    router._wait(("team", "probe"), waiting, probe=True)  # the probe waited first
+    assert not router.waited_for(KEY)  # a waiting probe is not a user job waiting
+    router._wait(("team", "user"), waiting)
+    assert router.waited_for(KEY)
+    router._capacity_freed(KEY)
+    assert router.waiting[("team", "user")].woken_by == KEY  # the user job takes the slot
+    assert router.waiting[("team", "probe")].woken_by is None
+    router._stop_waiting(("team", "user"))  # it was assigned: the probe's pool loop hears of it
+    assert unblocked == [KEY]
+    router._stop_waiting(("team", "probe"))
+    assert unblocked == [KEY]  # a probe that stops waiting frees nothing for another probe

@@ -139,6 +139,7 @@ def register_handlers(runtime: Runtime, *, webhook: WebhookConfig | None = None)
     lost_jobs = lost.register(runtime)
     failed.register(runtime)
     router = routing.register(runtime)
+    router.on_unblocked = runner_wakes.slot_freed  # a user job stopped waiting: a due probe may start
     lost_jobs.audits = router.audits  # a lost run's lingering routing records are written before it is ended
     job_watch.register_runner_gate(watch)  # after routing's Runner handlers
     queue.handoff, router.rebind = router.submit_bound, queue.requeue  # bind and route in one write

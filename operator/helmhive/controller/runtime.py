@@ -136,7 +136,9 @@ class Runtime:
     contact: ApiContact = field(default_factory=ApiContact)
     """Contact with the API server since the process started (the heartbeat hold's clock)."""
     slot_waited_for: Callable[[tuple[str, str]], bool] = field(default=lambda _runner: False)
-    """Whether a job waits for a free slot on a runner (set by the router): qualification leaves it that slot."""
+    """Whether a user job waits for a free slot on a runner (set by the router): qualification leaves it that slot."""
+    slots_held: Callable[[tuple[str, str]], int] | None = None
+    """The slots of a runner held, with the router's in-flight assignments (set by the router; None: the store's)."""
 
     def __post_init__(self) -> None:
         self.deadlines = DeadlineScheduler(clock=self.now)

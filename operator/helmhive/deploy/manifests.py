@@ -127,40 +127,66 @@ def build_envelope_policy(identity: OperatorIdentity) -> list[dict[str, Any]]:
 
 
 QUALIFICATION_POLICY_NAME = "helmhive-qualification-jobs"
-_QUALIFICATION_VALUE = (
-    "has({o}.metadata.labels) && 'helmhive.dev/qualification' in {o}.metadata.labels"
-    " ? {o}.metadata.labels['helmhive.dev/qualification'] : ''"
-)
+
+
+def _mark(obj: str, field: str, key: str) -> str:
+    """CEL: the value of ``obj.metadata.<field>[key]``, or '' when absent."""
+    return f"(has({obj}.metadata.{field}) && '{key}' in {obj}.metadata.{field} ? {obj}.metadata.{field}['{key}'] : '')"
+
+
+def _marks(obj: str) -> str:
+    """CEL: the qualification marks besides the runner label, joined (pool, probe, round)."""
+    return " + '|' + ".join(
+        (
+            _mark(obj, "labels", "helmhive.dev/qualification-pool"),
+            _mark(obj, "labels", "helmhive.dev/qualification-probe"),
+            _mark(obj, "annotations", "helmhive.dev/qualification-round"),
+        )
+    )
 
 
 def build_qualification_policy(identity: OperatorIdentity) -> list[dict[str, Any]]:
-    """A ValidatingAdmissionPolicy (and binding): only the operator sets an AgentJob's qualification label.
+    """A ValidatingAdmissionPolicy (and binding): only the operator marks an AgentJob as a qualification probe.
 
-    The label pins a job to one runner and lets it past that runner's qualification block
-    (``docs/runners.md#qualification``); anyone else who creates or updates an AgentJob must leave
-    it as it was (absent on create).
+    The label ``helmhive.dev/qualification`` pins a job to one runner and lets it past that runner's
+    qualification block (``docs/runners.md#qualification``); the pool and probe labels and the round
+    annotation tell the operator which probe it is. Anyone else who creates or updates an AgentJob
+    must leave all four as they were (absent on create).
     """
+    operator = f"request.userInfo.username == '{identity.username}'"
     return build_admission_policy(
         QUALIFICATION_POLICY_NAME,
         resource_rules=[resource_rule(GROUP, ["CREATE", "UPDATE"], ["agentjobs"])],
         variables=[
-            {"name": "label", "expression": _QUALIFICATION_VALUE.format(o="object")},
+            {"name": "label", "expression": _mark("object", "labels", "helmhive.dev/qualification")},
             {
                 "name": "oldLabel",
-                "expression": f"request.operation == 'UPDATE' ? ({_QUALIFICATION_VALUE.format(o='oldObject')}) : ''",
+                "expression": "request.operation == 'UPDATE' ? "
+                + _mark("oldObject", "labels", "helmhive.dev/qualification")
+                + " : ''",
             },
+            {"name": "marks", "expression": _marks("object")},
+            {"name": "oldMarks", "expression": f"request.operation == 'UPDATE' ? {_marks('oldObject')} : '||'"},
         ],
         validations=[
             {
-                "expression": f"request.userInfo.username == '{identity.username}' || "
-                "variables.label == variables.oldLabel",
+                "expression": f"{operator} || variables.label == variables.oldLabel",
                 "messageExpression": (
                     "'metadata.labels[helmhive.dev/qualification] is set by the Helmhive operator only (it pins a "
                     "qualification probe to its runner): ' + request.userInfo.username + ' may not ' + "
                     "(variables.oldLabel == '' ? 'set' : 'change') + ' it on agentjob ' + request.name"
                 ),
                 "reason": "Forbidden",
-            }
+            },
+            {
+                "expression": f"{operator} || variables.marks == variables.oldMarks",
+                "messageExpression": (
+                    "'the labels helmhive.dev/qualification-pool and helmhive.dev/qualification-probe and the "
+                    "annotation helmhive.dev/qualification-round are set by the Helmhive operator only: ' + "
+                    "request.userInfo.username + ' may not set or change them on agentjob ' + request.name"
+                ),
+                "reason": "Forbidden",
+            },
         ],
     )
 

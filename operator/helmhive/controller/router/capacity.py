@@ -48,6 +48,8 @@ class _Waiting:
     """The runner whose freed slot this job was queued to take (one job per freed slot)."""
     for_runner: bool = False
     """It waits for a runner that can serve it at all (no timer: fleet events and its deadline end it)."""
+    probe: bool = False
+    """A qualification probe: a freed slot goes to a waiting user job first, and it does not count as one."""
 
 
 class Capacity(WorkQueue):
@@ -66,6 +68,8 @@ class Capacity(WorkQueue):
         self.holding: dict[JobKey, RunnerKey] = {}
         self.schedulable: dict[RunnerKey, bool] = {}
         self._facts: dict[RunnerKey, tuple[str, RunnerFacts | None]] = {}  # (resourceVersion, parsed)
+        self.on_unblocked: Callable[[RunnerKey], None] | None = None
+        """Called for each runner a waiting user job stops waiting for (a qualification probe may take its slot)."""
 
     def runner_facts(self, body: Mapping[str, Any]) -> RunnerFacts | None:
         """The Runner ``body`` parsed (:func:`~helmhive.policy.routing.fleet.parse_runner`), once per resourceVersion.
@@ -84,8 +88,15 @@ class Capacity(WorkQueue):
         return facts
 
     def waited_for(self, runner: RunnerKey) -> bool:
-        """Some job waits for a free slot on ``runner`` (a qualification probe must not take it)."""
-        return any(runner in waiting.blocked for waiting in self.waiting.values())
+        """Some user job waits for a free slot on ``runner`` (a qualification probe must not take it).
+
+        A scan of the waiting jobs: the caller asks only for a runner with a probe due and a free slot.
+        """
+        return any(runner in waiting.blocked and not waiting.probe for waiting in self.waiting.values())
+
+    def held_slots(self, runner: RunnerKey) -> int:
+        """The slots of ``runner`` held: the job store's jobs on it plus this process's in-flight assignments."""
+        return self.active_jobs((runner,)).get(runner, 0)
 
     def forget_runner(self, key: RunnerKey) -> None:
         """A deleted runner's parsed facts and schedulability go with it (one that comes back is new)."""
@@ -150,11 +161,14 @@ class Capacity(WorkQueue):
         return counts
 
     # Waiting and wake-ups --------------------------------------------------------------------
-    def _wait(self, key: JobKey, decision: RoutingDecision) -> None:
+    def _wait(self, key: JobKey, decision: RoutingDecision, *, probe: bool = False) -> None:
         waiting = self.waiting.get(key)
         if waiting is None:
             waiting = self.waiting[key] = _Waiting(blocked=decision.capacity_blocked, since=self.monotonic())
+        elif not probe:
+            self._unblocked(waiting.blocked - decision.capacity_blocked)
         waiting.blocked = decision.capacity_blocked
+        waiting.probe = probe
         waiting.for_runner = decision.waits_for_runner
         if waiting.timer is not None:
             waiting.timer.cancel()
@@ -162,9 +176,16 @@ class Capacity(WorkQueue):
         retry = decision.retry_after
         waiting.timer = self._later(key, retry, "backoff") if retry is not None else None
 
+    def _unblocked(self, runners: Iterable[RunnerKey]) -> None:
+        if self.on_unblocked is not None:
+            for runner in runners:
+                self.on_unblocked(runner)
+
     def _stop_waiting(self, key: JobKey) -> None:
         waiting = self.waiting.pop(key, None)
         if waiting is not None:
+            if not waiting.probe:
+                self._unblocked(waiting.blocked)
             if waiting.timer is not None:
                 waiting.timer.cancel()
             if waiting.woken_by is not None:
@@ -190,14 +211,14 @@ class Capacity(WorkQueue):
         return woken
 
     def _capacity_freed(self, runner: RunnerKey) -> None:
-        """A slot on ``runner`` freed: re-decide the job that has waited longest for it.
+        """A slot on ``runner`` freed: re-decide the user job that has waited longest for it (a probe only after).
 
         Each freed slot wakes a different job: a job already woken (and not yet re-decided) is
         skipped, so two slots freed in a row are not both spent on one job.
         """
-        blocked = [(w.since, k) for k, w in self.waiting.items() if runner in w.blocked and w.woken_by is None]
-        if blocked:
-            key = min(blocked)[1]
+        blocked = [(w.probe, w.since, k) for k, w in self.waiting.items() if runner in w.blocked and w.woken_by is None]
+        if blocked:  # a user job before a qualification probe, then the longest waiting
+            key = min(blocked)[2]
             self.waiting[key].woken_by = runner
             self.enqueue(key, "wake")
 

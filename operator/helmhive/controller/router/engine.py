@@ -218,11 +218,11 @@ class Router(RouterIndexes):
 
     # Decisions ------------------------------------------------------------------------------
     # Waiting for a runner ---------------------------------------------------------------------
-    def _wait(self, key: JobKey, decision: RoutingDecision) -> None:
+    def _wait(self, key: JobKey, decision: RoutingDecision, *, probe: bool = False) -> None:
         """Record the wait; a wait for a runner gets its deadline in the operator's one scheduler (no timer)."""
         before = self.waiting.get(key)
         was_for_runner = before is not None and before.for_runner
-        super()._wait(key, decision)
+        super()._wait(key, decision, probe=probe)
         deadline = decision.capacity_deadline
         if decision.waits_for_runner and deadline is not None:
             self.runtime.deadlines.at(_deadline_entry(key), deadline, functools.partial(self._deadline_came, key))
@@ -291,7 +291,7 @@ class Router(RouterIndexes):
             if decision.choice is not None:
                 self._reserve(key, decision.choice.runner_key)
         if decision.outcome is RouteOutcome.WAITING:
-            self._wait(key, decision)
+            self._wait(key, decision, probe=job.state.qualifies is not None)
             if waiting_already and not backoff and _waits_as_written(job, decision):
                 self._pass_wake(woke, decision, written=False)
                 return  # already visibly waiting so; only backoff attempts are written

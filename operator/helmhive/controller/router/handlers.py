@@ -49,7 +49,8 @@ __all__ = ["AGENT_JOB", "RateLimiter", "Router", "RouterSettings", "RouterStats"
 def register(runtime: Runtime, router: Router | None = None) -> Router:
     """Register the routing indexes and handlers; return the router (tests and probes read its stats)."""
     router = router or Router(runtime)
-    runtime.slot_waited_for = router.waited_for  # qualification probes never take a slot a job waits for
+    # Qualification probes never take a slot a job waits for, nor one this process just assigned.
+    runtime.slot_waited_for, runtime.slots_held = router.waited_for, router.held_slots
 
     @kopf.on.startup()
     async def start_router(**kwargs: Any) -> None:

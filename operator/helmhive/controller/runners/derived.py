@@ -38,7 +38,8 @@ from helmhive.controller.kube.contact import run_contact_probe
 from helmhive.controller.kube.door import Kube, KubeError
 from helmhive.controller.runners.qualification import (
     decide_runner_qualification,
-    ensure_qualification_steps,
+    ensure_probe_job,
+    ensure_round_audit,
     patch_old_probes,
 )
 from helmhive.controller.runners.wakes import RunnerWakes
@@ -212,11 +213,11 @@ async def _write_runner(
     now: dt.datetime,
     logger: kopf.Logger,
     qualification: QualificationDecision | None = None,
-    facts: PoolFacts | None = None,
 ) -> None:
-    """Start a due probe, audit the transitions, then apply the operator's status fields (and adopt the Runner)."""
-    if qualification is not None and facts is not None:
-        await ensure_qualification_steps(kube, view, pool=pool, decision=qualification, facts=facts, now=now)
+    """Audit the transitions (a qualification round's end too), then apply the operator's status fields
+    (and adopt the Runner)."""
+    if qualification is not None:
+        await ensure_round_audit(kube, view, pool=pool, decision=qualification, now=now)
         if qualification.ended is not None:
             logger.info("runner %s: %s", view.name, qualification.message)
     for transition in decide_runner_transitions(name=view.name, observed=view.status, derived=derived):
@@ -261,6 +262,31 @@ class RunnerPatchResult:
     """Runners whose due probe waits for a free slot (look again when one frees)."""
 
 
+async def _start_probes(
+    kube: Kube,
+    *,
+    pool: PoolRef,
+    facts: PoolFacts,
+    starts: list[tuple[ParsedRunner, QualificationDecision]],
+    gate: asyncio.Semaphore,
+    logger: kopf.Logger,
+) -> set[str]:
+    """Create the due probe jobs the store does not show, whether or not the status changed (a deleted
+    one is made again); returns the runners whose create failed (their status is still written)."""
+    failed: set[str] = set()
+
+    async def start(view: ParsedRunner, decision: QualificationDecision) -> None:
+        async with gate:
+            try:
+                await ensure_probe_job(kube, view, pool=pool, decision=decision, facts=facts)
+            except KubeError as err:
+                logger.warning("runner %s/%s: probe job not created (will retry): %s", view.namespace, view.name, err)
+                failed.add(view.name)
+
+    await asyncio.gather(*(start(*item) for item in starts))
+    return failed
+
+
 async def patch_runners(
     *,
     runtime: Runtime,
@@ -280,6 +306,8 @@ async def patch_runners(
     retry: set[str] = set()
     writes: list[tuple[ParsedRunner, RunnerDerived, dict[str, Any], QualificationDecision | None]] = []
     wants_slot: set[str] = set()
+    starts: list[tuple[ParsedRunner, QualificationDecision]] = []
+    store = runtime.job_store.store
     seen: list[str] = []
     for view in runners:
         seen.append(view.name)
@@ -301,6 +329,9 @@ async def patch_runners(
             derived = apply_qualification(derived, qualification)
             if qualification.wants_slot:
                 wants_slot.add(view.name)
+            start = qualification.start
+            if start is not None and start.job not in store.probes_of((view.namespace, view.name)):
+                starts.append((view, qualification))
         results[view.name] = derived
         update = build_runner_status(
             observed=view.status, derived=derived, generation=view.generation, now=now, qualification=qualification
@@ -313,7 +344,6 @@ async def patch_runners(
                 writes.append((view, derived, update.status, qualification))
     memo.forget_except(seen)
     gate = asyncio.Semaphore(_WRITERS)
-    store = runtime.job_store.store
 
     async def write(
         view: ParsedRunner, derived: RunnerDerived, status: dict[str, Any], qualification: QualificationDecision | None
@@ -329,7 +359,6 @@ async def patch_runners(
                     now=now,
                     logger=logger,
                     qualification=qualification,
-                    facts=facts,
                 )
                 if qualification is not None:
                     await patch_old_probes(
@@ -341,6 +370,7 @@ async def patch_runners(
                 return
             memo.record(view.name, view.resource_version, now=clock)
 
+    retry |= await _start_probes(runtime.kube, pool=pool, facts=facts, starts=starts, gate=gate, logger=logger)
     await asyncio.gather(*(write(*item) for item in writes))
     return RunnerPatchResult(derived=results, retry=retry, wants_slot=wants_slot)
 

@@ -89,6 +89,7 @@ class PoolLoop:
     job_pods: jobpods.JobPodKeeper = field(default_factory=jobpods.JobPodKeeper)
     spec: RunnerPoolSpec | None = None
     qualification_digest: str | None = QUALIFICATION_NONE
+    next_qualification_apply: float = 0.0
     """What the qualification objects were last applied from (:func:`ensure_qualification_objects`)."""
 
     @classmethod
@@ -137,7 +138,7 @@ class PoolLoop:
             kube, ref, resync = self.runtime.kube, self.ref, self.runtime.config.objects_resync_seconds
             await self.job_pods.ensure_link(kube, pool=ref, spec=spec, clock=clock, resync=resync, logger=logger)
             await self._apply_objects(spec, clock=clock, logger=logger)
-            await self._apply_qualification(spec, logger=logger)
+            await self._apply_qualification(spec, clock=clock, logger=logger)
             pods = job_pods.get((ref.namespace, ref.name), ())
             if self.ready.reason is Reason.RECONCILED:  # warm pods only behind their NetworkPolicy
                 await self.job_pods.keep_warm(kube, pool=ref, spec=spec, pods=pods, clock=clock, logger=logger)
@@ -277,12 +278,15 @@ class PoolLoop:
         self.next_apply = clock + self.runtime.config.objects_resync_seconds
         self.ready = ConditionVerdict(status=True, reason=Reason.RECONCILED, message=f"{len(objects)} objects applied")
 
-    async def _apply_qualification(self, spec: RunnerPoolSpec, *, logger: kopf.Logger) -> None:
-        digest = await ensure_qualification_objects(
-            self.runtime.kube, self.ref, spec, applied=self.qualification_digest, logger=logger
-        )
+    async def _apply_qualification(self, spec: RunnerPoolSpec, *, clock: float, logger: kopf.Logger) -> None:
+        """The pool's qualification objects: applied when they change, and (if any) every resync to undo drift."""
+        due = spec.qualification is not None and clock >= self.next_qualification_apply
+        applied = None if due else self.qualification_digest
+        digest = await ensure_qualification_objects(self.runtime.kube, self.ref, spec, applied=applied, logger=logger)
         if digest is not None:
             self.qualification_digest = digest
+            if due:
+                self.next_qualification_apply = clock + self.runtime.config.objects_resync_seconds
 
     async def _patch_status(
         self,

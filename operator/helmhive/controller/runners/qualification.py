@@ -6,13 +6,15 @@ The pool's loop applies the pool's qualification Workspace and Profiles
 the operator holds in memory: the runner's probe jobs and how many jobs hold its slots (the AgentJob store,
 :meth:`~helmhive.policy.routing.job_store.JobStore.probes_of`), and whether a job waits for one of
 those slots (the router, :attr:`~helmhive.controller.runtime.Runtime.slot_waited_for`). No API
-read. Before it writes the Runner's status it calls :func:`ensure_qualification_steps` (create the
-due probe job, audit a round that ended), and after it :func:`patch_old_probes` (delete the jobs
-of rounds before the previous one). The decisions are :mod:`helmhive.policy.runners.qualification`.
+read. It creates a due probe job that its store does not show (:func:`ensure_probe_job`, apart from
+the status write, so a refused create never holds the status back), audits a round that ended
+before the status that shows it (:func:`ensure_round_audit`), and after the write deletes the jobs
+an older round left (:func:`patch_old_probes`). The decisions are :mod:`helmhive.policy.runners.qualification`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -23,6 +25,7 @@ import kopf
 
 from helmhive.api.audit import AuditAction, AuditState
 from helmhive.api.kinds import kind_by_name
+from helmhive.api.qualification import ProbeOutcome
 from helmhive.api.runnerpool import RunnerPoolSpec
 from helmhive.controller.audit import ensure_audit_unless_terminating
 from helmhive.controller.kube.door import Kube, KubeError
@@ -45,8 +48,9 @@ if TYPE_CHECKING:
 __all__ = [
     "QUALIFICATION_NONE",
     "decide_runner_qualification",
+    "ensure_probe_job",
     "ensure_qualification_objects",
-    "ensure_qualification_steps",
+    "ensure_round_audit",
     "patch_old_probes",
 ]
 
@@ -98,18 +102,27 @@ def decide_runner_qualification(
         return None
     key = (view.namespace, view.name)
     report = view.status.report
-    concurrency = report.concurrency if report is not None else 0
     store = runtime.job_store.store
-    free = store.counts_by_runner.get(key, 0) < concurrency
     qualification = QualificationFacts(
         runner=view.name,
         registered_at=decide_registration(view.status, report) if report is not None else None,
         credential_generation=facts.credential_generation,
         stored=view.status.qualification,
         jobs=store.probes_of(key),
-        may_start=derived.is_schedulable and free and not runtime.slot_waited_for(key),
+        may_start=False,
     )
-    return decide_qualification(spec=facts.qualification, facts=qualification, now=now)
+    decision = decide_qualification(spec=facts.qualification, facts=qualification, now=now)
+    if not decision.wants_slot or not derived.is_schedulable:
+        return decision
+    # A probe is due: it may start on a free slot no user job waits for (asked only now: the
+    # router's waiting jobs are scanned for this runner alone).
+    concurrency = report.concurrency if report is not None else 0
+    held = runtime.slots_held(key) if runtime.slots_held is not None else store.counts_by_runner.get(key, 0)
+    if held >= concurrency or runtime.slot_waited_for(key):
+        return decision
+    return decide_qualification(
+        spec=facts.qualification, facts=dataclasses.replace(qualification, may_start=True), now=now
+    )
 
 
 def _round_record(view: ParsedRunner, decision: QualificationDecision, pool: str, now: dt.datetime) -> dict[str, Any]:
@@ -131,51 +144,58 @@ def _round_record(view: ParsedRunner, decision: QualificationDecision, pool: str
     )
 
 
-async def ensure_qualification_steps(
-    kube: Kube,
-    view: ParsedRunner,
-    *,
-    pool: PoolRef,
-    decision: QualificationDecision,
-    facts: PoolFacts,
-    now: dt.datetime,
+async def ensure_probe_job(
+    kube: Kube, view: ParsedRunner, *, pool: PoolRef, decision: QualificationDecision, facts: PoolFacts
 ) -> None:
-    """Create the probe job the decision starts (one that exists already is left as it is); audit a round's end."""
+    """Create the probe job the decision starts; one that exists already (an earlier pass's) is left as it is."""
     start, record, spec = decision.start, decision.record, facts.qualification
-    if start is not None and start.job is not None and record is not None and spec is not None:
-        body = build_probe_job(
-            pool=pool,
-            runner=view.name,
-            runner_uid=view.uid,
-            kind=start.kind,
-            name=start.job,
-            round_=record.round,
-            timeout_seconds=spec.timeout_seconds,
-        )
-        try:
-            await kube.create(AGENT_JOB, body, namespace=view.namespace)
-        except KubeError as err:
-            if err.status != 409:  # 409: created by an earlier pass whose status write did not land
-                raise
-    if decision.ended is not None and record is not None:
-        failed = decision.ended is AuditAction.RUNNER_QUALIFICATION_FAILED
-        await ensure_audit_unless_terminating(
-            kube,
-            _round_record(view, decision, pool.name, now),
-            involved=view.ref,
-            event_reason=decision.ended.value,
-            event_type="Warning" if failed else "Normal",
-            now=now,
-        )
+    if start is None or start.job is None or record is None or spec is None:
+        return
+    body = build_probe_job(
+        pool=pool,
+        runner=view.name,
+        runner_uid=view.uid,
+        kind=start.kind,
+        name=start.job,
+        round_=record.round,
+        timeout_seconds=spec.timeout_seconds,
+    )
+    try:
+        await kube.create(AGENT_JOB, body, namespace=view.namespace)
+    except KubeError as err:
+        if err.status != 409:
+            raise
+
+
+async def ensure_round_audit(
+    kube: Kube, view: ParsedRunner, *, pool: PoolRef, decision: QualificationDecision, now: dt.datetime
+) -> None:
+    """Audit a round that just ended (before the status that shows it is written)."""
+    if decision.ended is None or decision.record is None:
+        return
+    failed = decision.ended is AuditAction.RUNNER_QUALIFICATION_FAILED
+    await ensure_audit_unless_terminating(
+        kube,
+        _round_record(view, decision, pool.name, now),
+        involved=view.ref,
+        event_reason=decision.ended.value,
+        event_type="Warning" if failed else "Normal",
+        now=now,
+    )
 
 
 async def patch_old_probes(
     kube: Kube, view: ParsedRunner, decision: QualificationDecision, jobs: Mapping[str, ProbeJobView]
 ) -> None:
-    """Delete the runner's probe jobs of rounds before the previous one (the audit trail keeps their outcome)."""
+    """Delete the runner's probe jobs of rounds before the previous one, and the unfinished ones of any earlier round.
+
+    A new round (a new registration or credential) supersedes what an earlier one still runs; the
+    audit trail keeps every round's outcome.
+    """
     record = decision.record
     if record is None:
         return
     for name, job in list(jobs.items()):
-        if job.round < record.round - 1:
+        unfinished = job.outcome in (ProbeOutcome.PENDING, ProbeOutcome.RUNNING)
+        if job.round < record.round - 1 or (job.round < record.round and unfinished):
             await kube.delete(AGENT_JOB, name, namespace=view.namespace)

@@ -45,7 +45,7 @@ from helmhive.api.qualification import (
 )
 from helmhive.api.reasons import ConditionType, Reason
 from helmhive.api.runner import ReportedStatus
-from helmhive.policy.agentjob.retry import decide_job_retry
+from helmhive.policy.agentjob.failed import decide_pending_requeue
 from helmhive.policy.agentjob.state import parse_agent_job
 from helmhive.policy.runners.freshness import format_time
 from helmhive.policy.runners.state import ConditionVerdict, RunnerDerived
@@ -53,6 +53,7 @@ from helmhive.policy.waiting import WAITING_REASONS, parse_timestamp
 
 __all__ = [
     "BLOCKING_REASONS",
+    "MAX_FAILURES",
     "ProbeJobView",
     "QualificationDecision",
     "QualificationFacts",
@@ -74,6 +75,9 @@ _SHORT = {
     ProbeKind.REVIEW_PROBE: "review",
 }
 _NAME_LIMIT = 63
+_UNFINISHED = (ProbeOutcome.PENDING, ProbeOutcome.RUNNING)
+MAX_FAILURES = 1000
+"""Failed rounds in a row are counted up to this (the schema's bound; the backoff is capped long before)."""
 _FIRST_RETRY = dt.timedelta(seconds=30)
 _MAX_RETRY = dt.timedelta(hours=1)
 
@@ -121,8 +125,7 @@ def parse_probe_job(body: Mapping[str, Any]) -> tuple[tuple[str, str], ProbeJobV
     succeeded = job.condition(ConditionType.SUCCEEDED)
     routed = job.condition(ConditionType.ROUTED)
     outcome, reason, finished_at = ProbeOutcome.PENDING, "", None
-    retry = decide_job_retry(job=job)
-    if retry is not None and retry.retry:
+    if decide_pending_requeue(job):
         # An infrastructure failure the operator re-runs once: not the probe's outcome yet.
         outcome, reason = ProbeOutcome.RUNNING, str((succeeded or {}).get("reason") or "")
     elif succeeded is not None and succeeded.get("status") in ("True", "False"):
@@ -227,6 +230,9 @@ def _advance(
     wants_slot = False
     state, finished = record.state, record.finished_at
     blocked = False  # an earlier probe has not succeeded: later ones stay Pending
+    # An unfinished probe of an earlier round (deleted by the operator once a new round starts)
+    # still holds the runner: at most one probe is in flight.
+    elsewhere = any(j.round != record.round and j.outcome in _UNFINISHED for j in facts.jobs.values())
     for probe in record.probes:
         if blocked:
             probes.append(ProbeRecord(kind=probe.kind))
@@ -235,7 +241,9 @@ def _advance(
         job = facts.jobs.get(name)
         if job is None:
             blocked = True
-            if facts.may_start:
+            if elsewhere:
+                probes.append(ProbeRecord(kind=probe.kind))  # its end or deletion wakes the loop
+            elif facts.may_start:
                 start = ProbeRecord(kind=probe.kind, job=name, outcome=ProbeOutcome.PENDING)
                 probes.append(start)
             else:
@@ -261,7 +269,8 @@ def _advance(
     elif state is QualificationState.FAILED and record.state is not QualificationState.FAILED:
         failed = _failed_probe(updated)
         why = f"{failed.kind.value} probe {failed.job} failed: {failed.reason or 'no reason'}" if failed else "failed"
-        update = {"failures": record.failures + 1, "last_failure": f"round {record.round}: {why}"[:512]}
+        failures = min(record.failures + 1, MAX_FAILURES)
+        update = {"failures": failures, "last_failure": f"round {record.round}: {why}"[:512]}
         updated = updated.model_copy(update=update)
     return updated, start, wants_slot
 
