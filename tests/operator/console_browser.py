@@ -22,9 +22,9 @@ __all__ = ["chromium", "console_process", "screenshot"]
 
 
 @contextlib.contextmanager
-def console_process(kubeconfig: Path, namespace: str, log: Path) -> Iterator[str]:
+def console_process(kubeconfig: Path, namespace: str, log: Path, *, env: dict[str, str] | None = None) -> Iterator[str]:
     """Run ``helmhive console`` on a free port; yield the login URL it printed."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with log.open("wb") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "helmhive", "console", "--kubeconfig", str(kubeconfig), "-n", namespace],
