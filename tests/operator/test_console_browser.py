@@ -199,6 +199,9 @@ def test_a_manual_change_is_approved_in_the_browser_live_and_nothing_secret_reac
         expect(page.locator("#cand-alpha-0 td[data-col=reason]")).to_contain_text("ModelNotAdvertised")
         expect(page.locator("main")).to_contain_text("ModelNotAdvertised")
         screenshot(page, "job-failed-closed")
+        page.goto(f"{base}/")
+        expect(page.locator("table:has(#job-wants-opus) caption")).to_contain_text("Failed")
+        expect(page.locator("#job-wants-opus td[data-col=message]")).to_contain_text("claude-opus-4-1")
 
         # Readable at 400 px: the page does not scroll sideways (wide tables scroll inside their box).
         page.set_viewport_size({"width": 400, "height": 900})

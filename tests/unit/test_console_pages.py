@@ -76,10 +76,14 @@ def test_jobs_are_grouped_by_state_with_their_reasons() -> None:
     )
     waiting = _job("later", _cond("Ready", "False", "WaitingForCapacity", "every runner is busy"))
     running = _job("now", _cond("Running", "True", "Running"), assignment={"runner": "alpha-0"})
+    stalled = _job(
+        "stalled", _cond("Ready", "False", "ProviderNotMapped"), _cond("Stalled", "True", "ProviderNotMapped")
+    )
     page = view.build_overview(
-        namespace="ns", pools=[], runners=[], jobs=[running, waiting, failed], changes=[], now=NOW
+        namespace="ns", pools=[], runners=[], jobs=[running, waiting, failed, stalled], changes=[], now=NOW
     )
     assert list(page.jobs_by_state) == ["Failed", "Waiting", "Running"]
+    assert [r["name"] for r in page.jobs_by_state["Failed"]] == ["opus", "stalled"]
     row = page.jobs_by_state["Failed"][0]
     assert row["reason"] == "ModelNotAdvertised"
     assert "no runner advertises claude-opus-4-1" in row["message"] and "failed closed" in row["message"]
@@ -196,3 +200,34 @@ def test_the_hub_tells_every_subscriber_a_lost_watch_then_its_resync_and_changes
             hub.stop()
             released.set()
     assert isinstance(first, queue.Queue)
+
+
+def test_a_job_shows_the_memory_named_injected_and_dropped_with_the_reason() -> None:
+    job = _job(
+        "j",
+        assignment={"runner": "alpha-0", "memoryIds": ["style", "gone"]},
+        result={
+            "outcome": "Completed",
+            "memory": {"injected": ["style"], "dropped": [{"name": "gone", "reason": "deleted"}]},
+        },
+    )
+    page = view.build_job(job=job, explanation=None, routing_note="", events=[], snapshot_text="")
+    assert (page.memory_ids, page.memory_injected) == (["style", "gone"], ["style"])
+    assert "gone: deleted" in html.render_job(page)
+
+
+def test_a_change_shows_each_stage_runner_and_the_reviews_findings() -> None:
+    status = {
+        "jobs": [{"stage": "implementation", "iteration": 1, "name": "c-impl-1", "provider": "alpha"}],
+        "review": {
+            "job": "c-review-1",
+            "iteration": 1,
+            "verdict": "request-changes",
+            "findings": [{"severity": "major", "message": "not <idempotent>", "file": "app.py", "line": 3}],
+        },
+    }
+    obj, parsed = _change("Automatic", **status)
+    page = view.build_change(obj, parsed, {"c-impl-1": "alpha-0"})
+    assert page.stages[0]["runner"] == "alpha-0"
+    assert page.findings == [{"severity": "major", "where": "app.py:3", "message": "not <idempotent>"}]
+    assert "not &lt;idempotent&gt;" in html.render_change(page, patch_html="", patch_note="")

@@ -196,8 +196,15 @@ def render_job(page: JobPage) -> str:
     out.append(_pairs("Profile", page.profile))
     if page.snapshot:
         out.append(f'<details><summary>Profile snapshot</summary><pre class="snap">{e(page.snapshot)}</pre></details>')
-    memory = "".join(f"<li>{e(m)}</li>" for m in page.memory_ids) or "<li>none</li>"
-    out.append(f'<section><h2>Injected memory</h2><ul id="memory">{memory}</ul></section>')
+    named = "".join(f"<li>{e(m)}</li>" for m in page.memory_ids) or "<li>none</li>"
+    injected = "".join(f"<li>{e(m)}</li>" for m in page.memory_injected) or "<li>none reported</li>"
+    dropped = "".join(f"<li>{e(d['name'])}: {e(d['reason'])}</li>" for d in page.memory_dropped)
+    out.append(
+        '<section><h2>Memory</h2><h3>Named at routing</h3><ul id="memory">'
+        f"{named}</ul><h3>Injected by the runner</h3><ul>{injected}</ul>"
+        + (f"<h3>Dropped</h3><ul>{dropped}</ul>" if dropped else "")
+        + "</section>"
+    )
     out.append(_pairs("Session binding", page.session))
     out.append(_pairs("Result", page.result))
     out.append(table("Events", EVENTS, page.events))
@@ -263,6 +270,7 @@ def render_change(page: ChangePage, *, patch_html: str, patch_note: str) -> str:
     out.append(table("Checks", CHECKS, page.checks))
     out.append(_pairs("Review", page.review))
     out.append(table("Criteria", [("criterion", "Criterion"), ("met", "Met"), ("note", "Note")], page.criteria))
+    out.append(table("Findings", [("severity", "Severity"), ("where", "Where"), ("message", "Finding")], page.findings))
     return "".join(out)
 
 

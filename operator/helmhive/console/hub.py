@@ -90,6 +90,7 @@ class Hub:
     def _run(self, target: WatchTarget) -> None:
         pause = 0.5
         namespace = target.namespace
+        listed = False
         while not self._stop.is_set():
             try:
                 try:
@@ -99,8 +100,10 @@ class Hub:
                         namespace = target.fallback
                         continue
                     raise
-                if self.lost.pop(target.kind, None) is not None:
+                if self.lost.pop(target.kind, None) is not None or listed:
+                    # After a loss, or after a watch that ended: what changed in between is not known.
                     self._tell(Notice("resync", target.kind))
+                listed = True
                 pause = 0.5
                 for kind, _obj in self._watcher(target.plural, namespace, version, WATCH_SECONDS):
                     if self._stop.is_set():

@@ -144,7 +144,7 @@ class Pages:
         except ValidationError as err:
             problem = f"change {namespace}/{name} has a status the console cannot read: {err.errors()[0]['msg']}"
             return Answer(502, title, html.error_box(problem))
-        page = view.build_change(obj, status)
+        page = view.build_change(obj, status, self._stage_runners(namespace, {j.name for j in status.jobs}))
         patch_html, patch_note = "", ""
         if status.patch is not None:
             try:
@@ -154,6 +154,22 @@ class Pages:
             except KubeError as err:
                 patch_note = describe_refusal(err, "the patch")
         return Answer(200, title, html.render_change(page, patch_html=patch_html, patch_note=patch_note), page)
+
+    def _stage_runners(self, namespace: str, names: set[str]) -> dict[str, str]:
+        """The runner each stage job was assigned to; none when the jobs cannot be listed (the stages still show)."""
+        if not names:
+            return {}
+        try:
+            jobs = self.api.list_scoped("agentjobs", namespace)[0]
+        except KubeError:
+            return {}
+        found = {}
+        for job in jobs:
+            name = (job.get("metadata") or {}).get("name")
+            runner = ((job.get("status") or {}).get("assignment") or {}).get("runner")
+            if name in names and runner:
+                found[str(name)] = str(runner)
+        return found
 
     def patch_bytes(self, namespace: str, name: str) -> tuple[int, bytes]:
         """The raw patch, the same bytes as ``change patch``; or a status and one line why not."""

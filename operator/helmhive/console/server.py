@@ -156,6 +156,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         if not (self._host_ok() and self._origin_ok() and self._cookie_ok()):
             return self._refuse(403, "Refused: a request from outside this console.")
+        self.close_connection = True  # what is left of a long body is never read as a next request
         parts = [unquote(p) for p in urlsplit(self.path).path.split("/") if p]
         length = min(int(self.headers.get("Content-Length") or 0), 4096)
         form = parse_qs(self.rfile.read(length).decode("utf-8", errors="replace"))

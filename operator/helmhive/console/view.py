@@ -156,8 +156,10 @@ def build_job_row(job: dict[str, Any]) -> Row:
 def job_state(job: dict[str, Any]) -> str:
     """A job's state for grouping: Succeeded, Failed (fail-closed included), Running, Waiting or Pending."""
     succeeded = condition(job, "Succeeded").get("status")
-    if succeeded in ("True", "False"):
-        return "Succeeded" if succeeded == "True" else "Failed"
+    if succeeded == "True":
+        return "Succeeded"
+    if succeeded == "False" or condition(job, "Stalled").get("status") == "True":  # Stalled: failed closed
+        return "Failed"
     if condition(job, "Running").get("status") == "True":
         return "Running"
     return "Waiting" if condition(job, "Ready").get("reason") else "Pending"
@@ -214,6 +216,8 @@ class JobPage:
     snapshot: str
     assignment: Row
     memory_ids: list[str]
+    memory_injected: list[str]
+    memory_dropped: list[Row]
     session: Row
     result: Row
     decision: Row
@@ -273,11 +277,17 @@ def build_job(
             k: _text(assignment.get(k)) for k in ("runner", "pool", "provider", "model", "modelSource", "assignedAt")
         },
         memory_ids=[_text(m) for m in assignment.get("memoryIds") or []],
+        memory_injected=[_text(m) for m in _get(result, "memory", "injected") or []],
+        memory_dropped=[
+            {"name": _text(d.get("name")), "reason": _text(d.get("reason"))}
+            for d in _get(result, "memory", "dropped") or []
+            if isinstance(d, dict)
+        ],
         session={"binding": _text(session.get("binding")), "mode": _text(session.get("mode"))},
         result={
             "outcome": _text(result.get("outcome")),
             "summary": _text(result.get("summary")),
-            "failure": _text(failed_reason.get("message")) if failed_reason.get("status") == "False" else "",
+            "failure": _text(failed_reason.get("message")) if job_state(job) == "Failed" else "",
         },
         decision={
             "outcome": _text(decision.get("outcome")),
@@ -315,11 +325,16 @@ class ChangePage:
     checks: list[Row]
     review: Row
     criteria: list[Row]
+    findings: list[Row]
     patch: Row
 
 
-def build_change(change: dict[str, Any], status: ChangeStatus) -> ChangePage:
-    """A change's page from the object and its validated status (``change status``'s model)."""
+def build_change(change: dict[str, Any], status: ChangeStatus, runners: dict[str, str] | None = None) -> ChangePage:
+    """A change's page from the object and its validated status (``change status``'s model).
+
+    ``runners`` maps a stage job's name to the runner its assignment names (else its pod is shown).
+    """
+    runners = runners or {}
     ns, name = _ref(change)
     manual = _get(change, "spec", "approval") == "Manual"
     plan, approval, review = status.plan, status.approval, status.review
@@ -335,7 +350,7 @@ def build_change(change: dict[str, Any], status: ChangeStatus) -> ChangePage:
                 "stage": j.stage.value,
                 "iteration": _text(j.iteration),
                 "job": j.name,
-                "runner": _text(j.pod),
+                "runner": runners.get(j.name) or _text(j.pod),
                 "provider": _text(j.provider),
                 "model": _text(j.model),
                 "outcome": _text(j.outcome or "running"),
@@ -371,10 +386,19 @@ def build_change(change: dict[str, Any], status: ChangeStatus) -> ChangePage:
             "providerDiffers": {True: "yes", False: "no (fresh context)", None: "unknown"}[review.provider_differs],
             "iteration": _text(review.iteration),
             "findings": _text(len(review.findings)),
+            "summary": review.summary,
         },
         criteria=[
             {"criterion": _text(v.criterion + 1), "met": "met" if v.met else "NOT met", "note": _text(v.note)}
             for v in ([] if review is None else review.criteria)
+        ],
+        findings=[
+            {
+                "severity": f.severity,
+                "where": f"{f.file}:{f.line}" if f.file and f.line is not None else _text(f.file),
+                "message": f.message,
+            }
+            for f in ([] if review is None else review.findings)
         ],
         patch={}
         if status.patch is None
