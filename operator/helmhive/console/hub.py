@@ -7,8 +7,10 @@ the kind that changed, never the object — and the page then asks again for its
 page is refreshed by watch events only: no polling per object.
 
 A watch that fails (a lost API server, a refused watch) is retried with a growing pause of at
-most :data:`MAX_PAUSE` seconds; meanwhile the pages are told ``lost`` with the reason, and once a
-list succeeds again ``resync``, so they recover on their own.
+most :data:`MAX_PAUSE` seconds; the pages are told ``lost`` with the reason (once per cause, not
+at every retry), and once a list succeeds again ``resync``, so they recover on their own. A watch
+that ends (the server closes it after :data:`WATCH_SECONDS`) is listed again and followed by a
+``resync`` too, since what changed in between is not known.
 """
 
 from __future__ import annotations
@@ -116,7 +118,8 @@ class Hub:
                     reason = f"{err.status} {err.message}".strip() if err.status else err.message
                 else:
                     reason = f"the watch broke ({type(err).__name__})"
-                self.lost[target.kind] = reason
-                self._tell(Notice("lost", target.kind, reason))
+                if self.lost.get(target.kind) != reason:  # told once per cause, not at every retry
+                    self.lost[target.kind] = reason
+                    self._tell(Notice("lost", target.kind, reason))
                 self._stop.wait(pause)
                 pause = min(MAX_PAUSE, pause * 2)
