@@ -18,16 +18,21 @@ from typing import Any
 
 from playwright.sync_api import Browser, sync_playwright
 
-__all__ = ["chromium", "console_process", "screenshot"]
+__all__ = ["chromium", "console_process", "listening", "screenshot"]
 
 
 @contextlib.contextmanager
-def console_process(kubeconfig: Path, namespace: str, log: Path, *, env: dict[str, str] | None = None) -> Iterator[str]:
-    """Run ``helmhive console`` on a free port; yield the login URL it printed."""
+def console_process(
+    kubeconfig: Path, namespace: str, log: Path, *, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+) -> Iterator[str]:
+    """Run ``helmhive console`` (on a free port unless ``args`` say); yield the login URL it printed.
+
+    Before handing the URL over, checks that the process listens on that one loopback port only.
+    """
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with log.open("wb") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "helmhive", "console", "--kubeconfig", str(kubeconfig), "-n", namespace],
+            [sys.executable, "-m", "helmhive", "console", "--kubeconfig", str(kubeconfig), "-n", namespace, *args],
             stdout=subprocess.PIPE,
             stderr=err,
             env=env,
@@ -36,7 +41,10 @@ def console_process(kubeconfig: Path, namespace: str, log: Path, *, env: dict[st
             assert proc.stdout is not None
             line = proc.stdout.readline().decode()
             assert "http://127.0.0.1:" in line, f"no URL printed: {line!r}; log {log}"
-            yield line[line.index("http://") :].strip()
+            url = line[line.index("http://") :].strip()
+            port = int(url.split(":")[2].split("/")[0])
+            assert listening(proc.pid) == [("127.0.0.1", port)]
+            yield url
         finally:
             proc.terminate()
             try:
@@ -44,6 +52,25 @@ def console_process(kubeconfig: Path, namespace: str, log: Path, *, env: dict[st
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def listening(pid: int) -> list[tuple[str, int]]:
+    """The (address, port) pairs process ``pid`` listens on over TCP (IPv4 and IPv6), from /proc."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = []
+    for table in ("tcp", "tcp6"):
+        for row in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = row.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                address, port = fields[1].split(":")
+                shown = ".".join(str(b) for b in reversed(bytes.fromhex(address))) if table == "tcp" else address
+                found.append((shown, int(port, 16)))
+    return sorted(found)
 
 
 @contextlib.contextmanager

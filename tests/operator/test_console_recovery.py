@@ -6,6 +6,7 @@ no reload) once the cause goes away. No operator is needed: the objects are only
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,6 +25,12 @@ COMMIT = "0" * 40
 FAST = {"HELMHIVE_CLI_TIMEOUT_SECONDS": "5"}  # each call of the console gives up soon while the server is away
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def _create(kube: Kube, namespace: str, name: str) -> None:
     body = change(name, "git://127.0.0.1/payments.git", COMMIT, "nothing")
     kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "changes", body)
@@ -39,10 +46,13 @@ def test_a_deleted_object_a_forbidden_read_and_a_lost_api_server_are_shown_and_r
     tmp_path: Path,
 ) -> None:
     _create(kube, namespace, "c1")
+    port = _free_port()
     nobody = service_account_identity(namespace, "nobody")
     with (
         console_process(cluster.kubeconfig, namespace, tmp_path / "admin.log", env=FAST) as url,
-        console_process(nobody.kubeconfig, namespace, tmp_path / "nobody.log", env=FAST) as nobody_url,
+        console_process(
+            nobody.kubeconfig, namespace, tmp_path / "nobody.log", env=FAST, args=("--port", str(port))
+        ) as nobody_url,
         chromium() as browser,
     ):
         page = browser.new_page(viewport={"width": 1280, "height": 900})
@@ -70,6 +80,7 @@ def test_a_deleted_object_a_forbidden_read_and_a_lost_api_server_are_shown_and_r
 
         # A user who may not list Changes sees the API server's refusal; once allowed, the list.
         other = browser.new_page()
+        assert f"127.0.0.1:{port}/" in nobody_url  # --port is the port served
         other.goto(nobody_url)
         expect(other.locator("main")).to_contain_text("listing changes", timeout=30_000)
         expect(other.locator("main")).to_contain_text("403")
