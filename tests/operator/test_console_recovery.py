@@ -61,6 +61,11 @@ def test_a_deleted_object_a_forbidden_read_and_a_lost_api_server_are_shown_and_r
         heading = page.locator("main h1")
         expect(heading).to_contain_text(f"Change {namespace}/c1")
         expect(page.locator("#live")).to_have_text("live", timeout=30_000)
+        # By keyboard: the first Tab reaches the skip link, Enter moves the focus to the page's content.
+        page.keyboard.press("Tab")
+        assert page.evaluate("document.activeElement.textContent") == "Skip to content"
+        page.keyboard.press("Enter")
+        assert page.evaluate("document.activeElement.id") == "main"
         page.evaluate("window.__sameDocument = true")
 
         # Deleted: said on the page; created again: shown again, without a reload.
