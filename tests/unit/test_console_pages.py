@@ -233,3 +233,19 @@ def test_a_change_shows_each_stage_runner_and_the_reviews_findings() -> None:
     assert page.stages[0]["runner"] == "alpha-0"
     assert page.findings == [{"severity": "major", "where": "app.py:3", "message": "not <idempotent>"}]
     assert "not &lt;idempotent&gt;" in html.render_change(page, patch_html="", patch_note="")
+
+
+def test_a_page_is_told_only_the_changes_that_concern_it() -> None:
+    from helmhive.console.server import decide_watches, parse_watches
+
+    job_page = parse_watches(decide_watches("/jobs/ns/opus"))
+    assert job_page == {"agentjobs": "opus", "events": "opus", "runners": None, "runnerpools": None}
+    assert Notice("changed", "agentjobs", name="opus").concerns(job_page)
+    assert not Notice("changed", "agentjobs", name="other").concerns(job_page)
+    assert not Notice("changed", "changes", name="opus").concerns(job_page)
+    assert Notice("changed", "runners", name="alpha-0").concerns(job_page)
+    assert Notice("lost", "changes", "connection refused").concerns(job_page)
+    overview = parse_watches(decide_watches("/"))
+    assert not Notice("changed", "events", name="opus").concerns(overview)
+    assert Notice("changed", "changes", name="any").concerns(overview)
+    assert parse_watches(decide_watches("/changes/ns/gated")) == {"changes": "gated", "agentjobs": None}

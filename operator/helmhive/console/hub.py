@@ -37,6 +37,17 @@ class Notice:
     event: str
     kind: str
     detail: str = ""
+    name: str = ""
+    """For ``changed``: the object's name (an Event's: the name of the object it is about)."""
+
+    def concerns(self, wanted: dict[str, str | None]) -> bool:
+        """Whether a page that watches ``wanted`` (kind to one name, or None for all) is told this."""
+        if self.event != "changed":
+            return True  # a loss or a resync concerns every page
+        if self.kind not in wanted:
+            return False
+        name = wanted[self.kind]
+        return name is None or name == self.name
 
 
 @dataclass(frozen=True)
@@ -107,12 +118,13 @@ class Hub:
                     self._tell(Notice("resync", target.kind))
                 listed = True
                 pause = 0.5
-                for kind, _obj in self._watcher(target.plural, namespace, version, WATCH_SECONDS):
+                for kind, obj in self._watcher(target.plural, namespace, version, WATCH_SECONDS):
                     if self._stop.is_set():
                         return
                     if kind == "ERROR":  # 410 Gone and the like: list again
                         break
-                    self._tell(Notice("changed", target.kind))
+                    about = obj.get("involvedObject") if target.plural is None else obj.get("metadata")
+                    self._tell(Notice("changed", target.kind, name=str((about or {}).get("name") or "")))
             except Exception as err:  # a KubeError, or whatever else a broken stream raised: retry
                 if isinstance(err, KubeError):
                     reason = f"{err.status} {err.message}".strip() if err.status else err.message

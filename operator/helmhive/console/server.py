@@ -12,7 +12,8 @@ person who started it, so it must not act for anyone else who can reach the port
 
 Routes: ``/`` (the overview), ``/jobs/NS/NAME``, ``/changes/NS/NAME`` (and its ``/patch``, the raw
 bytes; POST ``/approve``), ``/api/…`` (the same page models as JSON), ``/events`` (Server-Sent
-Events from :class:`~helmhive.console.hub.Hub`) and ``/static/…``. ``?fragment=1`` answers a
+Events from :class:`~helmhive.console.hub.Hub`, only what concerns the page: ``?watches=``,
+:func:`decide_watches`) and ``/static/…``. ``?fragment=1`` answers a
 page's ``<main>`` body only: the page's script asks for it when a watch event arrives.
 """
 
@@ -64,6 +65,30 @@ def make_server(port: int, *, pages: Pages, hub: Hub) -> ConsoleServer:
     return ConsoleServer(port, pages=pages, hub=hub, token=secrets.token_urlsafe(32))
 
 
+def decide_watches(path: str) -> str:
+    """What a page is refreshed on, for ``/events?watches=…``: ``kind`` or ``kind:name``, comma-separated. Pure.
+
+    The overview: every kind but Events; a job: that job, its Events, and the runners and pools its
+    candidate table is made of; a change: that change and the jobs (its stages).
+    """
+    parts = [unquote(p) for p in path.split("/") if p]
+    if len(parts) == 3 and parts[0] == "jobs":
+        return f"agentjobs:{parts[2]},events:{parts[2]},runners,runnerpools"
+    if len(parts) == 3 and parts[0] == "changes":
+        return f"changes:{parts[2]},agentjobs"
+    return "runnerpools,runners,agentjobs,changes"
+
+
+def parse_watches(text: str) -> dict[str, str | None]:
+    """``kind`` or ``kind:name`` items, comma-separated, as a map of kind to one name (None: every one). Pure."""
+    wanted: dict[str, str | None] = {}
+    for item in text.split(","):
+        kind, _, name = item.strip().partition(":")
+        if kind:
+            wanted[kind] = name or None
+    return wanted
+
+
 class Handler(BaseHTTPRequestHandler):
     server: ConsoleServer
     protocol_version = "HTTP/1.1"
@@ -104,7 +129,8 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _page(self, answer: Answer, *, path: str, fragment: bool, flash: str = "", status: int | None = None) -> None:
-        main = f'<div data-path="{html.e(path)}"></div>' + answer.main
+        marker = f'<div data-path="{html.e(path)}" data-watches="{html.e(decide_watches(path))}"></div>'
+        main = marker + answer.main
         body = main if fragment else html.layout(answer.title, main, flash=flash)
         self._send(status or answer.status, body.encode(), "text/html; charset=utf-8")
 
@@ -132,7 +158,7 @@ class Handler(BaseHTTPRequestHandler):
         if not self._cookie_ok():
             return self._refuse(401, "Open the URL that `helmhive console` printed (it holds this console's token).")
         if parts == ["events"]:
-            return self._events()
+            return self._events(parse_watches(query.get("watches", [decide_watches("/")])[0]))
         as_json = bool(parts) and parts[0] == "api"
         if as_json:
             parts = parts[1:]
@@ -173,7 +199,7 @@ class Handler(BaseHTTPRequestHandler):
         cookie = f"{COOKIE}={self.server.token}; HttpOnly; SameSite=Strict; Path=/"
         self._send(303, b"", "text/plain", {"Location": "/", "Set-Cookie": cookie})
 
-    def _events(self) -> None:
+    def _events(self, wanted: dict[str, str | None]) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-store")
@@ -193,7 +219,8 @@ class Handler(BaseHTTPRequestHandler):
                         self.wfile.write(b": keepalive\n\n")
                         self.wfile.flush()
                         continue
-                    self._event(notice.event, {"kind": notice.kind, "detail": notice.detail})
+                    if notice.concerns(wanted):
+                        self._event(notice.event, {"kind": notice.kind, "detail": notice.detail})
             except OSError:  # the page went away
                 return
 

@@ -8,6 +8,7 @@
   var main = document.getElementById("main");
   var marker = main.querySelector("[data-path]");
   var path = marker ? marker.getAttribute("data-path") : location.pathname;
+  var watches = marker ? marker.getAttribute("data-watches") : "";
   if (path !== location.pathname) {
     history.replaceState(null, "", path);  // after an Approve (a POST), stay on the change's page
   }
@@ -45,7 +46,7 @@
     setTimeout(function () { scheduled = false; refresh(); }, 150);
   }
 
-  var source = new EventSource("/events");
+  var source = new EventSource("/events?watches=" + encodeURIComponent(watches || ""));
   source.addEventListener("hello", function () { say("live", "ok"); soon(); });
   source.addEventListener("changed", soon);
   source.addEventListener("resync", function () { say("live", "ok"); soon(); });
