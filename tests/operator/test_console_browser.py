@@ -31,7 +31,8 @@ from harness.wait import wait_for
 
 GROUP = "helmhive.dev"
 FINAL = ("ReviewApproved", "ChangesRequested", "ChecksFailed", "ImplementationFailed", "ReviewFailed")
-CANARIES = (PROVIDER_CANARY, GIT_CANARY, SESSION_PREFIX)
+MEMORY_CANARY = "canary-memory-text-4b7e"
+CANARIES = (PROVIDER_CANARY, GIT_CANARY, SESSION_PREFIX, MEMORY_CANARY)
 WAIT_MS = 120_000
 
 
@@ -69,6 +70,10 @@ def _edit_changes_only(rig: ChangeRig, who: Any) -> None:
             subjects=[client.RbacV1Subject(kind="ServiceAccount", name=who.service_account, namespace=rig.namespace)],
         ),
     )
+
+
+def _condition(obj: dict[str, Any], ctype: str) -> dict[str, Any] | None:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == ctype), None)
 
 
 def _cli_patch(cluster: ClusterHandle, namespace: str, name: str) -> bytes:
@@ -209,9 +214,33 @@ def test_a_manual_change_is_approved_in_the_browser_live_and_nothing_secret_reac
         assert page.evaluate("document.documentElement.scrollWidth") <= 400
         screenshot(page, "change-400")
 
+        # A memory record appears live on the memory page, with its scope and state but not its text.
+        page.goto(f"{base}/memory")
+        expect(page.locator("#live")).to_have_text("live", timeout=30_000)
+        rig.apply(
+            {
+                "apiVersion": "helmhive.dev/v1alpha1",
+                "kind": "MemoryRecord",
+                "metadata": {"name": "cents"},
+                "spec": {
+                    "workspace": "payments",
+                    "scope": {"type": "service", "service": "refunds"},
+                    "kind": "constraint",
+                    "text": f"Money is integer cents. {MEMORY_CANARY}",
+                    "source": {"type": "adr", "url": "https://git.example.com/adr/4", "approvedBy": "board"},
+                    "sensitivity": "internal",
+                },
+            }
+        )
+        expect(page.locator("#memory-cents td[data-col=scope]")).to_have_text("service:refunds", timeout=30_000)
+        active = wait_for(lambda: _condition(rig.get("memoryrecords", "cents"), "Active"), describe="Active")
+        expect(page.locator("#memory-cents td[data-col=active]")).to_have_text(active["status"], timeout=30_000)
+        if active["status"] != "True":  # why not: the operator's own reason, on the page
+            expect(page.locator("#memory-cents td[data-col=why]")).to_contain_text(active["reason"])
+
         # The canary sweep: every page, fragment and JSON answer, the raw patch too.
         jobs = [j["name"] for j in rig.get("changes", "gated")["status"]["jobs"]]
-        paths = ["/", f"/changes/{ns}/gated", *(f"/jobs/{ns}/{j}" for j in [*jobs, "wants-opus"])]
+        paths = ["/", "/memory", f"/changes/{ns}/gated", *(f"/jobs/{ns}/{j}" for j in [*jobs, "wants-opus"])]
         assert _sweep(page, base, paths) == 3 * len(paths)
         raw = page.request.get(f"{base}/changes/{ns}/gated/patch").text()
         assert not any(canary in raw for canary in CANARIES)

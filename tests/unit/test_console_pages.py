@@ -11,7 +11,7 @@ from typing import Any
 
 from helmhive.api.change import ChangeStatus
 from helmhive.api.kubeerrors import Unavailable
-from helmhive.console import html, view
+from helmhive.console import change_view, html, view
 from helmhive.console.diff import classify_line, render_diff
 from helmhive.console.hub import Hub, Notice, WatchTarget
 from helmhive.console.pages import _snapshot_text
@@ -161,15 +161,15 @@ def _change(mode: str, **status: Any) -> tuple[dict[str, Any], ChangeStatus]:
 def test_approve_is_offered_for_a_manual_change_with_an_unapproved_plan_and_posts_the_digest_shown() -> None:
     plan = {"job": "c-plan", "digest": DIGEST, "summary": "do <it>", "steps": [{"title": "one"}]}
     obj, status = _change("Manual", plan=plan)
-    page = view.build_change(obj, status)
+    page = change_view.build_change(obj, status)
     assert page.can_approve
     body = html.render_change(page, patch_html="", patch_note="")
     assert f'name="digest" value="{DIGEST}"' in body and 'id="approve"' in body
     assert "<b>refunds</b>" not in body and "&lt;b&gt;refunds&lt;/b&gt;" in body and "do &lt;it&gt;" in body
     approval = {"by": "alice", "digest": DIGEST, "at": "2026-12-06T12:00:00Z"}
-    approved = view.build_change(*_change("Manual", plan=plan, approval=approval))
+    approved = change_view.build_change(*_change("Manual", plan=plan, approval=approval))
     assert not approved.can_approve and approved.approval["by"] == "alice"
-    assert not view.build_change(*_change("Automatic", plan=plan)).can_approve
+    assert not change_view.build_change(*_change("Automatic", plan=plan)).can_approve
 
 
 def test_the_hub_tells_every_subscriber_a_lost_watch_once_then_its_resync_and_changes() -> None:
@@ -229,7 +229,7 @@ def test_a_change_shows_each_stage_runner_and_the_reviews_findings() -> None:
         },
     }
     obj, parsed = _change("Automatic", **status)
-    page = view.build_change(obj, parsed, {"c-impl-1": "alpha-0"})
+    page = change_view.build_change(obj, parsed, {"c-impl-1": "alpha-0"})
     assert page.stages[0]["runner"] == "alpha-0"
     assert page.findings == [{"severity": "major", "where": "app.py:3", "message": "not <idempotent>"}]
     assert "not &lt;idempotent&gt;" in html.render_change(page, patch_html="", patch_note="")
@@ -249,3 +249,27 @@ def test_a_page_is_told_only_the_changes_that_concern_it() -> None:
     assert not Notice("changed", "events", name="opus").concerns(overview)
     assert Notice("changed", "changes", name="any").concerns(overview)
     assert parse_watches(decide_watches("/changes/ns/gated")) == {"changes": "gated", "agentjobs": None}
+
+
+def test_a_memory_record_shows_scope_sensitivity_expiry_and_why_it_is_not_active_never_its_text() -> None:
+    record = {
+        "metadata": {"namespace": "ns", "name": "refund-rule"},
+        "spec": {
+            "workspace": "payments",
+            "scope": {"type": "service", "service": "refunds"},
+            "kind": "convention",
+            "text": "canary-memory-text",
+            "sensitivity": "internal",
+            "expiresAt": "2026-01-01T00:00:00Z",
+        },
+        "status": {"conditions": [_cond("Active", "False", "Expired", "expired at 2026-01-01T00:00:00Z")]},
+    }
+    row = view.build_memory_row(record)
+    assert (row["scope"], row["sensitivity"], row["expires"], row["active"]) == (
+        "service:refunds",
+        "internal",
+        "2026-01-01T00:00:00Z",
+        "False",
+    )
+    assert row["why"] == "Expired: expired at 2026-01-01T00:00:00Z"
+    assert "canary-memory-text" not in html.render_memory("ns", [row], [])

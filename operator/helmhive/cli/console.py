@@ -39,6 +39,7 @@ def run(
             WatchTarget("runners", "runners", None, fallback=ns),
             WatchTarget("agentjobs", "agentjobs", ns),
             WatchTarget("changes", "changes", ns),
+            WatchTarget("memoryrecords", "memoryrecords", ns),
             WatchTarget("events", None, ns),
         ],
     )

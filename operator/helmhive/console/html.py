@@ -12,10 +12,11 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from urllib.parse import quote
 
+from helmhive.console.change_view import ChangePage
 from helmhive.console.diff import render_diff
-from helmhive.console.view import ChangePage, JobPage, Overview, Row
+from helmhive.console.view import JobPage, Overview, Row
 
-__all__ = ["error_box", "layout", "render_change", "render_job", "render_overview"]
+__all__ = ["error_box", "layout", "render_change", "render_job", "render_memory", "render_overview"]
 
 
 Columns = list[tuple[str, str]]
@@ -83,7 +84,7 @@ def layout(title: str, main: str, *, flash: str = "") -> str:
         f"<title>{e(title)} · Helmhive console</title>"
         '<link rel="stylesheet" href="/static/console.css"></head><body>'
         '<a class="skip" href="#main">Skip to content</a>'
-        '<header><nav aria-label="console"><a href="/">Helmhive console</a></nav>'
+        '<header><nav aria-label="console"><a href="/">Helmhive console</a> · <a href="/memory">Memory</a></nav>'
         '<div id="live" role="status" aria-live="polite">connecting to live updates…</div></header>'
         f'<div id="flash">{flash}</div>'
         f'<main id="main" tabindex="-1">{main}</main>'
@@ -160,6 +161,23 @@ def render_overview(page: Overview) -> str:
             row_id="change-",
         )
     )
+    return "".join(out)
+
+
+def render_memory(namespace: str, rows: list[Row], problems: list[str]) -> str:
+    out = [f"<h1>Memory records <small>namespace {e(namespace)}</small></h1>"]
+    out += [error_box(p, kind="warn") for p in problems]
+    columns = [
+        ("name", "Record"),
+        ("workspace", "Workspace"),
+        ("scope", "Scope"),
+        ("kind", "Kind"),
+        ("sensitivity", "Sensitivity"),
+        ("expires", "Expires"),
+        ("active", "Active"),
+        ("why", "Why not"),
+    ]
+    out.append(table("Memory records (their text is not shown)", columns, rows, row_id="memory-"))
     return "".join(out)
 
 

@@ -23,7 +23,7 @@ from helmhive.cli.change import ChangeRefused, approve_plan, read_patch
 from helmhive.cli.explain_cluster import NoAnswer, ask
 from helmhive.cli.explain_output import QueueStop
 from helmhive.cli.kubeapi import CliKube, describe_unavailable
-from helmhive.console import html, view
+from helmhive.console import change_view, html, view
 from helmhive.console.diff import render_diff
 
 __all__ = ["Answer", "Pages", "describe_refusal"]
@@ -94,6 +94,13 @@ class Pages:
             return Answer(_status_of(err), "Overview", html.error_box(describe_refusal(err, "the overview")))
         return Answer(200, "Overview", html.render_overview(page), page)
 
+    def memory(self) -> Answer:
+        problems: list[str] = []
+        records = self._list("memoryrecords", everywhere=False, problems=problems)
+        records.sort(key=lambda r: str((r.get("metadata") or {}).get("name")))
+        rows = [view.build_memory_row(r) for r in records]
+        return Answer(200, "Memory records", html.render_memory(self.namespace, rows, problems), {"records": rows})
+
     def job(self, namespace: str, name: str) -> Answer:
         title = f"Job {namespace}/{name}"
         try:
@@ -144,7 +151,7 @@ class Pages:
         except ValidationError as err:
             problem = f"change {namespace}/{name} has a status the console cannot read: {err.errors()[0]['msg']}"
             return Answer(502, title, html.error_box(problem))
-        page = view.build_change(obj, status, self._stage_runners(namespace, {j.name for j in status.jobs}))
+        page = change_view.build_change(obj, status, self._stage_runners(namespace, {j.name for j in status.jobs}))
         patch_html, patch_note = "", ""
         if status.patch is not None:
             try:

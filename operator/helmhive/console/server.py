@@ -10,11 +10,11 @@ person who started it, so it must not act for anyone else who can reach the port
   ``Origin``, when sent, must be the console's own;
 * a strict Content-Security-Policy allows only the package's own script and style sheet.
 
-Routes: ``/`` (the overview), ``/jobs/NS/NAME``, ``/changes/NS/NAME`` (and its ``/patch``, the raw
-bytes; POST ``/approve``), ``/api/…`` (the same page models as JSON), ``/events`` (Server-Sent
-Events from :class:`~helmhive.console.hub.Hub`, only what concerns the page: ``?watches=``,
-:func:`decide_watches`) and ``/static/…``. ``?fragment=1`` answers a
-page's ``<main>`` body only: the page's script asks for it when a watch event arrives.
+Routes: ``/`` (the overview), ``/memory`` (the namespace's memory records), ``/jobs/NS/NAME``,
+``/changes/NS/NAME`` (and its ``/patch``, the raw bytes; POST ``/approve``), ``/api/…`` (the same
+page models as JSON), ``/events`` (Server-Sent Events from :class:`~helmhive.console.hub.Hub`, only
+what concerns the page: ``?watches=``, :func:`decide_watches`) and ``/static/…``. ``?fragment=1``
+answers a page's ``<main>`` body only: the page's script asks for it when a watch event arrives.
 """
 
 from __future__ import annotations
@@ -76,6 +76,8 @@ def decide_watches(path: str) -> str:
         return f"agentjobs:{parts[2]},events:{parts[2]},runners,runnerpools"
     if len(parts) == 3 and parts[0] == "changes":
         return f"changes:{parts[2]},agentjobs"
+    if parts == ["memory"]:
+        return "memoryrecords"
     return "runnerpools,runners,agentjobs,changes"
 
 
@@ -135,7 +137,10 @@ class Handler(BaseHTTPRequestHandler):
         self._send(status or answer.status, body.encode(), "text/html; charset=utf-8")
 
     def _json(self, answer: Answer) -> None:
-        data: Any = dataclasses.asdict(answer.model) if answer.model is not None else {"error": answer.main}
+        model = answer.model
+        data: Any = {"error": answer.main} if model is None else model
+        if dataclasses.is_dataclass(model) and not isinstance(model, type):
+            data = dataclasses.asdict(model)
         self._send(answer.status, json.dumps(data, indent=1).encode(), "application/json")
 
     def _refuse(self, status: int, text: str) -> None:
@@ -166,6 +171,8 @@ class Handler(BaseHTTPRequestHandler):
         pages = self.server.pages
         if parts == []:
             answer = pages.overview()
+        elif parts == ["memory"]:
+            answer = pages.memory()
         elif len(parts) == 3 and parts[0] == "jobs":
             answer = pages.job(parts[1], parts[2])
         elif len(parts) == 3 and parts[0] == "changes":

@@ -14,23 +14,23 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from helmhive.api.change import ChangeStatus
-
 __all__ = [
-    "ChangePage",
     "JobPage",
     "Overview",
     "Row",
-    "build_change",
+    "as_text",
     "build_job",
+    "build_memory_row",
     "build_overview",
     "condition",
+    "get_path",
+    "object_ref",
 ]
 
 Row = dict[str, str]
 
 
-def _get(obj: Any, *path: str) -> Any:
+def get_path(obj: Any, *path: str) -> Any:
     for key in path:
         if not isinstance(obj, dict):
             return None
@@ -38,13 +38,13 @@ def _get(obj: Any, *path: str) -> Any:
     return obj
 
 
-def _text(value: Any) -> str:
+def as_text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
 def condition(obj: dict[str, Any], ctype: str) -> dict[str, Any]:
     """The object's condition of type ``ctype`` (an empty dict when it has none)."""
-    for cond in _get(obj, "status", "conditions") or []:
+    for cond in get_path(obj, "status", "conditions") or []:
         if isinstance(cond, dict) and cond.get("type") == ctype:
             return cond
     return {}
@@ -64,7 +64,7 @@ def _age(stamp: Any, now: dt.datetime) -> str:
     try:
         when = dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
     except ValueError:
-        return _text(stamp)
+        return as_text(stamp)
     seconds = max(0, int((now - when).total_seconds()))
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
@@ -72,9 +72,9 @@ def _age(stamp: Any, now: dt.datetime) -> str:
     return f"{seconds}s ago"
 
 
-def _ref(obj: dict[str, Any]) -> tuple[str, str]:
+def object_ref(obj: dict[str, Any]) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
-    return _text(meta.get("namespace")), _text(meta.get("name"))
+    return as_text(meta.get("namespace")), as_text(meta.get("name"))
 
 
 # The overview ---------------------------------------------------------------------------------
@@ -89,21 +89,21 @@ class Overview:
 
 
 def build_pool_row(pool: dict[str, Any]) -> Row:
-    ns, name = _ref(pool)
+    ns, name = object_ref(pool)
     ready = condition(pool, "Ready")
     return {
         "namespace": ns,
         "name": name,
-        "provider": _text(_get(pool, "spec", "provider")),
-        "replicas": _text(_get(pool, "spec", "replicas")),
-        "mode": _text(_get(pool, "spec", "execution", "mode") or "InRunner"),
+        "provider": as_text(get_path(pool, "spec", "provider")),
+        "replicas": as_text(get_path(pool, "spec", "replicas")),
+        "mode": as_text(get_path(pool, "spec", "execution", "mode") or "InRunner"),
         "ready": _cond_text(pool, "Ready"),
-        "message": _text(ready.get("message")),
+        "message": as_text(ready.get("message")),
     }
 
 
 def build_runner_row(runner: dict[str, Any], now: dt.datetime) -> Row:
-    ns, name = _ref(runner)
+    ns, name = object_ref(runner)
     status = runner.get("status") or {}
     report = status.get("report") or {}
     auth = report.get("authentication") or {}
@@ -112,44 +112,44 @@ def build_runner_row(runner: dict[str, Any], now: dt.datetime) -> Row:
     sandbox = report.get("sandbox") or {}
     qualification = ""
     if qual:
-        qualification = f"{_text(qual.get('state'))} (round {_text(qual.get('round'))})"
+        qualification = f"{as_text(qual.get('state'))} (round {as_text(qual.get('round'))})"
         if qual.get("lastFailure"):
             qualification += f": {qual['lastFailure']}"
     return {
         "namespace": ns,
         "name": name,
-        "pool": _text(_get(runner, "spec", "poolRef", "name")),
-        "control": _text(status.get("effectiveControlState") or _get(runner, "spec", "controlState") or ""),
-        "reported": _text(status.get("reportedStatus")),
+        "pool": as_text(get_path(runner, "spec", "poolRef", "name")),
+        "control": as_text(status.get("effectiveControlState") or get_path(runner, "spec", "controlState") or ""),
+        "reported": as_text(status.get("reportedStatus")),
         "schedulable": _cond_text(runner, "Schedulable"),
-        "schedulableMessage": _text(condition(runner, "Schedulable").get("message")),
-        "auth": " ".join(p for p in (_text(auth.get("state")), _age(auth.get("verifiedAt"), now)) if p),
-        "provider": _text(report.get("provider")),
-        "models": _text(status.get("models")),
-        "capacity": f"{_text(report.get('activeJobs', 0))}/{_text(report.get('concurrency', '?'))}" if report else "",
-        "credentialIsolation": _text(report.get("credentialIsolation")),
-        "network": _text(sandbox.get("network")),
+        "schedulableMessage": as_text(condition(runner, "Schedulable").get("message")),
+        "auth": " ".join(p for p in (as_text(auth.get("state")), _age(auth.get("verifiedAt"), now)) if p),
+        "provider": as_text(report.get("provider")),
+        "models": as_text(status.get("models")),
+        "capacity": f"{report.get('activeJobs', 0)}/{report.get('concurrency', '?')}" if report else "",
+        "credentialIsolation": as_text(report.get("credentialIsolation")),
+        "network": as_text(sandbox.get("network")),
         "qualified": _cond_text(runner, "Qualified"),
-        "qualifiedMessage": _text(qualified.get("message")),
+        "qualifiedMessage": as_text(qualified.get("message")),
         "qualification": qualification,
     }
 
 
 def build_job_row(job: dict[str, Any]) -> Row:
-    ns, name = _ref(job)
+    ns, name = object_ref(job)
     ready = condition(job, "Ready")
     routed = condition(job, "Routed")
-    message = _text(ready.get("message"))
+    message = as_text(ready.get("message"))
     if routed and routed.get("status") == "False" and routed.get("message") and routed.get("message") != message:
         message = f"{message} (routing: {routed.get('message')})".strip()
     return {
         "namespace": ns,
         "name": name,
-        "kind": _text(_get(job, "spec", "jobKind")),
+        "kind": as_text(get_path(job, "spec", "jobKind")),
         "state": job_state(job),
-        "reason": _text(ready.get("reason")),
+        "reason": as_text(ready.get("reason")),
         "message": message,
-        "runner": _text(_get(job, "status", "assignment", "runner")),
+        "runner": as_text(get_path(job, "status", "assignment", "runner")),
     }
 
 
@@ -166,16 +166,16 @@ def job_state(job: dict[str, Any]) -> str:
 
 
 def build_change_row(change: dict[str, Any]) -> Row:
-    ns, name = _ref(change)
+    ns, name = object_ref(change)
     ready = condition(change, "Ready")
     return {
         "namespace": ns,
         "name": name,
-        "title": _text(_get(change, "spec", "request", "title")),
-        "approval": _text(_get(change, "spec", "approval") or "Automatic"),
-        "iteration": _text(_get(change, "status", "iteration") or 0),
-        "state": _text(ready.get("reason") or "Pending"),
-        "message": _text(ready.get("message")),
+        "title": as_text(get_path(change, "spec", "request", "title")),
+        "approval": as_text(get_path(change, "spec", "approval") or "Automatic"),
+        "iteration": as_text(get_path(change, "status", "iteration") or 0),
+        "state": as_text(ready.get("reason") or "Pending"),
+        "message": as_text(ready.get("message")),
     }
 
 
@@ -191,18 +191,38 @@ def build_overview(
 ) -> Overview:
     """The overview: pools and runners, jobs grouped by state, changes."""
     by_state: dict[str, list[Row]] = {}
-    for job in sorted(jobs, key=_ref):
+    for job in sorted(jobs, key=object_ref):
         row = build_job_row(job)
         by_state.setdefault(row["state"], []).append(row)
     order = ["Failed", "Waiting", "Pending", "Running", "Succeeded"]
     return Overview(
         namespace=namespace,
-        pools=[build_pool_row(p) for p in sorted(pools, key=_ref)],
-        runners=[build_runner_row(r, now) for r in sorted(runners, key=_ref)],
+        pools=[build_pool_row(p) for p in sorted(pools, key=object_ref)],
+        runners=[build_runner_row(r, now) for r in sorted(runners, key=object_ref)],
         jobs_by_state={state: by_state[state] for state in order if state in by_state},
-        changes=[build_change_row(c) for c in sorted(changes, key=_ref)],
+        changes=[build_change_row(c) for c in sorted(changes, key=object_ref)],
         problems=list(problems or []),
     )
+
+
+def build_memory_row(record: dict[str, Any]) -> Row:
+    """A MemoryRecord's row: scope, kind, sensitivity, expiry, whether active and why not; never its text."""
+    ns, name = object_ref(record)
+    spec = record.get("spec") or {}
+    scope = spec.get("scope") or {}
+    active = condition(record, "Active")
+    why = f"{as_text(active.get('reason'))}: {as_text(active.get('message'))}"
+    return {
+        "namespace": ns,
+        "name": name,
+        "workspace": as_text(spec.get("workspace")),
+        "scope": ":".join(as_text(scope.get(k)) for k in ("type", "service") if scope.get(k)),
+        "kind": as_text(spec.get("kind")),
+        "sensitivity": as_text(spec.get("sensitivity")),
+        "expires": as_text(spec.get("expiresAt")),
+        "active": as_text(active.get("status") or "unknown"),
+        "why": "" if active.get("status") == "True" else why,
+    }
 
 
 # A job ------------------------------------------------------------------------------------------
@@ -233,11 +253,11 @@ def build_candidates(groups: list[dict[str, Any]]) -> list[Row]:
         for runner in group.get("runners") or [group.get("runner")]:
             rows.append(
                 {
-                    "runner": _text(runner),
-                    "namespace": _text(group.get("namespace")),
-                    "provider": _text(group.get("provider")),
-                    "model": _text(group.get("model")),
-                    "reason": _text(group.get("reason")),
+                    "runner": as_text(runner),
+                    "namespace": as_text(group.get("namespace")),
+                    "provider": as_text(group.get("provider")),
+                    "model": as_text(group.get("model")),
+                    "reason": as_text(group.get("reason")),
                 }
             )
     return rows
@@ -252,14 +272,14 @@ def build_job(
     snapshot_text: str,
 ) -> JobPage:
     """A job's page: its stored state, the fresh routing decision (``explain-routing``'s JSON), its Events."""
-    ns, name = _ref(job)
+    ns, name = object_ref(job)
     status = job.get("status") or {}
     profile = status.get("profile") or {}
     assignment = status.get("assignment") or {}
     session = status.get("session") or {}
     result = status.get("result") or {}
     decision = (explanation or {}).get("decision") or {}
-    stored_groups = _get(status, "routing", "candidates") or []
+    stored_groups = get_path(status, "routing", "candidates") or []
     groups = decision.get("candidates") if explanation else stored_groups
     failed_reason = condition(job, "Ready")
     return JobPage(
@@ -267,140 +287,42 @@ def build_job(
         name=name,
         row=build_job_row(job),
         conditions=[
-            {k: _text(c.get(k)) for k in ("type", "status", "reason", "message")}
+            {k: as_text(c.get(k)) for k in ("type", "status", "reason", "message")}
             for c in status.get("conditions") or []
             if isinstance(c, dict)
         ],
-        profile={"name": _text(profile.get("name")), "revision": _text(profile.get("revision"))},
+        profile={"name": as_text(profile.get("name")), "revision": as_text(profile.get("revision"))},
         snapshot=snapshot_text,
         assignment={
-            k: _text(assignment.get(k)) for k in ("runner", "pool", "provider", "model", "modelSource", "assignedAt")
+            k: as_text(assignment.get(k)) for k in ("runner", "pool", "provider", "model", "modelSource", "assignedAt")
         },
-        memory_ids=[_text(m) for m in assignment.get("memoryIds") or []],
-        memory_injected=[_text(m) for m in _get(result, "memory", "injected") or []],
+        memory_ids=[as_text(m) for m in assignment.get("memoryIds") or []],
+        memory_injected=[as_text(m) for m in get_path(result, "memory", "injected") or []],
         memory_dropped=[
-            {"name": _text(d.get("name")), "reason": _text(d.get("reason"))}
-            for d in _get(result, "memory", "dropped") or []
+            {"name": as_text(d.get("name")), "reason": as_text(d.get("reason"))}
+            for d in get_path(result, "memory", "dropped") or []
             if isinstance(d, dict)
         ],
-        session={"binding": _text(session.get("binding")), "mode": _text(session.get("mode"))},
+        session={"binding": as_text(session.get("binding")), "mode": as_text(session.get("mode"))},
         result={
-            "outcome": _text(result.get("outcome")),
-            "summary": _text(result.get("summary")),
-            "failure": _text(failed_reason.get("message")) if job_state(job) == "Failed" else "",
+            "outcome": as_text(result.get("outcome")),
+            "summary": as_text(result.get("summary")),
+            "failure": as_text(failed_reason.get("message")) if job_state(job) == "Failed" else "",
         },
         decision={
-            "outcome": _text(decision.get("outcome")),
-            "reason": _text(decision.get("reason")),
-            "message": _text(decision.get("message")),
+            "outcome": as_text(decision.get("outcome")),
+            "reason": as_text(decision.get("reason")),
+            "message": as_text(decision.get("message")),
         },
         candidates=build_candidates(groups or []),
         routing_note=routing_note,
         events=[
             {
-                "type": _text(e.get("type")),
-                "reason": _text(e.get("reason")),
-                "message": _text(e.get("message")),
-                "count": _text(e.get("count") or 1),
+                "type": as_text(e.get("type")),
+                "reason": as_text(e.get("reason")),
+                "message": as_text(e.get("message")),
+                "count": as_text(e.get("count") or 1),
             }
             for e in events
         ],
-    )
-
-
-# A change ----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ChangePage:
-    namespace: str
-    name: str
-    title: str
-    approval_mode: str
-    state: Row
-    stages: list[Row]
-    conditions: list[Row]
-    plan: Row
-    plan_steps: list[Row]
-    approval: Row
-    can_approve: bool
-    checks: list[Row]
-    review: Row
-    criteria: list[Row]
-    findings: list[Row]
-    patch: Row
-
-
-def build_change(change: dict[str, Any], status: ChangeStatus, runners: dict[str, str] | None = None) -> ChangePage:
-    """A change's page from the object and its validated status (``change status``'s model).
-
-    ``runners`` maps a stage job's name to the runner its assignment names (else its pod is shown).
-    """
-    runners = runners or {}
-    ns, name = _ref(change)
-    manual = _get(change, "spec", "approval") == "Manual"
-    plan, approval, review = status.plan, status.approval, status.review
-    approved = approval is not None and plan is not None and approval.digest == plan.digest
-    return ChangePage(
-        namespace=ns,
-        name=name,
-        title=_text(_get(change, "spec", "request", "title")),
-        approval_mode="Manual" if manual else "Automatic",
-        state=build_change_row(change),
-        stages=[
-            {
-                "stage": j.stage.value,
-                "iteration": _text(j.iteration),
-                "job": j.name,
-                "runner": runners.get(j.name) or _text(j.pod),
-                "provider": _text(j.provider),
-                "model": _text(j.model),
-                "outcome": _text(j.outcome or "running"),
-            }
-            for j in status.jobs
-        ],
-        conditions=[
-            {"type": c.type, "status": c.status.value, "reason": c.reason, "message": c.message}
-            for c in status.conditions
-        ],
-        plan={} if plan is None else {"digest": plan.digest, "summary": plan.summary, "job": plan.job},
-        plan_steps=[] if plan is None else [{"title": s.title, "detail": s.detail} for s in plan.steps],
-        approval={}
-        if approval is None
-        else {"by": approval.by, "digest": approval.digest, "at": approval.at.strftime("%Y-%m-%dT%H:%M:%SZ")},
-        can_approve=manual and plan is not None and not approved,
-        checks=[
-            {
-                "name": c.name,
-                "outcome": c.outcome.value,
-                "exit": _text(c.exit_code),
-                "seconds": f"{c.duration_seconds:.1f}",
-                "tail": c.output_tail,
-            }
-            for c in status.check_evidence
-        ],
-        review={}
-        if review is None
-        else {
-            "verdict": review.verdict.value,
-            "provider": _text(review.provider),
-            "implementationProvider": _text(review.implementation_provider),
-            "providerDiffers": {True: "yes", False: "no (fresh context)", None: "unknown"}[review.provider_differs],
-            "iteration": _text(review.iteration),
-            "findings": _text(len(review.findings)),
-            "summary": review.summary,
-        },
-        criteria=[
-            {"criterion": _text(v.criterion + 1), "met": "met" if v.met else "NOT met", "note": _text(v.note)}
-            for v in ([] if review is None else review.criteria)
-        ],
-        findings=[
-            {
-                "severity": f.severity,
-                "where": f"{f.file}:{f.line}" if f.file and f.line is not None else _text(f.file),
-                "message": f.message,
-            }
-            for f in ([] if review is None else review.findings)
-        ],
-        patch={}
-        if status.patch is None
-        else {"sha256": status.patch.sha256, "bytes": _text(status.patch.bytes), "files": _text(status.patch.files)},
     )
