@@ -39,7 +39,6 @@ from helmhive.cli.kubeapi import (
     api_error,
     context_namespace,
     load_api,
-    whoami,
 )
 from helmhive.cli.render import fail, printable, safe_text
 
@@ -57,11 +56,9 @@ def _get(api: CliKube, name: str, namespace: str) -> dict[str, Any]:
 
 def _status(obj: dict[str, Any], what: str) -> ChangeStatus:
     try:
-        return ChangeStatus.model_validate(obj.get("status") or {})
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(["status", *(str(part) for part in first["loc"])])
-        raise fail(f"{what} has a status this CLI cannot read: {where}: {first['msg']}") from None
+        return _read_status(obj, what)
+    except ChangeRefused as err:
+        raise fail(str(err)) from None
 
 
 def _line(text: object) -> Text:
@@ -183,24 +180,73 @@ def decide_patch_output(data: bytes, *, terminal: bool) -> tuple[bytes, bool]:
     return shown.encode("utf-8"), shown != text or text.encode() != data
 
 
+class ChangeRefused(Exception):
+    """A patch or an approval that cannot be had; the message (one line) says why."""
+
+
+def read_patch(api: CliKube, name: str, namespace: str) -> bytes:
+    """The Change's latest patch, byte for byte, once its SHA-256 is the one the Change records.
+
+    The one reading of a patch, for ``change patch`` and the console alike. Raises
+    :class:`ChangeRefused` or the API's :class:`~helmhive.api.kubeerrors.KubeError`.
+    """
+    ref = _read_status(api.get(PLURAL, name, namespace), f"change {namespace}/{name}").patch
+    if ref is None:
+        raise ChangeRefused(f"change {namespace}/{name} has no patch yet")
+    text = api.config_map_data(ref.config_map, namespace).get(ref.key)
+    if text is None:
+        raise ChangeRefused(f"ConfigMap {ref.config_map} has no key {ref.key}")
+    data = text.encode()
+    if hashlib.sha256(data).hexdigest() != ref.sha256:
+        raise ChangeRefused(f"the stored patch's SHA-256 is not the {ref.sha256} the change records; not printed")
+    return data
+
+
+def approve_plan(api: CliKube, name: str, namespace: str, digest: str | None) -> tuple[bool, str]:
+    """Approve the Change's current plan in the caller's name; (approved, what happened, in one line).
+
+    The one approval, for ``change approve`` and the console's Approve button alike: a merge patch of
+    ``spec.approvedPlan`` conditional on the resourceVersion read, so the API server's RBAC and the
+    ``helmhive-change-approval`` admission policy judge it. ``digest``, when given, must be the
+    current plan's. Raises :class:`ChangeRefused` or the API's :class:`~helmhive.api.kubeerrors.KubeError`.
+    """
+    obj = api.get(PLURAL, name, namespace)
+    if (obj.get("spec") or {}).get("approval", "Automatic") != "Manual":
+        return False, f"change {namespace}/{name} approves its plan automatically; nothing to approve"
+    plan = _read_status(obj, f"change {namespace}/{name}").plan
+    if plan is None:
+        raise ChangeRefused(f"change {namespace}/{name} has no plan yet; approve it once it is Planned")
+    if digest is not None and digest != plan.digest:
+        raise ChangeRefused(f"the plan is now {plan.digest}, not {digest}; review it again")
+    actor = api.whoami()
+    body = {
+        "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+        "spec": {"approvedPlan": {"digest": plan.digest, "by": actor.username}},
+    }
+    api.patch(PLURAL, name, namespace, body)
+    return True, f"approved plan {plan.digest} of change {namespace}/{name} as {actor.username}"
+
+
+def _read_status(obj: dict[str, Any], what: str) -> ChangeStatus:
+    try:
+        return ChangeStatus.model_validate(obj.get("status") or {})
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(["status", *(str(part) for part in first["loc"])])
+        raise ChangeRefused(f"{what} has a status this CLI cannot read: {where}: {first['msg']}") from None
+
+
 @app.command()
 def patch(name: NameArgument, namespace: NamespaceOption = None, kubeconfig: KubeconfigOption = None) -> None:
     """Write the Change's latest patch to stdout, ready for ``git apply``, after checking its SHA-256."""
     api = load_api(kubeconfig)
     ns = namespace or context_namespace(kubeconfig)
-    ref = _status(_get(api, name, ns), f"change {ns}/{name}").patch
-    if ref is None:
-        raise fail(f"change {ns}/{name} has no patch yet")
     try:
-        cm_data = api.config_map_data(ref.config_map, ns)
+        data = read_patch(api, name, ns)
+    except ChangeRefused as err:
+        raise fail(str(err)) from None
     except KubeError as err:
-        raise api_error(err, f"ConfigMap {ns}/{ref.config_map}") from None
-    text = cm_data.get(ref.key)
-    if text is None:
-        raise fail(f"ConfigMap {ref.config_map} has no key {ref.key}")
-    data = text.encode()
-    if hashlib.sha256(data).hexdigest() != ref.sha256:
-        raise fail(f"the stored patch's SHA-256 is not the {ref.sha256} the change records; not printed")
+        raise api_error(err, f"change {ns}/{name}") from None
     shown, escaped = decide_patch_output(data, terminal=sys.stdout.isatty())
     sys.stdout.buffer.write(shown)
     sys.stdout.flush()
@@ -224,22 +270,10 @@ def approve(
     """Approve the Change's current plan, by its digest, in your own name."""
     api = load_api(kubeconfig)
     ns = namespace or context_namespace(kubeconfig)
-    obj = _get(api, name, ns)
-    if (obj.get("spec") or {}).get("approval", "Automatic") != "Manual":
-        typer.echo(printable(f"change {ns}/{name} approves its plan automatically; nothing to approve", one_line=True))
-        return
-    plan = _status(obj, f"change {ns}/{name}").plan
-    if plan is None:
-        raise fail(f"change {ns}/{name} has no plan yet; approve it once it is Planned")
-    if digest is not None and digest != plan.digest:
-        raise fail(f"the plan is now {plan.digest}, not {digest}; review it again")
-    actor = whoami(api)
-    body = {
-        "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
-        "spec": {"approvedPlan": {"digest": plan.digest, "by": actor.username}},
-    }
     try:
-        api.patch(PLURAL, name, ns, body)
+        _, said = approve_plan(api, name, ns, digest)
+    except ChangeRefused as err:
+        raise fail(str(err)) from None
     except KubeError as err:
         raise api_error(err, f"approving change {ns}/{name}") from None
-    typer.echo(printable(f"approved plan {plan.digest} of change {ns}/{name} as {actor.username}", one_line=True))
+    typer.echo(printable(said, one_line=True))

@@ -209,3 +209,4 @@ def _show(kubectl: Kubectl, namespace: str, state: Path | None, kubeconfig: Path
     _say("try it yourself")
     env = "helmhive dev kind env" if state is None else f"helmhive dev cluster env --state-dir {state}"
     typer.echo(f'eval "$({env})"\nkubectl get helmhive -n {namespace}')
+    typer.echo(f"helmhive console -n {namespace}   # the web console on 127.0.0.1 (docs/console.md)")

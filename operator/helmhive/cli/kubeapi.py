@@ -20,14 +20,15 @@ from objects is shown through :mod:`helmhive.cli.render`.
 
 from __future__ import annotations
 
+import builtins
 import enum
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any, TypeVar, cast
 
 import typer
 import yaml
-from kubernetes import client, config
+from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
 from helmhive.api.audit import AuditActor
@@ -143,7 +144,67 @@ class CliKube:
         )
         return cast(dict[str, Any], result)
 
+    def list_scoped(self, plural: str | None, namespace: str | None) -> tuple[builtins.list[dict[str, Any]], str]:
+        """List custom objects in ``namespace`` (None: every namespace); the items and the list's resourceVersion.
+
+        ``plural`` None lists the core Events of ``namespace`` instead (as plain dicts).
+        """
+        if plural is None:
+            assert namespace is not None
+            events = self._call(self._core.list_namespaced_event, namespace)
+            items = [cast(dict[str, Any], self.api_client.sanitize_for_serialization(e)) for e in events.items]
+            return items, str(getattr(events.metadata, "resource_version", "") or "")
+        if namespace is None:
+            result = self._call(self._custom.list_cluster_custom_object, GROUP, VERSION, plural)
+        else:
+            result = self._call(self._custom.list_namespaced_custom_object, GROUP, VERSION, namespace, plural)
+        body = cast(dict[str, Any], result)
+        return list(body.get("items", [])), str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+    def watch_scoped(
+        self, plural: str | None, namespace: str | None, *, resource_version: str, seconds: int
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Watch custom objects (``plural``; None: core Events in ``namespace``) from ``resource_version``.
+
+        Yields ``(type, object)``; ends after ``seconds`` (the server closes the watch). A refused or
+        lost watch raises :class:`~helmhive.api.kubeerrors.KubeError` as every other call does.
+        """
+        if plural is None:
+            assert namespace is not None
+            fn: Callable[..., Any] = self._core.list_namespaced_event
+            args: tuple[Any, ...] = (namespace,)
+        elif namespace is None:
+            fn, args = self._custom.list_cluster_custom_object, (GROUP, VERSION, plural)
+        else:
+            fn, args = self._custom.list_namespaced_custom_object, (GROUP, VERSION, namespace, plural)
+        stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
+            fn,
+            *args,
+            resource_version=resource_version,
+            timeout_seconds=seconds,
+            _request_timeout=(self.timeout, seconds + self.timeout),
+        )
+        try:
+            for event in stream:
+                raw = event.get("raw_object")
+                yield str(event.get("type")), raw if isinstance(raw, dict) else {}
+        except NETWORK_ERRORS as exc:
+            if isinstance(exc, ApiException) and exc.status:
+                raise translate_api_error(exc) from exc
+            server = server_address(str(self.api_client.configuration.host))
+            raise Unavailable(0, describe_no_answer(exc, server=server, timeout=self.timeout)) from exc
+
     # Core objects ----------------------------------------------------------------------
+    def events_about(self, namespace: str, kind: str, name: str) -> tuple[builtins.list[dict[str, Any]], str]:
+        """The core Events about one object, as plain dicts (camelCase), and the list's resourceVersion."""
+        result = self._call(
+            self._core.list_namespaced_event,
+            namespace,
+            field_selector=f"involvedObject.kind={kind},involvedObject.name={name}",
+        )
+        items = [cast(dict[str, Any], self.api_client.sanitize_for_serialization(e)) for e in result.items]
+        return items, str(getattr(result.metadata, "resource_version", "") or "")
+
     def config_map_data(self, name: str, namespace: str) -> dict[str, str]:
         config_map = self._call(self._core.read_namespaced_config_map, name, namespace)
         return {str(k): str(v) for k, v in (config_map.data or {}).items()}

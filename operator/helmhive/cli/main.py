@@ -10,6 +10,7 @@ import typer
 
 from helmhive.cli import (
     change,
+    console,
     crds,
     demo,
     dev,
@@ -38,6 +39,7 @@ app.add_typer(suggestions.app, name="suggestions")
 app.command(name="validate")(validate.run)
 app.command(name="demo")(demo.run)
 app.command(name="explain-routing")(explain.run)
+app.command(name="console")(console.run)
 
 
 def main() -> None:
