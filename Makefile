@@ -12,7 +12,7 @@ TEST_WORKERS ?= 2
 PYTEST_EXTRA ?=
 E2E_EXTRA ?=
 
-.PHONY: demo test e2e lint check-crds crds venv clean-venv
+.PHONY: demo test e2e lint check-crds crds venv clean-venv browser
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,7 +34,7 @@ demo: $(STAMP)
 ## the terminal; then its pytest process runs in the background, its output kept in $(E2E_LOG)
 ## and printed when the main suite ends. Either failing fails the target.
 E2E_LOG ?= $(CURDIR)/.e2e.log
-test: $(STAMP) lint
+test: $(STAMP) lint browser
 	$(BIN)/helmhive dev kind build
 	@echo "e2e tier: running beside the main suite; its output goes to $(E2E_LOG) and is printed at the end"
 	@( $(E2E_PYTEST) > $(E2E_LOG) 2>&1; echo $$? > $(E2E_LOG).rc ) & \
@@ -51,6 +51,12 @@ E2E_PYTEST = $(BIN)/python -m pytest -p no:cacheprovider --durations=10 $(E2E_EX
 e2e: $(STAMP)
 	$(BIN)/helmhive dev kind build
 	$(E2E_PYTEST)
+
+## Debian's chromium, which the console's browser tests drive (tests/operator/test_console_browser.py):
+## Playwright cannot download a browser here. Installed from Debian only when missing.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { echo "installing Debian's chromium for the console's browser tests ..."; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 lint: $(STAMP)
 	$(BIN)/helmhive crds check

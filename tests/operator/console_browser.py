@@ -2,7 +2,7 @@
 
 :func:`console_process` starts ``helmhive console`` with a kubeconfig (the admin's, or a
 ServiceAccount's) and hands over the URL it printed; :func:`chromium` launches Debian's
-``/usr/bin/chromium`` headless (browsers cannot be downloaded here; ``.ci/run`` installs it).
+``/usr/bin/chromium`` headless (browsers cannot be downloaded here; ``make test`` installs it).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def listening(pid: int) -> list[tuple[str, int]]:
 @contextlib.contextmanager
 def chromium() -> Iterator[Browser]:
     path = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert path, "Debian's chromium is not installed (apt-get install -y chromium; .ci/run does it)"
+    assert path, "Debian's chromium is not installed (apt-get install -y chromium; `make test` does it)"
     with sync_playwright() as play:
         browser = play.chromium.launch(executable_path=path, headless=True, args=["--no-sandbox"])
         try:
