@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import json
 import queue
 import threading
 from collections.abc import Iterator
@@ -11,7 +13,7 @@ from typing import Any
 
 from helmhive.api.change import ChangeStatus
 from helmhive.api.kubeerrors import Unavailable
-from helmhive.console import change_view, html, view
+from helmhive.console import audit_view, change_view, html, policy_html, profile_view, view
 from helmhive.console.diff import classify_line, render_diff
 from helmhive.console.hub import Hub, Notice, WatchTarget
 from helmhive.console.pages import _snapshot_text
@@ -273,3 +275,147 @@ def test_a_memory_record_shows_scope_sensitivity_expiry_and_why_it_is_not_active
     )
     assert row["why"] == "Expired: expired at 2026-01-01T00:00:00Z"
     assert "canary-memory-text" not in html.render_memory("ns", [row], [])
+
+
+def _profile(name: str, spec: dict[str, Any], *, valid: bool = True, **status: Any) -> dict[str, Any]:
+    reason = "Valid" if valid else "WidensEnvelope"
+    return {
+        "metadata": {"namespace": "ns", "name": name},
+        "spec": spec,
+        "status": {"conditions": [_cond("Valid", "True" if valid else "False", reason, "why")], **status},
+    }
+
+
+def test_a_profile_shows_what_it_narrows_of_its_envelope_its_revisions_newest_first_never_its_instructions() -> None:
+    spec = {
+        "envelope": "review-probe",
+        "purpose": "reviews",
+        "instructions": "canary-instructions",
+        "tools": ["read"],
+        "providerMappings": [{"provider": "alpha", "model": "claude-opus-4-1"}],
+    }
+    effective = {
+        "envelope": "review-probe",
+        "tools": ["read"],
+        "filesystem": "read",
+        "network": "disabled",
+        "session": {"policy": "fresh", "scope": "workspace"},
+        "memory": {"enabled": False},
+        "providerMappings": [{"provider": "alpha", "model": "claude-opus-4-1"}],
+        "instructions": "canary-instructions",
+    }
+    revisions = [
+        {"metadata": {"name": f"p-{n}", "labels": {"helmhive.dev/profile": "p"}}, "revision": n, "data": {"x": "y"}}
+        for n in (1, 3, 2)
+    ]
+    other = {"metadata": {"name": "q-1", "labels": {"helmhive.dev/profile": "q"}}, "revision": 1}
+    page = profile_view.build_profiles(
+        namespace="ns",
+        profiles=[_profile("p", spec, effective=effective, currentRevision="p-3")],
+        revisions=[*revisions, other],
+        envelopes=[],
+        envelopes_listed=True,
+        now=NOW,
+    )
+    block = page.profiles[0]
+    aspects = {r["aspect"]: r for r in block.aspects}
+    assert aspects["tools"] == {
+        "aspect": "tools",
+        "envelope": "read, search, think",
+        "profile": "read",
+        "effective": "read",
+        "narrowed": "yes",
+    }
+    assert (aspects["filesystem"]["profile"], aspects["filesystem"]["narrowed"]) == ("(as the envelope)", "no")
+    assert aspects["provider mappings"]["effective"] == "alpha/claude-opus-4-1"
+    assert aspects["memory"] == {**aspects["memory"], "envelope": "allowed", "effective": "disabled", "narrowed": "yes"}
+    assert [r["name"] for r in block.revisions] == ["p-3", "p-2", "p-1"]
+    assert [r["current"] for r in block.revisions] == ["current", "", ""]
+    assert block.valid["reason"] == "Valid"
+    assert block.envelope_note == "the Envelope review-probe is not published in the cluster"
+    body = policy_html.render_profiles(page)
+    assert "canary-instructions" not in body and "19 characters, not shown" in body
+    assert "canary-instructions" not in json.dumps(dataclasses.asdict(page))
+    assert 'id="profile-p-tools"' in body
+
+
+def test_an_invalid_profile_shows_why_and_nothing_in_effect_and_a_refused_list_is_shown() -> None:
+    refusal = "listing the profile revisions (ControllerRevisions) in ns: the API server refused: 403 forbidden"
+    page = profile_view.build_profiles(
+        namespace="ns",
+        profiles=[_profile("wide", {"envelope": "change-review", "network": "enabled"}, valid=False)],
+        revisions=[],
+        envelopes=[{"metadata": {"name": "change-review"}, "spec": {"edited": True}}],
+        envelopes_listed=True,
+        now=NOW,
+        problems=[refusal],
+    )
+    block = page.profiles[0]
+    assert block.valid == {"status": "False", "reason": "WidensEnvelope", "message": "why"}
+    network = next(r for r in block.aspects if r["aspect"] == "network")
+    assert (network["envelope"], network["profile"], network["narrowed"]) == ("disabled", "enabled", "")
+    assert "differs from the code" in block.envelope_note
+    body = policy_html.render_profiles(page)
+    assert refusal in body and "Valid: False WidensEnvelope: why" in body
+
+
+def _audit(name: str, action: str, time: str, kind: str, obj: str, actor: str = "helmhive-operator") -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "ns", "name": name},
+        "spec": {
+            "action": action,
+            "actor": {"username": actor},
+            "object": {"apiVersion": "helmhive.dev/v1alpha1", "kind": kind, "name": obj},
+            "time": time,
+            "before": {"revision": "p-1", "hash": "sha256:1"},
+            "after": {"revision": "p-2", "hash": "sha256:2"},
+            "message": f"{action} <{obj}>",
+            "details": {"envelope": "review-probe"},
+        },
+    }
+
+
+AUDIT = [
+    _audit("a1", "ProfileRevisionCreated", "2026-12-06T10:00:00Z", "Profile", "wants-opus", "alice"),
+    _audit("a2", "ChangeApproved", "2026-12-06T11:00:00Z", "Change", "gated", "bob"),
+    _audit("a3", "ProfileRevisionCreated", "2026-12-06T11:30:00Z", "Profile", "reviewer", "alice"),
+    _audit("a4", "MemoryCreated", "2026-12-06T09:00:00Z", "MemoryRecord", "cents"),
+]
+
+
+def _search(**params: str) -> audit_view.AuditPage:
+    query, problems = audit_view.parse_audit_query({k: [v] for k, v in params.items()})
+    return audit_view.build_audit(namespace="ns", records=AUDIT, query=query, problems=problems)
+
+
+def test_the_audit_is_newest_first_and_searchable_by_action_object_actor_and_time() -> None:
+    assert [r["name"] for r in _search().records] == ["a3", "a2", "a1", "a4"]
+    assert [r["name"] for r in _search(action="ProfileRevisionCreated").records] == ["a3", "a1"]
+    assert [r["name"] for r in _search(object="profile/wants").records] == ["a1"]
+    assert [r["name"] for r in _search(actor="bob").records] == ["a2"]
+    between = _search(since="2026-12-06T09:30", until="2026-12-06T11:15:00Z")
+    assert [r["name"] for r in between.records] == ["a2", "a1"]
+    assert (between.matched, between.total) == (2, 4)
+    row = _search(object="gated").records[0]
+    assert (row["before"], row["after"], row["details"]) == (
+        "p-1 · sha256:1",
+        "p-2 · sha256:2",
+        "envelope=review-probe",
+    )
+    bounded = audit_view.build_audit(namespace="ns", records=AUDIT, query=audit_view.AuditQuery(), limit=2)
+    assert ([r["name"] for r in bounded.records], bounded.matched) == (["a3", "a2"], 4)
+
+
+def test_the_audit_search_form_keeps_the_query_says_what_it_cannot_use_and_escapes() -> None:
+    page = _search(action="ChangeApproved", since="yesterday")
+    assert [r["name"] for r in page.records] == ["a2"]  # a time it cannot read is not applied
+    assert any("since 'yesterday' is not a time" in p for p in page.problems)
+    body = policy_html.render_audit(page)
+    assert '<option value="ChangeApproved" selected>' in body and 'method="get" action="/audit"' in body
+    assert "ChangeApproved &lt;gated&gt;" in body and "<gated>" not in body
+    assert "1 of 4 records match" in body
+    assert any("no such action" in p for p in _search(action="Nope").problems)
+    assert _search(action="Nope").records == []
+    from helmhive.console.server import decide_watches
+
+    assert (decide_watches("/audit"), decide_watches("/profiles")) == ("auditrecords", "profiles")

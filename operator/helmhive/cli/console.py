@@ -40,6 +40,8 @@ def run(
             WatchTarget("agentjobs", "agentjobs", ns),
             WatchTarget("changes", "changes", ns),
             WatchTarget("memoryrecords", "memoryrecords", ns),
+            WatchTarget("profiles", "profiles", ns),
+            WatchTarget("auditrecords", "auditrecords", ns),
             WatchTarget("events", None, ns),
         ],
     )

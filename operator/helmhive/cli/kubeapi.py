@@ -205,6 +205,15 @@ class CliKube:
         items = [cast(dict[str, Any], self.api_client.sanitize_for_serialization(e)) for e in result.items]
         return items, str(getattr(result.metadata, "resource_version", "") or "")
 
+    def controller_revisions(self, namespace: str, label_selector: str) -> builtins.list[dict[str, Any]]:
+        """The ControllerRevisions of ``namespace`` matching ``label_selector`` (profile revisions), as dicts."""
+        result = self._call(
+            client.AppsV1Api(self.api_client).list_namespaced_controller_revision,
+            namespace,
+            label_selector=label_selector,
+        )
+        return [cast(dict[str, Any], self.api_client.sanitize_for_serialization(r)) for r in result.items]
+
     def config_map_data(self, name: str, namespace: str) -> dict[str, str]:
         config_map = self._call(self._core.read_namespaced_config_map, name, namespace)
         return {str(k): str(v) for k, v in (config_map.data or {}).items()}

@@ -84,7 +84,8 @@ def layout(title: str, main: str, *, flash: str = "") -> str:
         f"<title>{e(title)} · Helmhive console</title>"
         '<link rel="stylesheet" href="/static/console.css"></head><body>'
         '<a class="skip" href="#main">Skip to content</a>'
-        '<header><nav aria-label="console"><a href="/">Helmhive console</a> · <a href="/memory">Memory</a></nav>'
+        '<header><nav aria-label="console"><a href="/">Helmhive console</a> · <a href="/memory">Memory</a> · '
+        '<a href="/profiles">Profiles</a> · <a href="/audit">Audit</a></nav>'
         '<div id="live" role="status" aria-live="polite">connecting to live updates…</div></header>'
         f'<div id="flash">{flash}</div>'
         f'<main id="main" tabindex="-1">{main}</main>'

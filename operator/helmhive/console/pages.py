@@ -23,7 +23,7 @@ from helmhive.cli.change import ChangeRefused, approve_plan, read_patch
 from helmhive.cli.explain_cluster import NoAnswer, ask
 from helmhive.cli.explain_output import QueueStop
 from helmhive.cli.kubeapi import CliKube, describe_unavailable
-from helmhive.console import change_view, html, view
+from helmhive.console import audit_view, change_view, html, policy_html, profile_view, view
 from helmhive.console.diff import render_diff
 
 __all__ = ["Answer", "Pages", "describe_refusal"]
@@ -100,6 +100,41 @@ class Pages:
         records.sort(key=lambda r: str((r.get("metadata") or {}).get("name")))
         rows = [view.build_memory_row(r) for r in records]
         return Answer(200, "Memory records", html.render_memory(self.namespace, rows, problems), {"records": rows})
+
+    def profiles(self) -> Answer:
+        """Every profile beside its envelope (code and published), with its revisions (ControllerRevisions)."""
+        problems: list[str] = []
+        profiles = self._list("profiles", everywhere=False, problems=problems)
+        envelopes, listed = [], True
+        try:
+            envelopes = self.api.list_scoped("envelopes", None)[0]
+        except KubeError as err:
+            listed = False
+            problems.append(describe_refusal(err, "listing the published Envelopes"))
+        revisions: list[dict[str, Any]] = []
+        try:
+            revisions = self.api.controller_revisions(self.namespace, profile_view.REVISION_LABEL)
+        except KubeError as err:
+            problems.append(
+                describe_refusal(err, f"listing the profile revisions (ControllerRevisions) in {self.namespace}")
+            )
+        page = profile_view.build_profiles(
+            namespace=self.namespace,
+            profiles=profiles,
+            revisions=revisions,
+            envelopes=envelopes,
+            envelopes_listed=listed,
+            now=dt.datetime.now(dt.UTC),
+            problems=problems,
+        )
+        return Answer(200, "Profiles", policy_html.render_profiles(page), page)
+
+    def audit(self, params: dict[str, list[str]]) -> Answer:
+        """The namespace's AuditRecords that match the search in ``params`` (the query string), newest first."""
+        query, problems = audit_view.parse_audit_query(params)
+        records = self._list("auditrecords", everywhere=False, problems=problems)
+        page = audit_view.build_audit(namespace=self.namespace, records=records, query=query, problems=problems)
+        return Answer(200, "Audit", policy_html.render_audit(page), page)
 
     def job(self, namespace: str, name: str) -> Answer:
         title = f"Job {namespace}/{name}"

@@ -10,7 +10,9 @@ person who started it, so it must not act for anyone else who can reach the port
   ``Origin``, when sent, must be the console's own;
 * a strict Content-Security-Policy allows only the package's own script and style sheet.
 
-Routes: ``/`` (the overview), ``/memory`` (the namespace's memory records), ``/jobs/NS/NAME``,
+Routes: ``/`` (the overview), ``/memory`` (the namespace's memory records), ``/profiles`` (each
+profile beside its envelope, and its revisions), ``/audit`` (the AuditRecords; the search is its
+query string, kept when the page refreshes itself), ``/jobs/NS/NAME``,
 ``/changes/NS/NAME`` (and its ``/patch``, the raw bytes; POST ``/approve``), ``/api/…`` (the same
 page models as JSON), ``/events`` (Server-Sent Events from :class:`~helmhive.console.hub.Hub`, only
 what concerns the page: ``?watches=``, :func:`decide_watches`) and ``/static/…``. ``?fragment=1``
@@ -28,7 +30,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from helmhive.console import html
 from helmhive.console.hub import Hub
@@ -78,6 +80,10 @@ def decide_watches(path: str) -> str:
         return f"changes:{parts[2]},agentjobs"
     if parts == ["memory"]:
         return "memoryrecords"
+    if parts == ["profiles"]:
+        return "profiles"
+    if parts == ["audit"]:
+        return "auditrecords"
     return "runnerpools,runners,agentjobs,changes"
 
 
@@ -131,7 +137,8 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _page(self, answer: Answer, *, path: str, fragment: bool, flash: str = "", status: int | None = None) -> None:
-        marker = f'<div data-path="{html.e(path)}" data-watches="{html.e(decide_watches(path))}"></div>'
+        watches = decide_watches(urlsplit(path).path)
+        marker = f'<div data-path="{html.e(path)}" data-watches="{html.e(watches)}"></div>'
         main = marker + answer.main
         body = main if fragment else html.layout(answer.title, main, flash=flash)
         self._send(status or answer.status, body.encode(), "text/html; charset=utf-8")
@@ -173,6 +180,10 @@ class Handler(BaseHTTPRequestHandler):
             answer = pages.overview()
         elif parts == ["memory"]:
             answer = pages.memory()
+        elif parts == ["profiles"]:
+            answer = pages.profiles()
+        elif parts == ["audit"]:
+            answer = pages.audit(query)
         elif len(parts) == 3 and parts[0] == "jobs":
             answer = pages.job(parts[1], parts[2])
         elif len(parts) == 3 and parts[0] == "changes":
@@ -184,7 +195,9 @@ class Handler(BaseHTTPRequestHandler):
             return self._refuse(404, "No such page.")
         if as_json:
             return self._json(answer)
-        return self._page(answer, path=url.path, fragment=fragment)
+        kept = {k: v for k, v in query.items() if k != "fragment"}  # the audit search, kept on refresh
+        shown = url.path + (f"?{urlencode(kept, doseq=True)}" if kept else "")
+        return self._page(answer, path=shown, fragment=fragment)
 
     def do_POST(self) -> None:
         if not (self._host_ok() and self._origin_ok() and self._cookie_ok()):

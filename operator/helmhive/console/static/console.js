@@ -9,7 +9,7 @@
   var marker = main.querySelector("[data-path]");
   var path = marker ? marker.getAttribute("data-path") : location.pathname;
   var watches = marker ? marker.getAttribute("data-watches") : "";
-  if (path !== location.pathname) {
+  if (path !== location.pathname + location.search) {
     history.replaceState(null, "", path);  // after an Approve (a POST), stay on the change's page
   }
   var scheduled = false, busy = false, again = false;
@@ -23,7 +23,7 @@
     if (busy) { again = true; return; }
     busy = true;
     var focused = document.activeElement && document.activeElement.id;
-    fetch(path + "?fragment=1", { credentials: "same-origin" })
+    fetch(path + (path.indexOf("?") < 0 ? "?" : "&") + "fragment=1", { credentials: "same-origin" })
       .then(function (r) { return r.text(); })
       .then(function (body) {
         main.innerHTML = body;
