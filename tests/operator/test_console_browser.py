@@ -3,8 +3,9 @@
 One governed change with ``approval: Manual`` is followed in the browser from the overview to
 its implementation; another user, who may edit Changes but lacks the ``approve`` verb, sees the
 API server's refusal; a stale digest is not approved; the patch shown is ``change patch``'s;
-a job that fails closed shows every candidate's reason; and no canary of the rig (provider and
-git credentials, native session ids) is in any page or JSON answer.
+a job that fails closed shows every candidate's reason; its profile's narrowing is on the profiles
+page; an audit search by action filters the records; and no canary of the rig (provider and git
+credentials, native session ids, memory text, a profile's instructions) is in any page or JSON answer.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from harness.wait import wait_for
 GROUP = "helmhive.dev"
 FINAL = ("ReviewApproved", "ChangesRequested", "ChecksFailed", "ImplementationFailed", "ReviewFailed")
 MEMORY_CANARY = "canary-memory-text-4b7e"
-CANARIES = (PROVIDER_CANARY, GIT_CANARY, SESSION_PREFIX, MEMORY_CANARY)
+INSTRUCTIONS_CANARY = "canary-profile-instructions-9c1d"
+CANARIES = (PROVIDER_CANARY, GIT_CANARY, SESSION_PREFIX, MEMORY_CANARY, INSTRUCTIONS_CANARY)
 WAIT_MS = 120_000
 
 
@@ -175,6 +177,7 @@ def test_a_manual_change_is_approved_in_the_browser_live_and_nothing_secret_reac
                 "spec": {
                     "envelope": "review-probe",
                     "purpose": "tests",
+                    "instructions": f"Be thorough. {INSTRUCTIONS_CANARY}",
                     "providerMappings": [{"provider": "alpha", "model": "claude-opus-4-1"}],
                 },
             },
@@ -208,6 +211,30 @@ def test_a_manual_change_is_approved_in_the_browser_live_and_nothing_secret_reac
         expect(page.locator("table:has(#job-wants-opus) caption")).to_contain_text("Failed")
         expect(page.locator("#job-wants-opus td[data-col=message]")).to_contain_text("claude-opus-4-1")
 
+        # The profiles page: wants-opus beside its envelope, its narrowing, Valid and its current revision.
+        page.goto(f"{base}/profiles")
+        mappings = page.locator("#profile-wants-opus-provider-mappings")
+        expect(mappings.locator("td[data-col=effective]")).to_have_text("alpha/claude-opus-4-1", timeout=30_000)
+        expect(mappings.locator("td[data-col=narrowed]")).to_have_text("yes")
+        expect(page.locator("#profile-wants-opus-tools td[data-col=profile]")).to_have_text("(as the envelope)")
+        expect(page.locator("#profile-wants-opus-tools td[data-col=envelope]")).to_have_text("read, search, think")
+        expect(page.locator("#profile-wants-opus")).to_contain_text("Valid: True")
+        expect(page.locator("#profile-wants-opus td[data-col=current]")).to_have_text(["current"])
+        screenshot(page, "profiles")
+
+        # The audit page: a search by action (by keyboard) leaves that action's records only.
+        page.goto(f"{base}/audit")
+        actions = page.locator("td[data-col=action]")
+        expect(actions.filter(has_text="ChangeApproved")).to_have_count(1, timeout=30_000)
+        page.select_option("#audit-action", "ProfileRevisionCreated")
+        page.locator("#audit-go").focus()
+        page.keyboard.press("Enter")
+        expect(page.locator("#audit-count")).to_contain_text("records match", timeout=30_000)
+        expect(page.locator("#audit-action")).to_have_value("ProfileRevisionCreated")
+        expect(page.locator("tr:has(td[data-col=object]:text-is('Profile/wants-opus'))")).to_have_count(1)
+        assert set(actions.all_inner_texts()) == {"ProfileRevisionCreated"}
+        screenshot(page, "audit")
+
         # Readable at 400 px: the page does not scroll sideways (wide tables scroll inside their box).
         page.set_viewport_size({"width": 400, "height": 900})
         page.goto(f"{base}/changes/{ns}/gated")
@@ -240,7 +267,14 @@ def test_a_manual_change_is_approved_in_the_browser_live_and_nothing_secret_reac
 
         # The canary sweep: every page, fragment and JSON answer, the raw patch too.
         jobs = [j["name"] for j in rig.get("changes", "gated")["status"]["jobs"]]
-        paths = ["/", "/memory", f"/changes/{ns}/gated", *(f"/jobs/{ns}/{j}" for j in [*jobs, "wants-opus"])]
+        paths = [
+            "/",
+            "/memory",
+            "/profiles",
+            "/audit",
+            f"/changes/{ns}/gated",
+            *(f"/jobs/{ns}/{j}" for j in [*jobs, "wants-opus"]),
+        ]
         assert _sweep(page, base, paths) == 3 * len(paths)
         raw = page.request.get(f"{base}/changes/{ns}/gated/patch").text()
         assert not any(canary in raw for canary in CANARIES)

@@ -336,7 +336,7 @@ def test_a_profile_shows_what_it_narrows_of_its_envelope_its_revisions_newest_fi
     body = policy_html.render_profiles(page)
     assert "canary-instructions" not in body and "19 characters, not shown" in body
     assert "canary-instructions" not in json.dumps(dataclasses.asdict(page))
-    assert 'id="profile-p-tools"' in body
+    assert 'id="profile-p-tools"' in body and 'id="profile-p-provider-mappings"' in body
 
 
 def test_an_invalid_profile_shows_why_and_nothing_in_effect_and_a_refused_list_is_shown() -> None:

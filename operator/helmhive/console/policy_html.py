@@ -54,7 +54,13 @@ def _profile(block: ProfileBlock) -> str:
         out.append(f'<p class="note">{e(block.envelope_note)}</p>')
     out.append(_pairs("Profile", block.summary).replace("<h2>", "<h3>").replace("</h2>", "</h3>"))
     out.append(
-        table(f"{block.name}: envelope and narrowing", ASPECTS, block.aspects, row_id=f"{pid}-", id_key="aspect")
+        table(
+            f"{block.name}: envelope and narrowing",
+            ASPECTS,
+            [{**r, "id": r["aspect"].replace(" ", "-")} for r in block.aspects],
+            row_id=f"{pid}-",
+            id_key="id",
+        )
     )
     out.append(table(f"{block.name}: revisions (newest first)", REVISIONS, block.revisions))
     out.append("</section>")

@@ -22,11 +22,19 @@
   function refresh() {
     if (busy) { again = true; return; }
     busy = true;
-    var focused = document.activeElement && document.activeElement.id;
     fetch(path + (path.indexOf("?") < 0 ? "?" : "&") + "fragment=1", { credentials: "same-origin" })
       .then(function (r) { return r.text(); })
       .then(function (body) {
+        var focused = document.activeElement && document.activeElement.id;
+        var typed = {};  // a search being filled in (a GET form, never the Approve form) survives the refresh
+        main.querySelectorAll("form[method=get] input[id], form[method=get] select[id]").forEach(function (el) {
+          typed[el.id] = el.value;
+        });
         main.innerHTML = body;
+        Object.keys(typed).forEach(function (id) {
+          var el = document.getElementById(id);
+          if (el) { el.value = typed[id]; }
+        });
         if (focused) {
           var el = document.getElementById(focused);
           if (el) { el.focus(); }
