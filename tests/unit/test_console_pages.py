@@ -354,6 +354,7 @@ def test_an_invalid_profile_shows_why_and_nothing_in_effect_and_a_refused_list_i
     assert block.valid == {"status": "False", "reason": "WidensEnvelope", "message": "why"}
     network = next(r for r in block.aspects if r["aspect"] == "network")
     assert (network["envelope"], network["profile"], network["narrowed"]) == ("disabled", "enabled", "")
+    assert network["effective"] == "(nothing: not valid, or not reconciled yet)"
     assert "differs from the code" in block.envelope_note
     body = policy_html.render_profiles(page)
     assert refusal in body and "Valid: False WidensEnvelope: why" in body

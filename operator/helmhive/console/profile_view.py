@@ -104,7 +104,7 @@ def build_aspects(envelope: dict[str, Any], spec: dict[str, Any], effective: dic
     """One row per governed aspect: the envelope's bound, what the profile asks, what is in effect.
 
     ``narrowed`` says whether what is in effect is narrower than the envelope (empty when nothing
-    is in effect: the profile is not valid).
+    is in effect: the profile is not valid, or not reconciled yet).
     """
     env, eff = envelope, effective
 
@@ -179,7 +179,7 @@ def build_aspects(envelope: dict[str, Any], spec: dict[str, Any], effective: dic
             "aspect": aspect,
             "envelope": bound,
             "profile": wanted or AS_ENVELOPE,
-            "effective": shown if eff else "(none: the profile is not valid)",
+            "effective": shown if eff else "(nothing: not valid, or not reconciled yet)",
             "narrowed": ("yes" if narrower else "no") if eff else "",
         }
         for aspect, bound, wanted, shown, narrower in rows
