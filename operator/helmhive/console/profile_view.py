@@ -13,7 +13,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from helmhive.console.view import Row, _age, as_text, condition, get_path, object_ref
+from helmhive.console.view import Row, as_text, condition, format_age, get_path, object_ref
 from helmhive.policy.envelopes import get_envelope
 
 __all__ = ["ProfileBlock", "ProfilesPage", "build_profile", "build_profiles"]
@@ -206,7 +206,7 @@ def build_revision_rows(revisions: list[dict[str, Any]], current: str, now: dt.d
             "revision": as_text(r.get("revision")),
             "name": object_ref(r)[1],
             "hash": as_text(get_path(r, "metadata", "annotations", "helmhive.dev/hash") or get_path(r, "data", "hash")),
-            "created": _age(get_path(r, "metadata", "creationTimestamp"), now),
+            "created": format_age(get_path(r, "metadata", "creationTimestamp"), now),
             "current": "current" if object_ref(r)[1] == current else "",
         }
         for r in ordered

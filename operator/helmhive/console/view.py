@@ -23,6 +23,7 @@ __all__ = [
     "build_memory_row",
     "build_overview",
     "condition",
+    "format_age",
     "get_path",
     "object_ref",
 ]
@@ -57,7 +58,7 @@ def _cond_text(obj: dict[str, Any], ctype: str) -> str:
     return f"{cond.get('status', '?')} {cond.get('reason', '')}".strip()
 
 
-def _age(stamp: Any, now: dt.datetime) -> str:
+def format_age(stamp: Any, now: dt.datetime) -> str:
     """``3m ago`` for an RFC 3339 time, or the text as it was when it is not one."""
     if not stamp:
         return ""
@@ -123,7 +124,7 @@ def build_runner_row(runner: dict[str, Any], now: dt.datetime) -> Row:
         "reported": as_text(status.get("reportedStatus")),
         "schedulable": _cond_text(runner, "Schedulable"),
         "schedulableMessage": as_text(condition(runner, "Schedulable").get("message")),
-        "auth": " ".join(p for p in (as_text(auth.get("state")), _age(auth.get("verifiedAt"), now)) if p),
+        "auth": " ".join(p for p in (as_text(auth.get("state")), format_age(auth.get("verifiedAt"), now)) if p),
         "provider": as_text(report.get("provider")),
         "models": as_text(status.get("models")),
         "capacity": f"{report.get('activeJobs', 0)}/{report.get('concurrency', '?')}" if report else "",
