@@ -7,4 +7,11 @@ enabled for the harness's own tests; ``harness.gitserver`` gives every test real
 skip that ``docs/development.md`` does not list.
 """
 
+from hypothesis import HealthCheck, settings
+
 pytest_plugins = ["harness.plugin", "harness.gitserver", "harness.skips", "pytester"]
+
+# Property tests run on a loaded 2-core machine (CI shares it): a draw or an example may take
+# seconds there. Neither is a property of the code, so no Hypothesis test fails on its timing.
+settings.register_profile("helmhive", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("helmhive")
