@@ -28,14 +28,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
-from pydantic import ValidationError
 
 from helmhive.api.audit import AuditAction, AuditActor, AuditState
-from helmhive.api.kinds import API_VERSION, GROUP, VERSION, kind_by_name
-from helmhive.api.runner import REPORT_DIGEST_ANNOTATION, ReportedStatus, RunnerSpec, RunnerStatus
+from helmhive.api.kinds import GROUP, VERSION, kind_by_name
+from helmhive.api.runner import REPORT_DIGEST_ANNOTATION, ReportedStatus
 from helmhive.controller.audit import ensure_audit_unless_terminating
 from helmhive.controller.kube.contact import run_contact_probe
 from helmhive.controller.kube.door import Kube, KubeError
+from helmhive.controller.runners.parsed import ParsedRunner, parse_runner_body
 from helmhive.controller.runners.qualification import (
     decide_runner_qualification,
     ensure_probe_job,
@@ -66,67 +66,6 @@ RUNNER = kind_by_name("Runner")
 RUNNER_LABEL = "helmhive.dev/runner"
 _WRITERS = 4  # concurrent runner writes per pool tick
 _WARNING_ACTIONS = {AuditAction.RUNNER_REVOKED}
-
-
-@dataclass(frozen=True, kw_only=True)
-class ParsedRunner:
-    """A Runner as the derivation needs it, parsed once when its watch event arrives."""
-
-    name: str
-    namespace: str
-    uid: str
-    resource_version: str
-    generation: int | None
-    spec: RunnerSpec
-    status: RunnerStatus
-    owner_uids: frozenset[str]
-    control_state_set_by: str | None
-
-    @property
-    def ref(self) -> dict[str, Any]:
-        """Enough of the object for audit records and Events."""
-        return {
-            "apiVersion": API_VERSION,
-            "kind": "Runner",
-            "metadata": {"name": self.name, "namespace": self.namespace, "uid": self.uid},
-        }
-
-
-def _control_state_manager(managed_fields: Iterable[Mapping[str, Any]]) -> str | None:
-    """The field manager that last set ``spec.controlState`` (the administrator's tool), if any."""
-    best: tuple[str, str] | None = None
-    for entry in managed_fields:
-        spec = (entry.get("fieldsV1") or {}).get("f:spec") or {}
-        if "f:controlState" in spec:
-            candidate = (str(entry.get("time") or ""), str(entry.get("manager") or "unknown"))
-            best = candidate if best is None or candidate[0] >= best[0] else best
-    return best[1] if best else None
-
-
-def parse_runner_body(body: Mapping[str, Any]) -> ParsedRunner | None:
-    """Parse a Runner body; None if its spec is unusable. An unparsable report counts as no report."""
-    meta = body.get("metadata") or {}
-    try:
-        spec = RunnerSpec.model_validate(body.get("spec") or {})
-    except ValidationError:
-        return None
-    raw_status = dict(body.get("status") or {})
-    try:
-        status = RunnerStatus.model_validate(raw_status)
-    except ValidationError:
-        raw_status.pop("report", None)
-        status = RunnerStatus.model_validate(raw_status)
-    return ParsedRunner(
-        name=str(meta.get("name", "")),
-        namespace=str(meta.get("namespace", "")),
-        uid=str(meta.get("uid", "")),
-        resource_version=str(meta.get("resourceVersion", "")),
-        generation=meta.get("generation"),
-        spec=spec,
-        status=status,
-        owner_uids=frozenset(str(o.get("uid")) for o in meta.get("ownerReferences") or ()),
-        control_state_set_by=_control_state_manager(meta.get("managedFields") or ()),
-    )
 
 
 def _parse_time(raw: Any) -> dt.datetime | None:

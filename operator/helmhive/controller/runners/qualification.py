@@ -19,7 +19,7 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import kopf
 
@@ -29,6 +29,7 @@ from helmhive.api.qualification import ProbeOutcome
 from helmhive.api.runnerpool import RunnerPoolSpec
 from helmhive.controller.audit import ensure_audit_unless_terminating
 from helmhive.controller.kube.door import Kube, KubeError
+from helmhive.controller.runners.parsed import ParsedRunner
 from helmhive.controller.runtime import Runtime
 from helmhive.policy.audit.records import build_audit_record
 from helmhive.policy.runners.pool import PoolRef
@@ -41,9 +42,6 @@ from helmhive.policy.runners.qualification import (
 )
 from helmhive.policy.runners.state import PoolFacts, RunnerDerived
 from helmhive.policy.runners.status import decide_registration
-
-if TYPE_CHECKING:
-    from helmhive.controller.runners.derived import ParsedRunner
 
 __all__ = [
     "QUALIFICATION_NONE",
