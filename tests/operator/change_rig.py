@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from harness.cluster import ClusterHandle
 from harness.gitserver import GitDaemon, GitHttpServer, GitRepo
 from harness.kube import Kube
 from harness.kubectl import Kubectl
+from harness.operator import OperatorProcess
 from harness.wait import wait_for
 from helmhive.devcluster.localpod import LocalPod, run_pod, stop_pod
 
@@ -232,3 +234,12 @@ def change_rig(
         finally:
             for name in list(rig.pods):
                 stop_pod(name=name, namespace=namespace, state_dir=tmp_path / "pods")
+
+
+@pytest.fixture
+def rig(
+    operator: OperatorProcess, cluster: ClusterHandle, kube: Kube, kubectl: Kubectl, namespace: str, tmp_path: Path
+) -> Iterator[ChangeRig]:
+    """:func:`change_rig` with the running operator, in the test's namespace (registered in the conftest)."""
+    with change_rig(cluster=cluster, kube=kube, kubectl=kubectl, namespace=namespace, tmp_path=tmp_path) as made:
+        yield made

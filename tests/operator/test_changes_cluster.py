@@ -13,7 +13,6 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +26,11 @@ from change_rig import (
     VERSION,
     ChangeRig,
     change,
-    change_rig,
 )
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from harness.cluster import ClusterHandle
-from harness.kube import Kube
 from harness.kubectl import Kubectl
 from harness.operator import OperatorProcess
 from harness.wait import wait_for
@@ -47,14 +44,6 @@ FINAL = (
     "ReviewFailed",
     "JobMissing",
 )
-
-
-@pytest.fixture
-def rig(
-    operator: OperatorProcess, cluster: ClusterHandle, kube: Kube, kubectl: Kubectl, namespace: str, tmp_path: Path
-) -> Iterator[ChangeRig]:
-    with change_rig(cluster=cluster, kube=kube, kubectl=kubectl, namespace=namespace, tmp_path=tmp_path) as made:
-        yield made
 
 
 def cli(cluster: ClusterHandle, *args: str, kubeconfig: Path | None = None) -> subprocess.CompletedProcess[bytes]:

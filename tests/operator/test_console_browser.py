@@ -12,22 +12,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import pytest
-from change_rig import GIT_CANARY, PROVIDER_CANARY, SESSION_PREFIX, ChangeRig, change, change_rig
+from change_rig import GIT_CANARY, PROVIDER_CANARY, SESSION_PREFIX, ChangeRig, change
 from console_browser import chromium, console_process, screenshot
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from playwright.sync_api import Page, expect
 
 from harness.cluster import ClusterHandle
-from harness.kube import Kube
-from harness.kubectl import Kubectl
-from harness.operator import OperatorProcess
 from harness.wait import wait_for
 
 GROUP = "helmhive.dev"
@@ -36,14 +31,6 @@ MEMORY_CANARY = "canary-memory-text-4b7e"
 INSTRUCTIONS_CANARY = "canary-profile-instructions-9c1d"
 CANARIES = (PROVIDER_CANARY, GIT_CANARY, SESSION_PREFIX, MEMORY_CANARY, INSTRUCTIONS_CANARY)
 WAIT_MS = 120_000
-
-
-@pytest.fixture
-def rig(
-    operator: OperatorProcess, cluster: ClusterHandle, kube: Kube, kubectl: Kubectl, namespace: str, tmp_path: Path
-) -> Iterator[ChangeRig]:
-    with change_rig(cluster=cluster, kube=kube, kubectl=kubectl, namespace=namespace, tmp_path=tmp_path) as made:
-        yield made
 
 
 def _edit_changes_only(rig: ChangeRig, who: Any) -> None:

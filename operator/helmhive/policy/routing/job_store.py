@@ -43,6 +43,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
+from helmhive.api.qualification import QUALIFICATION_LABEL
 from helmhive.policy.agentjob.life import AgentJob, parse_agent_job
 from helmhive.policy.routing.inputs import decide_implementation_provider
 from helmhive.policy.routing.route import RunnerKey
@@ -105,11 +106,8 @@ def build_job_facts(body: Mapping[str, Any]) -> JobFacts:
         runner=_intern_key(runner) if runner is not None else None,
         implementation=decide_implementation_provider(body),
         binding=job_binding(job),
-        probe=parse_probe_job(body) if _QUALIFICATION_LABEL in (meta.get("labels") or {}) else None,
+        probe=parse_probe_job(body) if QUALIFICATION_LABEL in (meta.get("labels") or {}) else None,
     )
-
-
-_QUALIFICATION_LABEL = "helmhive.dev/qualification"
 
 
 def job_binding(job: AgentJob) -> ProfileKey | None:
